@@ -1,0 +1,151 @@
+/*
+ * st_http: a small HTTP/1.1 server on libevent bufferevents, built for long
+ * streams (edge-gateway) and small ops endpoints (both programs).
+ *
+ * Why not evhttp: evhttp cannot see a client close before the reply starts,
+ * never bounds its output buffer, and costs more memory per connection.
+ * Here a connection is one struct plus one bufferevent, the request head is
+ * parsed from a bounded buffer that is freed once the head is parsed, and
+ * the output side reports its backlog so callers keep it small.
+ *
+ * Limits (refusals answer with a problem document and close):
+ *   - request head (request line + headers) at most max_header_bytes: 431;
+ *   - the whole head must arrive within header_timeout_ms of the accept (or
+ *     of the previous response on a kept-alive connection): closed;
+ *   - request bodies are not accepted (Content-Length > 0 or chunked): 413;
+ *   - more than max_conns open connections: the new one is closed at once.
+ *
+ * Responses use "Connection: close" when the request said so or was
+ * HTTP/1.0; plain responses keep the connection alive otherwise.  Streams
+ * are close-delimited (no chunked framing, no Content-Length,
+ * "Connection: close"), which every SSE client accepts and which costs no
+ * per-write framing bytes.
+ *
+ * CORS: when the request has an Origin that matches cors_origins (a comma
+ * list, or "*"), responses carry Access-Control-Allow-Origin (and Vary:
+ * Origin); OPTIONS preflights are answered by the server itself with 204
+ * and the allowed methods/headers (GET, HEAD, OPTIONS; Last-Event-ID,
+ * Accept, Cache-Control).  HEAD requests get the headers of the GET without
+ * a body: the handler calls the same functions and the server drops the
+ * body bytes (and, for streams, ends the response after the headers).
+ *
+ * Threads: everything here runs on the loop thread of the server's base.
+ */
+#ifndef ST_HTTP_H
+#define ST_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "st_err.h"
+
+struct event_base;
+typedef struct http_server http_server;
+typedef struct http_req http_req;
+typedef struct http_stream http_stream;
+
+typedef struct http_server_config {
+	size_t max_header_bytes;     /* 0 = 8192 */
+	uint32_t header_timeout_ms;  /* 0 = 10000 */
+	uint32_t max_conns;          /* 0 = 100000 */
+	const char *cors_origins;    /* NULL/"" = no CORS headers; copied */
+} http_server_config;
+
+/*
+ * Called once per parsed request.  The handler must eventually answer with
+ * exactly one of http_reply, http_reply_problem or http_stream_start (it may
+ * do so later, from another callback, e.g. after a database answer).  If
+ * the client goes away before an answer, on_gone (see http_req_set_gone_cb)
+ * is called and the request is then invalid.
+ */
+typedef void (*http_handler_fn)(http_req *req, void *arg);
+
+/* Listens on "ADDR:PORT" (ADDR may be "0.0.0.0", "127.0.0.1", "[::1]").
+ * ST_EINVAL for a bad address, ST_ESYS when bind/listen fails (logged). */
+st_err http_server_new(struct event_base *base, const char *listen, const http_server_config *cfg,
+                       http_handler_fn fn, void *arg, http_server **out);
+/* Closes the listener and every connection at once (streams get on_close). NULL-safe. */
+void http_server_free(http_server *s);
+/* The port actually bound (useful with port 0 in tests). */
+int http_server_port(const http_server *s);
+
+/* ---- the request (valid until answered or gone) ---- */
+const char *http_req_method(const http_req *r);   /* "GET", "HEAD", ... */
+const char *http_req_path(const http_req *r);     /* path only, undecoded, e.g. "/v1/stream" */
+const char *http_req_query(const http_req *r);    /* after '?', undecoded, "" when none */
+/* First header with that name (case-insensitive), value trimmed; NULL when absent. */
+const char *http_req_header(const http_req *r, const char *name);
+/* Called (once) if the client closes before the request is answered; after it returns, r is freed. */
+void http_req_set_gone_cb(http_req *r, void (*gone)(void *arg), void *arg);
+
+/*
+ * Iterates the query string: fn gets each key and value percent-decoded
+ * ('+' as space) into bounded buffers (each at most 1024 bytes decoded,
+ * at most 256 pairs).  A malformed escape, an over-long item or too many
+ * pairs returns ST_EINVAL without calling fn further.  fn returns ST_OK to
+ * go on, anything else to stop (returned as is).
+ */
+typedef st_err (*http_query_fn)(const char *key, size_t klen, const char *val, size_t vlen, void *arg);
+st_err http_query_each(const char *query, http_query_fn fn, void *arg);
+
+/* ---- complete responses ---- */
+/*
+ * Sends status, headers and body; frees r.  extra_headers is NULL or
+ * complete header lines each ending in "\r\n" ("Retry-After: 5\r\n").
+ * Every response carries Cache-Control: no-store.
+ */
+void http_reply(http_req *r, int status, const char *content_type, const void *body, size_t len,
+                const char *extra_headers);
+/* An RFC 9457 application/problem+json document {"type","title","status","detail"}; type is
+ * "about:blank" unless given.  Frees r. */
+void http_reply_problem(http_req *r, int status, const char *type, const char *title, const char *detail,
+                        const char *extra_headers);
+
+/* ---- streaming responses ---- */
+typedef struct http_stream_cbs {
+	/* Output backlog fell to or below the low watermark: write more if you have it. */
+	void (*on_writable)(void *arg);
+	/* The connection is gone (peer closed, error, server freed, or the end
+	 * finished draining).  The stream is already freed when this returns;
+	 * never touch it again.  abrupt is true unless it followed http_stream_end. */
+	void (*on_close)(void *arg, bool abrupt);
+} http_stream_cbs;
+
+/*
+ * Starts a close-delimited streaming response: writes the status line and
+ * headers (Content-Type, Cache-Control: no-store, X-Accel-Buffering: no,
+ * Connection: close, CORS, extra_headers) and turns r into the returned
+ * stream; r is invalid afterwards.  Never NULL.  For a HEAD request the
+ * stream ends right after the headers (on_close follows, abrupt = false).
+ */
+http_stream *http_stream_start(http_req *r, int status, const char *content_type, const char *extra_headers,
+                               const http_stream_cbs *cbs, void *arg);
+
+/* Copies bytes to the output. */
+void http_stream_write(http_stream *s, const void *data, size_t len);
+/* Zero-copy: data must stay valid until cleanup(data, len, arg) runs
+ * (after the bytes were sent or the connection freed). */
+void http_stream_write_ref(http_stream *s, const void *data, size_t len,
+                           void (*cleanup)(const void *data, size_t len, void *arg), void *arg);
+/* Bytes handed to the stream and not yet taken by the kernel. */
+size_t http_stream_backlog(const http_stream *s);
+/* The low watermark (bytes) under which on_writable fires; callers keep the
+ * backlog near it so frames wait in their own bounded queue instead. */
+size_t http_stream_low_watermark(const http_stream *s);
+/*
+ * Milliseconds (on the given clock reading, st_clock ms) that the output has
+ * been non-empty without the kernel taking a byte; 0 when the backlog is
+ * empty or bytes moved since.  now_ms and the server's own timestamps are
+ * CLOCK_MONOTONIC ms (st_clock_system()).
+ */
+uint64_t http_stream_blocked_ms(const http_stream *s, uint64_t now_ms);
+/* Finishes: sends what is queued, then closes (at most 5 s later), then on_close(abrupt=false). */
+void http_stream_end(http_stream *s);
+/* Closes now, dropping the backlog; on_close(abrupt=true) is called before this returns? NO: it is
+ * called from the loop shortly after (deferred), never under the caller's feet. */
+void http_stream_abort(http_stream *s);
+/* The peer's address as text, for logs ("127.0.0.1:53422"). */
+const char *http_stream_peer(const http_stream *s);
+
+#endif

@@ -1,0 +1,49 @@
+/*
+ * st_util: allocation that aborts on failure, assertions, small helpers.
+ *
+ * st_x* are for small fixed-size allocations only (the redis/h2o rule):
+ * a failure there is not recoverable in any useful way.  Anything whose size
+ * comes from input must be bounded by the caller *before* it allocates.
+ */
+#ifndef ST_UTIL_H
+#define ST_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+void *st_xmalloc(size_t n);
+void *st_xcalloc(size_t nmemb, size_t size);
+void *st_xrealloc(void *p, size_t n);
+char *st_xstrdup(const char *s);
+char *st_xstrndup(const char *s, size_t n);
+
+/* Aborts with file:line.  Only for programmer errors, never for input. */
+void st_panic(const char *file, int line, const char *what) __attribute__((noreturn));
+#define ST_ASSERT(x)                                         \
+	do {                                                 \
+		if (!(x))                                    \
+			st_panic(__FILE__, __LINE__, #x);    \
+	} while (0)
+
+#define ST_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define ST_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define ST_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Frees *pp and NULLs it (haproxy's ha_free). */
+#define ST_FREE(pp)                   \
+	do {                          \
+		free(*(pp));          \
+		*(pp) = NULL;         \
+	} while (0)
+
+/*
+ * Parses a whole decimal uint64 (no sign, no spaces, no leading '+',
+ * at most 20 digits).  ST_EINVAL on anything else, ST_ERANGE on overflow.
+ */
+#include "st_err.h"
+st_err st_parse_u64(const char *s, size_t len, uint64_t *out);
+
+/* Writes the decimal form of v into buf (at least 21 bytes); returns length. */
+size_t st_fmt_u64(char *buf, uint64_t v);
+
+#endif

@@ -1,0 +1,78 @@
+/* Unit tests for st_util and st_buf. */
+#include "st_buf.h"
+#include "st_clock.h"
+#include "st_test.h"
+#include "st_util.h"
+
+#include <stdlib.h>
+
+static void
+t_parse_u64(void)
+{
+	uint64_t v = 0;
+
+	ST_CHECK(st_parse_u64("0", 1, &v) == ST_OK && v == 0);
+	ST_CHECK(st_parse_u64("18446744073709551615", 20, &v) == ST_OK && v == UINT64_MAX);
+	ST_CHECK(st_parse_u64("18446744073709551616", 20, &v) == ST_ERANGE);
+	ST_CHECK(st_parse_u64("123456789012345678901", 21, &v) == ST_ERANGE);
+	ST_CHECK(st_parse_u64("", 0, &v) == ST_EINVAL);
+	ST_CHECK(st_parse_u64("-1", 2, &v) == ST_EINVAL);
+	ST_CHECK(st_parse_u64("+1", 2, &v) == ST_EINVAL);
+	ST_CHECK(st_parse_u64("1 ", 2, &v) == ST_EINVAL);
+	ST_CHECK(st_parse_u64("0x10", 4, &v) == ST_EINVAL);
+}
+
+static void
+t_fmt_u64(void)
+{
+	char b[21];
+
+	ST_CHECK_MEM(b, st_fmt_u64(b, 0), "0");
+	ST_CHECK_MEM(b, st_fmt_u64(b, 42), "42");
+	ST_CHECK_MEM(b, st_fmt_u64(b, UINT64_MAX), "18446744073709551615");
+}
+
+static void
+t_buf(void)
+{
+	st_buf b;
+	char *p;
+	size_t n;
+
+	st_buf_init(&b);
+	for (int i = 0; i < 1000; i++)
+		st_buf_putc(&b, 'x');
+	ST_CHECK_EQ_U64(b.len, 1000);
+	ST_CHECK(b.p[1000] == '\0');
+	st_buf_reset(&b);
+	st_buf_printf(&b, "%s-%d", "a", 7);
+	st_buf_put_u64(&b, 99);
+	ST_CHECK_STR(b.p, "a-799");
+	p = st_buf_steal(&b, &n);
+	ST_CHECK_EQ_U64(n, 5);
+	ST_CHECK(b.p == NULL && b.len == 0);
+	free(p);
+	st_buf_fini(&b);
+}
+
+static void
+t_fake_clock(void)
+{
+	st_clock_fake f;
+
+	st_clock_fake_init(&f, 1000);
+	ST_CHECK_EQ_U64(st_clock_now(&f.clock), 1000);
+	f.now += 30100;
+	ST_CHECK_EQ_U64(st_clock_now(&f.clock), 31100);
+	ST_CHECK(st_clock_now(st_clock_system()) > 0);
+}
+
+int
+main(void)
+{
+	ST_RUN(t_parse_u64);
+	ST_RUN(t_fmt_u64);
+	ST_RUN(t_buf);
+	ST_RUN(t_fake_clock);
+	return st_test_done();
+}

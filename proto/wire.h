@@ -1,0 +1,126 @@
+/*
+ * wire: the msgpack formats shared by broker-writer, edge-gateway and
+ * studioctl.  The layouts are documented in proto/README.md (version 1).
+ *
+ * Decoding never trusts a count: every array/map/str/bin length is checked
+ * against the bytes left (and the schema's bounds) before anything is
+ * allocated, so a 5-byte "array of 4 billion" costs nothing.  Decoding uses
+ * a bounded reader of our own; encoding uses msgpack-c's packer.
+ *
+ * Decoded objects point into the input buffer: the caller keeps the input
+ * alive (for an nng message: do not free it) until the object is freed.
+ */
+#ifndef PROTO_WIRE_H
+#define PROTO_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "st_buf.h"
+#include "st_err.h"
+
+#define PROTO_VERSION 1
+
+/* Bounds of ../shared/CONTRACT.md.  Constants, not settings. */
+#define PROTO_MAX_REQUEST (16u * 1024 * 1024) /* bytes of one ingest request */
+#define PROTO_MAX_BATCH 10000u                /* events in one request */
+#define PROTO_MAX_TOPIC 200u                  /* bytes, [A-Za-z0-9._:/-] */
+#define PROTO_MAX_ABOUT 64u                   /* entries */
+#define PROTO_MAX_ABOUT_LEN 200u              /* bytes per entry */
+#define PROTO_MAX_DATA (256u * 1024)          /* bytes of the JSON text */
+#define PROTO_MAX_KEY 200u                    /* bytes */
+#define PROTO_MAX_PUB (64u * 1024 * 1024)     /* bytes of one published message */
+
+typedef struct proto_str {
+	const char *p; /* not NUL-terminated */
+	size_t len;
+} proto_str;
+
+/* One event.  topic, about and key point into the request's input; data
+ * points into the request's own arena (its compact form, see st_json_compact). */
+typedef struct proto_event {
+	proto_str topic;
+	const proto_str *about; /* n_about entries */
+	uint32_t n_about;
+	proto_str data;         /* valid when has_data */
+	bool has_data;          /* false: a change signal */
+	proto_str key;          /* valid when has_key */
+	bool has_key;
+} proto_event;
+
+/* ---- ingest request: one map (one event) or an array of maps (a batch) ---- */
+
+typedef struct proto_request proto_request;
+
+/*
+ * Decodes and validates a whole request (every rule of the contract: types,
+ * lengths, topic charset, UTF-8 and no NUL in about/key, data a valid JSON
+ * text <= 256 KiB, unknown keys refused, batch 1..10000, nothing after the
+ * value, total <= PROTO_MAX_REQUEST).  On ST_EINVAL, detail (if not NULL)
+ * gets a one-line reason such as "event 3: topic: bad character" (NUL-
+ * terminated, truncated to detail_len).  On ST_OK *out owns its arena; the
+ * caller keeps buf alive until proto_request_free.
+ */
+st_err proto_request_decode(const void *buf, size_t len, proto_request **out, char *detail, size_t detail_len);
+size_t proto_request_count(const proto_request *r);
+const proto_event *proto_request_event(const proto_request *r, size_t i);
+/* Bytes this request holds in memory (input + arena), for the writer's buffer bound. */
+size_t proto_request_bytes(const proto_request *r);
+void proto_request_free(proto_request *r); /* NULL-safe */
+
+/* Encodes one event map / a batch array (for studioctl and tests). */
+void proto_request_encode(st_buf *out, const proto_event *ev, size_t n, bool as_batch);
+
+/* ---- ingest reply ---- */
+
+/* {"ok":true,"seqs":[...]} */
+void proto_reply_ok_encode(st_buf *out, const uint64_t *seqs, size_t n);
+/* {"ok":false,"error":code,"detail":detail}; code is "invalid", "busy" or "unavailable". */
+void proto_reply_err_encode(st_buf *out, const char *code, const char *detail);
+
+typedef struct proto_reply {
+	bool ok;
+	uint64_t *seqs; /* malloc'd, n_seqs entries (ok only) */
+	size_t n_seqs;
+	char error[32];   /* NUL-terminated code (not ok) */
+	char detail[512]; /* NUL-terminated, truncated */
+} proto_reply;
+st_err proto_reply_decode(const void *buf, size_t len, proto_reply *out);
+void proto_reply_fini(proto_reply *r);
+
+/* ---- published messages (writer pub0 -> edges' sub0) ---- */
+
+enum proto_pub_kind { PROTO_PUB_BATCH = 1, PROTO_PUB_TICK = 2 };
+
+/* One committed event as published: seq plus the event's fields. */
+typedef struct proto_pub_event {
+	uint64_t seq;
+	proto_str topic;
+	const proto_str *about;
+	uint32_t n_about;
+	proto_str data;
+	bool has_data;
+} proto_pub_event;
+
+/*
+ * A batch: the committed events ev[0..n) in ascending seq order; prev is
+ * the seq of the last event committed before ev[0] (0 when none).
+ * writer is the writer's instance id (for logs and metrics).
+ */
+void proto_pub_batch_encode(st_buf *out, const char *writer, uint64_t prev, const proto_pub_event *ev, size_t n);
+/* A tick: nothing to flush this interval; head is the newest committed seq. */
+void proto_pub_tick_encode(st_buf *out, const char *writer, uint64_t head);
+
+typedef struct proto_pub proto_pub;
+/* Decodes a published message (version checked: ST_EPROTO for an unknown v). */
+st_err proto_pub_decode(const void *buf, size_t len, proto_pub **out);
+enum proto_pub_kind proto_pub_kind(const proto_pub *m);
+proto_str proto_pub_writer(const proto_pub *m);
+uint64_t proto_pub_prev(const proto_pub *m);   /* batch */
+uint64_t proto_pub_head(const proto_pub *m);   /* tick: head; batch: seq of the last event */
+size_t proto_pub_count(const proto_pub *m);    /* batch */
+const proto_pub_event *proto_pub_event_at(const proto_pub *m, size_t i);
+void proto_pub_free(proto_pub *m); /* NULL-safe */
+
+#endif
