@@ -1,0 +1,376 @@
+/*
+ * hub: topic -> subscribers, for fan-out without scanning every stream.
+ *
+ * DESIGN.  Topics live in an open-addressing hash table (FNV-1a, linear
+ * probing, at most half full, doubled when it would pass that, backward-
+ * shift deletion so no tombstones accumulate).  Each topic holds a vector of
+ * its subscriptions: a frame costs one lookup, then a walk of a contiguous
+ * array, which is what fan-out to thousands of streams wants.  A
+ * subscription records, for each of its topics, the topic and its own index
+ * in that topic's vector, so unsubscribing is O(topics): swap the last
+ * subscriber into the hole and fix that one's recorded index.  A topic whose
+ * last subscriber leaves is removed from the table and freed.
+ *
+ * Callbacks may unsubscribe anything (a stream dropped by ADR-0197 leaves
+ * the hub from inside its deliver callback).  Removing entries from a vector
+ * that is being walked would skip or repeat subscribers, so while any hub
+ * call is running (depth > 0) an unsubscribe only marks the subscription
+ * dead - it is skipped from then on - and queues it; the outermost call
+ * reaps the queue when it returns (nng's reap list, redis's
+ * freeClientAsync).
+ *
+ * Flush once per batch: each delivered-to subscription is appended to a
+ * "touched" list the first time in a batch (a generation number avoids
+ * clearing marks), and the list is flushed after the last frame.
+ */
+#include "hub.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "st_util.h"
+
+#define TABLE_MIN 16u
+#define VEC_MIN 2u
+
+typedef struct topic {
+	uint64_t hash;
+	hub_sub **subs;
+	uint32_t n, cap;
+	uint32_t len;
+	char name[];
+} topic;
+
+struct hub_sub {
+	void *stream;
+	hub_sub *all_next, *all_prev; /* the registry, for hub_each and hub_free */
+	hub_sub *touched_next;        /* this batch's flush list */
+	hub_sub *dead_next;           /* awaiting reap */
+	uint64_t touched_gen;
+	uint32_t n;                   /* topics */
+	bool dead;
+	topic *t[];                   /* n topics, then uint32_t pos[n]: index in t[i]->subs */
+};
+
+struct hub {
+	hub_deliver_fn deliver;
+	hub_flush_fn flush;
+	topic **table;
+	uint32_t cap, n_topics;
+	size_t count;
+	hub_sub *all;
+	hub_sub *dead;
+	uint64_t gen;
+	unsigned depth; /* hub calls in progress (callbacks running) */
+};
+
+static uint32_t *
+sub_pos(hub_sub *s)
+{
+	return (uint32_t *)(void *)(s->t + s->n);
+}
+
+static uint64_t
+fnv1a(const char *p, size_t len)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= (unsigned char)p[i];
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+/* ---- the topic table ------------------------------------------------------- */
+
+static topic *
+table_find(const hub *h, uint64_t hash, const char *name, size_t len)
+{
+	uint32_t m = h->cap - 1;
+
+	for (uint32_t i = (uint32_t)hash & m; h->table[i] != NULL; i = (i + 1) & m) {
+		topic *t = h->table[i];
+
+		if (t->hash == hash && t->len == len && memcmp(t->name, name, len) == 0)
+			return t;
+	}
+	return NULL;
+}
+
+static void
+table_put(topic **table, uint32_t cap, topic *t)
+{
+	uint32_t i = (uint32_t)t->hash & (cap - 1);
+
+	while (table[i] != NULL)
+		i = (i + 1) & (cap - 1);
+	table[i] = t;
+}
+
+static void
+table_grow(hub *h)
+{
+	uint32_t cap = h->cap * 2;
+	topic **nt = st_xcalloc(cap, sizeof(*nt));
+
+	for (uint32_t i = 0; i < h->cap; i++)
+		if (h->table[i] != NULL)
+			table_put(nt, cap, h->table[i]);
+	free(h->table);
+	h->table = nt;
+	h->cap = cap;
+}
+
+static topic *
+topic_get(hub *h, const char *name, size_t len)
+{
+	uint64_t hash = fnv1a(name, len);
+	topic *t = table_find(h, hash, name, len);
+
+	if (t != NULL)
+		return t;
+	if ((h->n_topics + 1) * 2 > h->cap)
+		table_grow(h);
+	t = st_xcalloc(1, sizeof(*t) + len + 1);
+	t->hash = hash;
+	t->len = (uint32_t)len;
+	memcpy(t->name, name, len);
+	table_put(h->table, h->cap, t);
+	h->n_topics++;
+	return t;
+}
+
+static void
+topic_remove(hub *h, topic *t)
+{
+	uint32_t m = h->cap - 1, i = (uint32_t)t->hash & m, j;
+
+	while (h->table[i] != t)
+		i = (i + 1) & m;
+	for (j = i;;) {
+		uint32_t k;
+
+		j = (j + 1) & m;
+		if (h->table[j] == NULL)
+			break;
+		k = (uint32_t)h->table[j]->hash & m;
+		/* The entry at j may move back to i only if its home is not in (i, j]. */
+		if ((i < j) ? (k <= i || k > j) : (k <= i && k > j)) {
+			h->table[i] = h->table[j];
+			i = j;
+		}
+	}
+	h->table[i] = NULL;
+	h->n_topics--;
+	free(t->subs);
+	free(t);
+}
+
+/* ---- subscriptions ----------------------------------------------------------- */
+
+static uint32_t
+topic_add_sub(topic *t, hub_sub *s)
+{
+	if (t->n == t->cap) {
+		t->cap = t->cap ? t->cap * 2 : VEC_MIN;
+		t->subs = st_xrealloc(t->subs, t->cap * sizeof(*t->subs));
+	}
+	t->subs[t->n] = s;
+	return t->n++;
+}
+
+/* Takes s out of every topic and the registry, then frees it. */
+static void
+sub_destroy(hub *h, hub_sub *s)
+{
+	uint32_t *pos = sub_pos(s);
+
+	for (uint32_t i = 0; i < s->n; i++) {
+		topic *t = s->t[i];
+		hub_sub *last = t->subs[--t->n];
+
+		if (last != s) {
+			uint32_t *lpos = sub_pos(last), j = 0;
+
+			t->subs[pos[i]] = last;
+			while (last->t[j] != t)
+				j++;
+			lpos[j] = pos[i];
+		}
+		if (t->n == 0) {
+			topic_remove(h, t);
+		} else if (t->cap > VEC_MIN * 4 && t->n <= t->cap / 4) {
+			/* give back what a crowd of subscribers grew */
+			t->cap /= 2;
+			t->subs = st_xrealloc(t->subs, t->cap * sizeof(*t->subs));
+		}
+	}
+	if (s->all_prev)
+		s->all_prev->all_next = s->all_next;
+	else
+		h->all = s->all_next;
+	if (s->all_next)
+		s->all_next->all_prev = s->all_prev;
+	free(s);
+}
+
+static void
+enter(hub *h)
+{
+	h->depth++;
+}
+
+static void
+leave(hub *h)
+{
+	if (--h->depth > 0)
+		return;
+	while (h->dead != NULL) {
+		hub_sub *s = h->dead;
+
+		h->dead = s->dead_next;
+		sub_destroy(h, s);
+	}
+}
+
+/* ---- the API ----------------------------------------------------------------- */
+
+hub *
+hub_new(hub_deliver_fn deliver, hub_flush_fn flush)
+{
+	hub *h = st_xcalloc(1, sizeof(*h));
+
+	h->deliver = deliver;
+	h->flush = flush;
+	h->cap = TABLE_MIN;
+	h->table = st_xcalloc(h->cap, sizeof(*h->table));
+	return h;
+}
+
+void
+hub_free(hub *h)
+{
+	if (h == NULL)
+		return;
+	ST_ASSERT(h->depth == 0);
+	while (h->all != NULL)
+		sub_destroy(h, h->all); /* the last one out frees each topic */
+	free(h->table);
+	free(h);
+}
+
+hub_sub *
+hub_subscribe(hub *h, void *stream, const char *const *topics, const size_t *lens, size_t n)
+{
+	hub_sub *s;
+	uint32_t *pos, k = 0;
+
+	ST_ASSERT(h->depth == 0);
+	if (n == 0 || n > HUB_MAX_TOPICS)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		if (lens[i] == 0 || lens[i] > HUB_MAX_TOPIC_LEN)
+			return NULL;
+	/* Sized for n; duplicates leave a little slack, at most 64 entries. */
+	s = st_xcalloc(1, sizeof(*s) + n * (sizeof(topic *) + sizeof(uint32_t)));
+	s->stream = stream;
+	s->n = (uint32_t)n; /* so that sub_pos points past n topics */
+	pos = sub_pos(s);
+	for (size_t i = 0; i < n; i++) {
+		topic *t = topic_get(h, topics[i], lens[i]);
+		uint32_t j;
+
+		for (j = 0; j < k && s->t[j] != t; j++)
+			;
+		if (j < k)
+			continue; /* repeated topic: folded */
+		s->t[k] = t;
+		pos[k] = topic_add_sub(t, s);
+		k++;
+	}
+	if (k < n) /* close the gap between the topics and their positions */
+		memmove(s->t + k, pos, k * sizeof(uint32_t));
+	s->n = k;
+	s->all_next = h->all;
+	if (h->all)
+		h->all->all_prev = s;
+	h->all = s;
+	h->count++;
+	return s;
+}
+
+void
+hub_unsubscribe(hub *h, hub_sub *s)
+{
+	if (s == NULL || s->dead)
+		return;
+	s->dead = true;
+	h->count--;
+	if (h->depth > 0) {
+		s->dead_next = h->dead;
+		h->dead = s;
+		return;
+	}
+	sub_destroy(h, s);
+}
+
+void
+hub_publish(hub *h, frame *const *frames, size_t n)
+{
+	hub_sub *touched = NULL, **tail = &touched;
+	topic *t = NULL;
+
+	ST_ASSERT(h->depth == 0);
+	enter(h);
+	h->gen++;
+	for (size_t i = 0; i < n; i++) {
+		size_t len;
+		const char *name = frame_topic(frames[i], &len);
+
+		if (name == NULL)
+			continue;
+		/* Batches often repeat a topic: skip the lookup then. */
+		if (t == NULL || t->len != len || memcmp(t->name, name, len) != 0)
+			t = table_find(h, fnv1a(name, len), name, len);
+		if (t == NULL)
+			continue;
+		/* Unsubscribes are deferred (depth > 0), so t->subs is stable here. */
+		for (uint32_t j = 0; j < t->n; j++) {
+			hub_sub *s = t->subs[j];
+
+			if (s->dead)
+				continue;
+			if (s->touched_gen != h->gen) {
+				s->touched_gen = h->gen;
+				s->touched_next = NULL;
+				*tail = s;
+				tail = &s->touched_next;
+			}
+			h->deliver(s->stream, frames[i]);
+		}
+	}
+	for (hub_sub *s = touched; s != NULL; s = s->touched_next)
+		if (!s->dead)
+			h->flush(s->stream);
+	leave(h);
+}
+
+size_t
+hub_count(const hub *h)
+{
+	return h->count;
+}
+
+void
+hub_each(hub *h, void (*fn)(void *stream, void *arg), void *arg)
+{
+	ST_ASSERT(h->depth == 0);
+	enter(h);
+	for (hub_sub *s = h->all; s != NULL; s = s->all_next)
+		if (!s->dead)
+			fn(s->stream, arg);
+	leave(h);
+}
