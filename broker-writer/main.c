@@ -1,0 +1,781 @@
+/*
+ * broker-writer: accepts events over nng rep0, stores them in PostgreSQL
+ * once per flush interval in one transaction under pg_advisory_xact_lock,
+ * answers the producers after the commit and publishes the committed events
+ * in seq order on nng pub0.  See docs/writer.md.
+ *
+ * DESIGN.  One libevent loop owns everything but the ingest contexts' nng
+ * callbacks, which decode and validate on nng threads and hand valid
+ * requests over through ingest's one mailbox.  Two batches exist: `cur`
+ * accumulates accepted requests, `fl` is the flush in progress (sent, or
+ * waiting for its retry after a failure).  The flush timer moves cur into
+ * an empty fl, names the flush "<instance>:<counter>", encodes the four
+ * binary text[] parameters once and sends one broker_append statement.  A
+ * failure (SQL error or lost connection: the outcome is then unknown) keeps
+ * fl, its parameters and its flush_id, and resends after a backoff of
+ * 100 ms doubling to 5 s; broker_append returns the recorded result if the
+ * earlier attempt did commit, so nothing is stored twice.  Meanwhile cur
+ * keeps accepting, up to its own bounds (busy beyond).  After a commit:
+ * the test hook, then publish (fresh rows, ascending seq), then the replies.
+ *
+ * Unavailability: from the first failed database round trip (or lost
+ * connection) until the next successful one, fail_since holds the time;
+ * past 10 s new requests are refused "unavailable", and so are all requests
+ * while draining or stopping.  SIGTERM/SIGINT stop accepting, flush what
+ * was accepted, publish, reply, close and exit 0; if that has not happened
+ * 30 s later (database down) the process exits 1.
+ *
+ * Migration runs before the loop with blocking libpq, retried with backoff
+ * while the database is unreachable; SIGTERM then exits 0 at once.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <libpq-fe.h>
+
+#include "batch.h"
+#include "ingest.h"
+#include "pgarray.h"
+#include "pgsink.h"
+#include "publish.h"
+#include "retention.h"
+#include "schema.h"
+#include "st_buf.h"
+#include "st_clock.h"
+#include "st_config.h"
+#include "st_control.h"
+#include "st_http.h"
+#include "st_log.h"
+#include "st_metrics.h"
+#include "st_util.h"
+#include "wire.h"
+
+#define PROG "broker-writer"
+#define DEFAULT_LOCK_KEY "7450001"
+#define INGEST_CONTEXTS 256
+#define UNAVAILABLE_AFTER_MS 10000
+#define STOP_GIVE_UP_MS 30000
+#define RETRY_MIN_MS 100
+#define RETRY_MAX_MS 5000
+#define EXIT_LINGER_MS 300
+
+static st_opt opts[] = {
+	{ .name = "pg-dsn", .kind = ST_OPT_STR, .help = "PostgreSQL connection string (libpq DSN or URI)",
+	  .required = true },
+	{ .name = "ingest", .kind = ST_OPT_STR, .def = "tcp://0.0.0.0:7450", .help = "nng rep0 URL to listen on for producers" },
+	{ .name = "publish", .kind = ST_OPT_STR, .def = "tcp://0.0.0.0:7451", .help = "nng pub0 URL to listen on for edges" },
+	{ .name = "control", .kind = ST_OPT_STR, .def = "", .help = "nng rep0 URL of the ops socket (stats, drain); empty = none" },
+	{ .name = "http", .kind = ST_OPT_STR, .def = "0.0.0.0:9450", .help = "ADDR:PORT for /metrics, /healthz, /readyz; empty = none" },
+	{ .name = "flush-interval-ms", .kind = ST_OPT_INT, .def = "1000", .help = "milliseconds between flushes",
+	  .min = 10, .max = 60000 },
+	{ .name = "lock-key", .kind = ST_OPT_INT, .def = DEFAULT_LOCK_KEY,
+	  .help = "advisory lock key of the flush (retention uses key + 1); same on every replica",
+	  .min = INT64_MIN + 1, .max = INT64_MAX - 1 },
+	{ .name = "retention", .kind = ST_OPT_DURATION, .def = "7d", .help = "delete events older than this; 0 keeps all",
+	  .min = 0, .max = INT64_MAX },
+};
+
+typedef struct writer {
+	struct event_base *base;
+	const st_clock *clock;
+	char instance[128];
+	uint64_t flush_counter;
+	char lock_key[24];
+	int interval_ms;
+	pgsink *db, *db_ret;
+	ingest *in;
+	publish *pub;
+	retention *ret;
+	http_server *http;
+	st_control *ctl;
+	batch *cur, *fl;
+	char flush_id[160];
+	st_buf p_topics, p_abouts, p_datas, p_keys;
+	bool fl_sent;     /* statement outstanding for fl */
+	bool tick_sent;
+	uint32_t retry_ms;
+	uint64_t fail_since; /* 0 = the database answered last time */
+	uint64_t flush_start_ms;
+	uint64_t last_flush_ms; /* duration of the last successful flush */
+	bool draining, stopping, finishing;
+	int exit_code;
+	uint64_t commits, crash_after;
+	struct event *flush_timer, *retry_timer, *give_up_timer, *exit_timer, *sig_term, *sig_int;
+	uint64_t *seqs;          /* PROTO_MAX_BATCH entries, for replies */
+	/* metrics */
+	st_metrics *m;
+	st_counter *committed, *rej_invalid, *rej_busy, *rej_unavail, *retained, *flush_failures;
+	st_histogram *flush_seconds;
+	st_gauge *pending;
+} writer;
+
+static volatile sig_atomic_t pre_loop_stop;
+
+static void
+pre_loop_signal(int sig)
+{
+	(void)sig;
+	pre_loop_stop = 1;
+}
+
+static uint64_t
+now_ms(const writer *w)
+{
+	return st_clock_now(w->clock);
+}
+
+static void
+arm(struct event *ev, uint32_t ms)
+{
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+	evtimer_add(ev, &tv);
+}
+
+/* ---------------------------------------------------------------- migrate */
+
+static PGconn *
+connect_blocking(const char *dsn)
+{
+	const char *const keys[] = { "dbname", "connect_timeout", "keepalives", "keepalives_idle", "tcp_user_timeout",
+		                     "application_name", NULL };
+	const char *const vals[] = { dsn, "5", "1", "5", "10000", "broker-writer", NULL };
+
+	return PQconnectdbParams(keys, vals, 1);
+}
+
+static void
+one_line(char *s)
+{
+	size_t n = strlen(s);
+
+	while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == ' '))
+		s[--n] = '\0';
+	for (; *s; s++)
+		if (*s == '\n')
+			*s = ' ';
+}
+
+static void
+quiet_notice(void *arg, const char *msg)
+{
+	(void)arg;
+	(void)msg;
+}
+
+/* Returns 0 migrated, 1 failed (once), or -1 when stopped by a signal (retry mode). */
+static int
+migrate(const char *dsn, bool retry)
+{
+	uint32_t backoff = RETRY_MIN_MS;
+	bool logged = false;
+
+	for (;;) {
+		char err[512] = "";
+		PGconn *c = connect_blocking(dsn);
+		st_err rv = ST_EDB;
+
+		if (PQstatus(c) == CONNECTION_OK) {
+			PQsetNoticeProcessor(c, quiet_notice, NULL); /* "already exists, skipping" is expected */
+			rv = schema_migrate(c, err, sizeof(err));
+		} else {
+			snprintf(err, sizeof(err), "cannot connect: %s", PQerrorMessage(c));
+		}
+		PQfinish(c);
+		if (rv == ST_OK) {
+			st_info("schema version %d is in place", SCHEMA_VERSION);
+			return 0;
+		}
+		one_line(err);
+		if (!retry) {
+			st_error("migrate: %s", err);
+			return 1;
+		}
+		if (!logged)
+			st_warn("migrate: %s (retrying)", err);
+		logged = true;
+		/* wait in small slices so that SIGTERM ends the wait at once */
+		for (uint32_t waited = 0; waited < backoff; waited += 50) {
+			struct timespec ts = { 0, 50 * 1000000L };
+			if (pre_loop_stop)
+				return -1;
+			nanosleep(&ts, NULL);
+		}
+		if (pre_loop_stop)
+			return -1;
+		backoff = ST_MIN(backoff * 2, RETRY_MAX_MS);
+	}
+}
+
+/* ---------------------------------------------------------------- flush */
+
+static void flush_start(writer *w);
+static void flush_send(writer *w);
+static void maybe_finish(writer *w);
+
+static void
+db_failed(writer *w)
+{
+	if (w->fail_since == 0)
+		w->fail_since = now_ms(w);
+}
+
+static bool
+db_unavailable(const writer *w)
+{
+	return w->fail_since != 0 && now_ms(w) - w->fail_since > UNAVAILABLE_AFTER_MS;
+}
+
+static void
+update_pending(writer *w)
+{
+	st_gauge_set(w->pending, (int64_t)(batch_events(w->cur) + batch_events(w->fl)));
+}
+
+static const proto_event *
+request_at(const void *src, size_t i)
+{
+	return proto_request_event(src, i);
+}
+
+static void
+on_request(ingest_work *work, const proto_request *req, void *arg)
+{
+	writer *w = arg;
+	st_err rv;
+
+	if (w->stopping || w->draining) {
+		st_counter_inc(w->rej_unavail);
+		ingest_reply_err(work, "unavailable", w->stopping ? "shutting down" : "draining");
+		return;
+	}
+	if (db_unavailable(w)) {
+		st_counter_inc(w->rej_unavail);
+		ingest_reply_err(work, "unavailable", "database unreachable");
+		return;
+	}
+	rv = batch_add(w->cur, work, proto_request_count(req), proto_request_bytes(req), request_at, req);
+	if (rv != ST_OK) {
+		st_counter_inc(w->rej_busy);
+		ingest_reply_err(work, "busy", "buffer full, retry later");
+		return;
+	}
+	update_pending(w);
+}
+
+static int
+cmp_seq(const void *a, const void *b)
+{
+	uint64_t x = ((const proto_pub_event *)a)->seq, y = ((const proto_pub_event *)b)->seq;
+
+	return x < y ? -1 : x > y;
+}
+
+static bool
+parse_u64(const char *s, uint64_t *out)
+{
+	return st_parse_u64(s, strlen(s), out) == ST_OK;
+}
+
+/* Records broker_append's rows in fl; returns prev, or false on a malformed answer. */
+static bool
+read_result(writer *w, PGresult *res, uint64_t *prev)
+{
+	size_t n = batch_rows(w->fl);
+
+	if (PQntuples(res) < 0 || (size_t)PQntuples(res) != n || PQnfields(res) != 4)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t ord, seq, p;
+		if (!parse_u64(PQgetvalue(res, (int)i, 0), &ord) || ord < 1 || ord > n ||
+		    !parse_u64(PQgetvalue(res, (int)i, 1), &seq) || !parse_u64(PQgetvalue(res, (int)i, 3), &p))
+			return false;
+		batch_row_set(w->fl, ord - 1, seq, PQgetvalue(res, (int)i, 2)[0] == 't');
+		*prev = p;
+	}
+	return true;
+}
+
+static void
+committed(writer *w, uint64_t prev)
+{
+	batch *b = w->fl;
+	size_t n = batch_rows(b), n_fresh = 0;
+	proto_pub_event *pe = st_xcalloc(n ? n : 1, sizeof(*pe));
+
+	w->commits++;
+	if (w->crash_after != 0 && w->commits == w->crash_after) {
+		st_error("STUDIO_TEST_CRASH_AFTER_COMMIT=%" PRIu64 ": killing myself after the commit", w->crash_after);
+		raise(SIGKILL);
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (!batch_row_fresh(b, i))
+			continue;
+		const proto_event *ev = batch_row(b, i);
+		pe[n_fresh++] = (proto_pub_event){ .seq = batch_row_seq(b, i), .topic = ev->topic, .about = ev->about,
+			                           .n_about = ev->n_about, .data = ev->data, .has_data = ev->has_data };
+	}
+	/* already ascending (allocated in input order); sorting keeps that a checked property */
+	qsort(pe, n_fresh, sizeof(*pe), cmp_seq);
+	if (n_fresh > 0)
+		publish_batch(w->pub, prev, pe, n_fresh);
+	free(pe);
+	st_counter_add(w->committed, n_fresh);
+	for (size_t i = 0; i < batch_requests(b); i++) {
+		size_t k = batch_req_count(b, i);
+		batch_req_seqs(b, i, w->seqs);
+		ingest_reply_ok(batch_req_owner(b, i), w->seqs, k);
+	}
+	batch_reset(b);
+	update_pending(w);
+}
+
+static void
+on_flush_result(void *arg, PGresult *res, const char *err)
+{
+	writer *w = arg;
+	uint64_t prev = 0;
+
+	w->fl_sent = false;
+	if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK || !read_result(w, res, &prev)) {
+		char msg[512];
+		snprintf(msg, sizeof(msg), "%s",
+		         res == NULL ? err : PQresultStatus(res) != PGRES_TUPLES_OK ? PQresultErrorMessage(res)
+		                                                                    : "malformed broker_append result");
+		one_line(msg);
+		st_warn("flush %s (%zu events) failed, retrying in %u ms: %s", w->flush_id, batch_rows(w->fl),
+		        w->retry_ms, msg);
+		st_counter_inc(w->flush_failures);
+		db_failed(w);
+		arm(w->retry_timer, w->retry_ms);
+		w->retry_ms = ST_MIN(w->retry_ms * 2, RETRY_MAX_MS);
+		return;
+	}
+	w->fail_since = 0;
+	w->retry_ms = RETRY_MIN_MS;
+	w->last_flush_ms = now_ms(w) - w->flush_start_ms;
+	st_histogram_observe(w->flush_seconds, (double)w->last_flush_ms / 1000.0);
+	committed(w, prev);
+	if (w->stopping)
+		flush_start(w); /* do not wait for the timer: drain what is left */
+	maybe_finish(w);
+}
+
+static void
+flush_send(writer *w)
+{
+	const char *vals[6] = { w->lock_key, w->flush_id, w->p_topics.p, w->p_abouts.p, w->p_datas.p, w->p_keys.p };
+	int lens[6] = { 0, 0, (int)w->p_topics.len, (int)w->p_abouts.len, (int)w->p_datas.len, (int)w->p_keys.len };
+	int fmts[6] = { 0, 0, 1, 1, 1, 1 };
+	Oid types[6] = { 20, 25, PGARRAY_TEXT_OID, PGARRAY_TEXT_OID, PGARRAY_TEXT_OID, PGARRAY_TEXT_OID };
+
+	if (w->fl_sent || batch_empty(w->fl))
+		return;
+	w->flush_start_ms = now_ms(w);
+	w->fl_sent = true; /* before the call: a broken connection calls back from inside it */
+	if (pgsink_query(w->db, "SELECT ord, seq, fresh, prev FROM broker_append($1, $2, $3, $4, $5, $6)", 6, types,
+	                 vals, lens, fmts, on_flush_result, w) != ST_OK) {
+		w->fl_sent = false;
+		if (!pgsink_up(w->db)) {
+			db_failed(w);
+			arm(w->retry_timer, w->retry_ms);
+			w->retry_ms = ST_MIN(w->retry_ms * 2, RETRY_MAX_MS);
+		} else {
+			arm(w->retry_timer, 10); /* a tick is in flight: it takes a round trip */
+		}
+	}
+}
+
+static void
+on_retry(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	flush_send(arg);
+}
+
+static void
+on_tick_result(void *arg, PGresult *res, const char *err)
+{
+	writer *w = arg;
+	uint64_t head;
+
+	w->tick_sent = false;
+	if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
+	    !parse_u64(PQgetvalue(res, 0, 0), &head)) {
+		st_debug("tick query failed: %s", res == NULL ? err : PQresultErrorMessage(res));
+		db_failed(w);
+		return;
+	}
+	w->fail_since = 0;
+	publish_tick(w->pub, head);
+}
+
+static void
+flush_start(writer *w)
+{
+	batch *t;
+
+	if (!batch_empty(w->fl))
+		return; /* at most one flush in flight (or waiting for its retry) */
+	if (batch_empty(w->cur)) {
+		if (!w->stopping && !w->tick_sent && pgsink_idle(w->db)) {
+			w->tick_sent = true;
+			if (pgsink_query(w->db, "SELECT coalesce(max(seq), 0) FROM broker_event", 0, NULL, NULL, NULL,
+			                 NULL, on_tick_result, w) != ST_OK)
+				w->tick_sent = false;
+		}
+		return;
+	}
+	t = w->fl;
+	w->fl = w->cur;
+	w->cur = t;
+	snprintf(w->flush_id, sizeof(w->flush_id), "%s:%" PRIu64, w->instance, ++w->flush_counter);
+	st_buf_reset(&w->p_topics);
+	st_buf_reset(&w->p_abouts);
+	st_buf_reset(&w->p_datas);
+	st_buf_reset(&w->p_keys);
+	batch_encode(w->fl, &w->p_topics, &w->p_abouts, &w->p_datas, &w->p_keys);
+	w->retry_ms = RETRY_MIN_MS;
+	flush_send(w);
+}
+
+static void
+on_flush_timer(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	flush_start(arg);
+}
+
+static void
+on_db_state(void *arg, bool up)
+{
+	writer *w = arg;
+
+	if (!up) {
+		db_failed(w);
+		return;
+	}
+	/* reachable again: accept at once, and resend a waiting flush now
+	 * instead of at the end of its (up to 5 s) backoff */
+	w->fail_since = 0;
+	if (!batch_empty(w->fl) && !w->fl_sent) {
+		evtimer_del(w->retry_timer);
+		flush_send(w);
+	}
+}
+
+/* ---------------------------------------------------------------- stop */
+
+static void
+on_exit_timer(evutil_socket_t fd, short what, void *arg)
+{
+	writer *w = arg;
+
+	(void)fd;
+	(void)what;
+	event_base_loopbreak(w->base);
+}
+
+static void
+maybe_finish(writer *w)
+{
+	if (!w->stopping || w->finishing || !batch_empty(w->cur) || !batch_empty(w->fl))
+		return;
+	w->finishing = true;
+	st_info("everything accepted is committed, published and answered; exiting");
+	/* the replies and published messages are queued in nng: give them a moment */
+	arm(w->exit_timer, EXIT_LINGER_MS);
+}
+
+static void
+on_give_up(evutil_socket_t fd, short what, void *arg)
+{
+	writer *w = arg;
+
+	(void)fd;
+	(void)what;
+	if (w->finishing)
+		return;
+	st_error("shutdown: the database stayed unavailable for %d s; giving up with %zu accepted events not stored",
+	         STOP_GIVE_UP_MS / 1000, batch_events(w->cur) + batch_events(w->fl));
+	w->exit_code = 1;
+	event_base_loopbreak(w->base);
+}
+
+static void
+on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	writer *w = arg;
+
+	(void)what;
+	if (w->stopping)
+		return;
+	st_info("signal %d: stopping (new requests get unavailable), flushing what was accepted", (int)sig);
+	w->stopping = true;
+	arm(w->give_up_timer, STOP_GIVE_UP_MS);
+	flush_start(w);
+	maybe_finish(w);
+}
+
+/* ---------------------------------------------------------------- ops */
+
+static void
+on_http(http_req *req, void *arg)
+{
+	writer *w = arg;
+	const char *path = http_req_path(req);
+	const char *method = http_req_method(req);
+
+	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+		http_reply_problem(req, 405, NULL, "Method Not Allowed", "only GET and HEAD", "Allow: GET, HEAD\r\n");
+		return;
+	}
+	if (strcmp(path, "/metrics") == 0) {
+		size_t len;
+		char *text = st_metrics_render(w->m, &len);
+		http_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, NULL);
+		free(text);
+	} else if (strcmp(path, "/healthz") == 0) {
+		http_reply(req, 200, "text/plain; charset=utf-8", "ok\n", 3, NULL);
+	} else if (strcmp(path, "/readyz") == 0) {
+		if (pgsink_up(w->db) && !w->stopping && !w->draining)
+			http_reply(req, 200, "text/plain; charset=utf-8", "ready\n", 6, NULL);
+		else
+			http_reply_problem(req, 503, NULL, "Service Unavailable",
+			                   w->stopping ? "shutting down" : w->draining ? "draining" : "database not connected",
+			                   "Retry-After: 1\r\n");
+	} else {
+		http_reply_problem(req, 404, NULL, "Not Found", "no such endpoint", NULL);
+	}
+}
+
+static void
+put_stats(writer *w, st_buf *out)
+{
+	st_buf_printf(out,
+	              "\"pending_events\":%zu,\"inflight_flush\":%s,\"inflight_events\":%zu,\"committed_total\":%" PRIu64
+	              ",\"db_up\":%s,\"last_flush_ms\":%" PRIu64 ",\"draining\":%s,\"stopping\":%s,\"instance\":\"%s\"",
+	              batch_events(w->cur), batch_empty(w->fl) ? "false" : "true", batch_events(w->fl),
+	              st_counter_get(w->committed), pgsink_up(w->db) ? "true" : "false", w->last_flush_ms,
+	              w->draining ? "true" : "false", w->stopping ? "true" : "false", w->instance);
+}
+
+static st_err
+on_control(const char *cmd, const st_json *req, st_buf *out, void *arg)
+{
+	writer *w = arg;
+
+	(void)req;
+	if (strcmp(cmd, "stats") == 0) {
+		put_stats(w, out);
+		return ST_OK;
+	}
+	if (strcmp(cmd, "drain") == 0) {
+		if (!w->draining)
+			st_info("drain: refusing new requests (unavailable), flushing what was accepted");
+		w->draining = true;
+		flush_start(w);
+		put_stats(w, out);
+		return ST_OK;
+	}
+	return ST_ENOTFOUND;
+}
+
+/* ---------------------------------------------------------------- main */
+
+static void
+make_instance(char *out, size_t len)
+{
+	char host[64] = "host";
+	unsigned char r[4] = { 0 };
+
+	if (gethostname(host, sizeof(host)) == -1)
+		snprintf(host, sizeof(host), "host");
+	host[sizeof(host) - 1] = '\0';
+	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+		uint64_t t = st_clock_wall_ms();
+		memcpy(r, &t, sizeof(r));
+	}
+	snprintf(out, len, "%s-%ld-%02x%02x%02x%02x", host, (long)getpid(), r[0], r[1], r[2], r[3]);
+}
+
+static void
+metrics_init(writer *w)
+{
+	static const double bounds[] = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30 };
+
+	w->m = st_metrics_new();
+	w->committed = st_metrics_counter(w->m, "studio_writer_events_committed_total", NULL,
+	                                  "Events stored by this writer (fresh, not already stored by key)");
+	w->rej_invalid = st_metrics_counter(w->m, "studio_writer_rejected_total", "error=\"invalid\"",
+	                                    "Requests refused, by error code");
+	w->rej_busy = st_metrics_counter(w->m, "studio_writer_rejected_total", "error=\"busy\"",
+	                                 "Requests refused, by error code");
+	w->rej_unavail = st_metrics_counter(w->m, "studio_writer_rejected_total", "error=\"unavailable\"",
+	                                    "Requests refused, by error code");
+	w->flush_seconds = st_metrics_histogram(w->m, "studio_writer_flush_seconds", NULL,
+	                                        "Duration of successful flush transactions", bounds,
+	                                        ST_ARRAY_LEN(bounds));
+	w->flush_failures = st_metrics_counter(w->m, "studio_writer_flush_failures_total", NULL,
+	                                       "Flush attempts that failed and were retried");
+	w->retained = st_metrics_counter(w->m, "studio_writer_retention_deleted_total", NULL,
+	                                 "Events deleted by retention (by this replica)");
+	w->pending = st_metrics_gauge(w->m, "studio_writer_pending_events", NULL,
+	                              "Accepted events not yet committed");
+}
+
+static int
+run(writer *w)
+{
+	const char *dsn = st_config_get(opts, ST_ARRAY_LEN(opts), "pg-dsn")->sval;
+	const char *ctl_url = st_config_get(opts, ST_ARRAY_LEN(opts), "control")->sval;
+	const char *http_addr = st_config_get(opts, ST_ARRAY_LEN(opts), "http")->sval;
+	int64_t retention_ms = st_config_get(opts, ST_ARRAY_LEN(opts), "retention")->ival;
+	const char *env = getenv("STUDIO_TEST_CRASH_AFTER_COMMIT");
+	struct timeval iv;
+	st_err rv;
+	int mig;
+
+	if (env != NULL && env[0] != '\0' && st_parse_u64(env, strlen(env), &w->crash_after) != ST_OK)
+		st_config_fail(PROG, "STUDIO_TEST_CRASH_AFTER_COMMIT: not a number: %s", env);
+	/* until the loop's own signal events exist, SIGTERM only ends the migration wait */
+	signal(SIGTERM, pre_loop_signal);
+	signal(SIGINT, pre_loop_signal);
+	signal(SIGPIPE, SIG_IGN);
+	if ((mig = migrate(dsn, true)) != 0) {
+		st_info("stopped before the database was reachable");
+		return 0;
+	}
+	if (pre_loop_stop)
+		return 0;
+
+	evthread_use_pthreads();
+	if ((w->base = event_base_new()) == NULL) {
+		st_error("event_base_new failed");
+		return 1;
+	}
+	metrics_init(w);
+	w->cur = batch_new(BATCH_MAX_EVENTS, BATCH_MAX_BYTES);
+	w->fl = batch_new(BATCH_MAX_EVENTS, BATCH_MAX_BYTES);
+	w->seqs = st_xcalloc(PROTO_MAX_BATCH, sizeof(*w->seqs));
+	w->retry_ms = RETRY_MIN_MS;
+	w->flush_timer = event_new(w->base, -1, EV_PERSIST, on_flush_timer, w);
+	w->retry_timer = evtimer_new(w->base, on_retry, w);
+	w->give_up_timer = evtimer_new(w->base, on_give_up, w);
+	w->exit_timer = evtimer_new(w->base, on_exit_timer, w);
+	w->sig_term = evsignal_new(w->base, SIGTERM, on_signal, w);
+	w->sig_int = evsignal_new(w->base, SIGINT, on_signal, w);
+	ST_ASSERT(w->flush_timer && w->retry_timer && w->give_up_timer && w->exit_timer && w->sig_term && w->sig_int);
+	evsignal_add(w->sig_term, NULL);
+	evsignal_add(w->sig_int, NULL);
+	if (pre_loop_stop)
+		return 0;
+
+	if (pgsink_new(w->base, dsn, "flush", on_db_state, w, &w->db) != ST_OK ||
+	    pgsink_new(w->base, dsn, "retention", NULL, NULL, &w->db_ret) != ST_OK) {
+		st_error("cannot create the database connections");
+		return 1;
+	}
+	if ((rv = publish_new(st_config_get(opts, ST_ARRAY_LEN(opts), "publish")->sval, w->instance, &w->pub)) !=
+	    ST_OK)
+		st_config_fail(PROG, "--publish: cannot listen (%s)", st_err_str(rv));
+	if ((rv = ingest_new(w->base, st_config_get(opts, ST_ARRAY_LEN(opts), "ingest")->sval, INGEST_CONTEXTS,
+	                     w->rej_invalid, on_request, w, &w->in)) != ST_OK)
+		st_config_fail(PROG, "--ingest: cannot listen (%s)", st_err_str(rv));
+	if (ctl_url != NULL && ctl_url[0] != '\0' &&
+	    (rv = st_control_new(w->base, ctl_url, on_control, w, &w->ctl)) != ST_OK)
+		st_config_fail(PROG, "--control: cannot listen (%s)", st_err_str(rv));
+	if (http_addr != NULL && http_addr[0] != '\0' &&
+	    (rv = http_server_new(w->base, http_addr, NULL, on_http, w, &w->http)) != ST_OK)
+		st_config_fail(PROG, "--http: cannot listen on %s (%s)", http_addr, st_err_str(rv));
+	if (retention_new(w->base, w->db_ret, strtoll(w->lock_key, NULL, 10), retention_ms, w->retained, &w->ret) !=
+	    ST_OK) {
+		st_error("cannot start retention");
+		return 1;
+	}
+	iv.tv_sec = w->interval_ms / 1000;
+	iv.tv_usec = (w->interval_ms % 1000) * 1000;
+	evtimer_add(w->flush_timer, &iv);
+	st_info("writer %s: ingest, publish and flush every %d ms with lock key %s", w->instance, w->interval_ms,
+	        w->lock_key);
+	event_base_dispatch(w->base);
+	return w->exit_code;
+}
+
+static void
+writer_fini(writer *w)
+{
+	/* nng first: its threads must stop posting before the loop objects go */
+	ingest_free(w->in);
+	st_control_free(w->ctl);
+	http_server_free(w->http);
+	publish_free(w->pub);
+	retention_free(w->ret);
+	pgsink_free(w->db_ret);
+	pgsink_free(w->db);
+	batch_free(w->cur);
+	batch_free(w->fl);
+	free(w->seqs);
+	st_buf_fini(&w->p_topics);
+	st_buf_fini(&w->p_abouts);
+	st_buf_fini(&w->p_datas);
+	st_buf_fini(&w->p_keys);
+	if (w->flush_timer)
+		event_free(w->flush_timer);
+	if (w->retry_timer)
+		event_free(w->retry_timer);
+	if (w->give_up_timer)
+		event_free(w->give_up_timer);
+	if (w->exit_timer)
+		event_free(w->exit_timer);
+	if (w->sig_term)
+		event_free(w->sig_term);
+	if (w->sig_int)
+		event_free(w->sig_int);
+	st_metrics_free(w->m);
+	if (w->base)
+		event_base_free(w->base);
+}
+
+int
+main(int argc, char **argv)
+{
+	writer w;
+	int first = argc, rc;
+
+	memset(&w, 0, sizeof(w));
+	st_log_init(PROG);
+	st_config_parse(opts, ST_ARRAY_LEN(opts), argc, argv, PROG,
+	                "broker-writer [migrate] --pg-dsn DSN [--ingest URL] [--publish URL] [--control URL] "
+	                "[--http ADDR:PORT] [--flush-interval-ms 1000] [--lock-key N] [--retention DURATION]",
+	                &first);
+	if (first < argc && strcmp(argv[first], "migrate") == 0) {
+		if (first + 1 < argc)
+			st_config_fail(PROG, "unexpected argument after migrate: %s", argv[first + 1]);
+		return migrate(st_config_get(opts, ST_ARRAY_LEN(opts), "pg-dsn")->sval, false);
+	}
+	if (first < argc)
+		st_config_fail(PROG, "unknown command: %s (the only command is migrate)", argv[first]);
+	w.clock = st_clock_system();
+	w.interval_ms = (int)st_config_get(opts, ST_ARRAY_LEN(opts), "flush-interval-ms")->ival;
+	snprintf(w.lock_key, sizeof(w.lock_key), "%" PRId64, st_config_get(opts, ST_ARRAY_LEN(opts), "lock-key")->ival);
+	st_buf_init(&w.p_topics);
+	st_buf_init(&w.p_abouts);
+	st_buf_init(&w.p_datas);
+	st_buf_init(&w.p_keys);
+	make_instance(w.instance, sizeof(w.instance));
+	rc = run(&w);
+	writer_fini(&w);
+	return rc;
+}

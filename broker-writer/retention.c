@@ -1,0 +1,126 @@
+/*
+ * retention: a timer and a chain of statements.
+ *
+ * The work is in SQL (broker_retain) so that the horizon update and the
+ * chunk's delete are one transaction: an edge that reads the horizon never
+ * sees a missing seq above it.  This module only paces the chunks: the next
+ * chunk is sent from the previous one's result callback, so one statement
+ * at a time, and a round stops at the first chunk that deletes nothing (done,
+ * or another replica holds the lock), at an error (logged; the next round
+ * retries), or when the connection is down.
+ */
+#include "retention.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <event2/event.h>
+
+#include "st_log.h"
+#include "st_util.h"
+
+struct retention {
+	pgsink *sink;
+	struct event *timer;
+	char lock_key[24];
+	char interval[48]; /* "N milliseconds", or "" for keep-all */
+	char chunk[16];
+	st_counter *deleted;
+	uint64_t round_deleted;
+};
+
+static const char retain_sql[] = "SELECT broker_retain($1::bigint, $2::interval, $3::int)";
+
+static void
+arm(retention *r, int ms)
+{
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+	evtimer_add(r->timer, &tv);
+}
+
+static void chunk_send(retention *r);
+
+static void
+round_end(retention *r)
+{
+	if (r->round_deleted > 0)
+		st_info("retention: deleted %" PRIu64 " events", r->round_deleted);
+	r->round_deleted = 0;
+	arm(r, RETENTION_PERIOD_MS);
+}
+
+static void
+on_result(void *arg, PGresult *res, const char *err)
+{
+	retention *r = arg;
+	long n;
+
+	if (res == NULL) {
+		st_warn("retention: %s", err);
+		round_end(r);
+		return;
+	}
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+		st_warn("retention: %s", PQresultErrorMessage(res));
+		round_end(r);
+		return;
+	}
+	n = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+	if (n <= 0) {
+		round_end(r);
+		return;
+	}
+	r->round_deleted += (uint64_t)n;
+	if (r->deleted != NULL)
+		st_counter_add(r->deleted, (uint64_t)n);
+	chunk_send(r);
+}
+
+static void
+chunk_send(retention *r)
+{
+	const char *vals[3] = { r->lock_key, r->interval[0] ? r->interval : NULL, r->chunk };
+
+	if (pgsink_query(r->sink, retain_sql, 3, NULL, vals, NULL, NULL, on_result, r) != ST_OK)
+		round_end(r); /* down or busy: try next round */
+}
+
+static void
+on_timer(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	chunk_send(arg);
+}
+
+st_err
+retention_new(struct event_base *base, pgsink *sink, int64_t lock_key, int64_t retention_ms, st_counter *deleted,
+              retention **out)
+{
+	retention *r = st_xcalloc(1, sizeof(*r));
+
+	r->sink = sink;
+	r->deleted = deleted;
+	snprintf(r->lock_key, sizeof(r->lock_key), "%" PRId64, lock_key);
+	if (retention_ms > 0)
+		snprintf(r->interval, sizeof(r->interval), "%" PRId64 " milliseconds", retention_ms);
+	snprintf(r->chunk, sizeof(r->chunk), "%d", RETENTION_CHUNK);
+	if ((r->timer = evtimer_new(base, on_timer, r)) == NULL) {
+		free(r);
+		return ST_ESYS;
+	}
+	arm(r, RETENTION_FIRST_MS);
+	*out = r;
+	return ST_OK;
+}
+
+void
+retention_free(retention *r)
+{
+	if (r == NULL)
+		return;
+	event_free(r->timer);
+	free(r);
+}

@@ -1,0 +1,1467 @@
+/*
+ * st_http: HTTP/1.1 on evconnlistener + one bufferevent per connection.
+ *
+ * DESIGN.  A connection is one struct http_stream (the name is the public
+ * stream type: every connection may become a stream) plus its bufferevent.
+ * It is a small state machine:
+ *
+ *   HEAD ----(head parsed)----> HANDLER --(http_reply, keep-alive)--> HEAD
+ *     |                           |  \--(http_stream_start)--> STREAM
+ *     |                           \--(reply with close)-----> DRAIN
+ *     \--(refused: 400/413/431/505)--> DRAIN        STREAM --(end)--> DRAIN
+ *
+ * DRAIN flushes the output, shuts the write side down and waits (at most
+ * 5 s after entering DRAIN) for the peer's EOF before the socket is closed,
+ * so that a response is never destroyed by an RST for unread input.
+ *
+ * The request head is searched for directly in the bufferevent's input
+ * evbuffer, whose read high watermark is max_header_bytes: a peer can never
+ * make us hold more than that, and a full buffer without the blank line is
+ * a 431.  Once found, the head (only) is copied into one exactly-sized
+ * http_req block, parsed in place and freed when the request is answered;
+ * pipelined bytes stay in the evbuffer.  An idle stream therefore holds only
+ * this struct and the bufferevent (measured by st_http_test).
+ *
+ * Timers are not per connection.  The header timeout and the 5 s DRAIN cap
+ * are constants per server, so connections waiting for either sit in a FIFO
+ * ordered by deadline and one event per FIFO fires for its front.
+ *
+ * Never free under our own feet (STYLE 13): conn_close() only marks the
+ * connection, disables its bufferevent and puts it on the reap list; one
+ * deferred event (event_active) destroys it later from the loop: it frees
+ * the bufferevent, then calls on_close or the request's gone callback.
+ * (libevent 2.1 finalizes the bufferevent from the loop, so write_ref
+ * cleanups run soon after on_close, or in event_base_free: a cleanup must
+ * not need the stream's user state, only what its own arg holds.)  So a user may call abort/end/reply from
+ * inside any of our callbacks, and our callbacks never touch freed memory.
+ * The same deferred event parses requests that were pipelined behind a
+ * request answered later, so an answer never re-enters the handler.
+ *
+ * Contract details the header leaves open: a request whose client goes
+ * away before the answer is freed after its gone callback, or silently when
+ * none was set; either way the handler must not answer it afterwards.
+ * Client EOF counts as gone (and, on a stream, as an abrupt close), even a
+ * half-close.  Writes after http_stream_end, after abort, or on a HEAD
+ * stream are dropped (write_ref cleanups still run, from the loop).  The
+ * query is validated whole before fn is first called.  http_server_free
+ * must not be called from inside one of this server's callbacks (asserted).
+ *
+ * Not done on purpose: SO_SNDBUF is left to the kernel (shrinking it hurts
+ * throughput; backlog accounting happens in our evbuffer anyway).  SIGPIPE
+ * must be ignored by the program (signal(SIGPIPE, SIG_IGN) in main):
+ * bufferevents write with writev/send without MSG_NOSIGNAL.  A missing Host
+ * header is accepted.  Sockets get TCP_NODELAY because stream frames are
+ * small and latency matters more than segment count.
+ */
+#include "st_http.h"
+
+#include "st_buf.h"
+#include "st_clock.h"
+#include "st_log.h"
+#include "st_util.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <event2/util.h>
+
+#define HTTP_MAX_HEADERS 100
+#define HTTP_MAX_METHOD 32
+#define HTTP_HEAD_MIN 128
+#define HTTP_HEAD_MAX (1024 * 1024)
+/* on_writable fires when the backlog is at or below this. */
+#define HTTP_STREAM_LOWAT (16 * 1024)
+/* Stop parsing pipelined requests while this much reply output is unread. */
+#define HTTP_PLAIN_OUT_MAX (64 * 1024)
+#define HTTP_DRAIN_CAP_MS 5000
+#define HTTP_QUERY_ITEM_MAX 1024
+#define HTTP_QUERY_PAIRS_MAX 256
+
+enum conn_state { ST_HEAD, ST_HANDLER, ST_STREAM, ST_DRAIN };
+
+/* Intrusive doubly linked lists: every connection has one link per kind. */
+enum { L_ALL, L_Q, L_KICK, L_NKINDS };
+
+struct conn_list {
+	http_stream *head, *tail;
+};
+
+struct link {
+	http_stream *prev, *next;
+};
+
+struct http_stream {
+	http_server *srv;
+	struct bufferevent *bev;
+	struct link lk[L_NKINDS];
+	struct conn_list *qlist; /* headwait, endwait or reap list holding lk[L_Q] */
+	http_req *req;           /* ST_HANDLER: the unanswered request */
+	uint64_t deadline_ms;    /* for the FIFO this is on */
+	uint64_t progress_ms;    /* streams: output became non-empty or shrank */
+	void (*on_writable)(void *arg);
+	void (*on_close)(void *arg, bool abrupt);
+	void *arg;
+	uint32_t scanned; /* bytes of input already searched for the end of head */
+	uint8_t state;
+	bool closing : 1, in_kick : 1, in_parse : 1, wait_drain : 1, is_stream : 1, head_only : 1,
+	    end_called : 1, aborted : 1, shut : 1, peer_eof : 1, out_cb : 1;
+	char peer[56];
+};
+
+struct hdr {
+	uint32_t name, value; /* offsets into buf */
+};
+
+struct http_req {
+	http_stream *c;
+	void (*gone)(void *arg);
+	void *gone_arg;
+	const char *method, *path, *query, *cors;
+	uint16_t nh;
+	bool head, options, keep_alive;
+	struct hdr h[HTTP_MAX_HEADERS];
+	char buf[]; /* the head, NUL-split in place */
+};
+
+struct http_server {
+	struct event_base *base;
+	struct evconnlistener *lis;
+	http_handler_fn fn;
+	void *arg;
+	char *cors;
+	size_t max_head;
+	uint32_t head_timeout_ms;
+	uint32_t max_conns;
+	uint32_t nconns;
+	int port;
+	int cb_depth; /* > 0 while a user callback of this server runs */
+	bool freeing;
+	struct conn_list all, headwait, endwait, reap, kick;
+	struct event *defer_ev, *head_ev, *end_ev, *retry_ev;
+	struct evbuffer *trash; /* write_refs to dropped streams, released from defer_ev */
+};
+
+/* ---------------------------------------------------------------- lists */
+
+static void
+list_push(struct conn_list *l, http_stream *c, int k)
+{
+	c->lk[k].prev = l->tail;
+	c->lk[k].next = NULL;
+	if (l->tail)
+		l->tail->lk[k].next = c;
+	else
+		l->head = c;
+	l->tail = c;
+}
+
+static void
+list_remove(struct conn_list *l, http_stream *c, int k)
+{
+	if (c->lk[k].prev)
+		c->lk[k].prev->lk[k].next = c->lk[k].next;
+	else
+		l->head = c->lk[k].next;
+	if (c->lk[k].next)
+		c->lk[k].next->lk[k].prev = c->lk[k].prev;
+	else
+		l->tail = c->lk[k].prev;
+	c->lk[k].prev = c->lk[k].next = NULL;
+}
+
+static uint64_t
+now_ms(void)
+{
+	return st_clock_now(st_clock_system());
+}
+
+static void
+timer_arm(struct event *ev, uint64_t deadline)
+{
+	uint64_t now = now_ms();
+	uint64_t d = deadline > now ? deadline - now : 0;
+	struct timeval tv = { (time_t)(d / 1000), (suseconds_t)((d % 1000) * 1000) };
+
+	evtimer_add(ev, &tv);
+}
+
+static void
+q_leave(http_stream *c)
+{
+	if (c->qlist) {
+		list_remove(c->qlist, c, L_Q);
+		c->qlist = NULL;
+	}
+}
+
+/* FIFO push; the deadline grows with the push order because the delay is constant per FIFO. */
+static void
+fifo_push(http_stream *c, struct conn_list *l, struct event *ev, uint32_t delay_ms)
+{
+	q_leave(c);
+	c->deadline_ms = now_ms() + delay_ms;
+	if (!l->head)
+		timer_arm(ev, c->deadline_ms);
+	list_push(l, c, L_Q);
+	c->qlist = l;
+}
+
+/* ------------------------------------------------------- close and reap */
+
+static void
+defer_kick(http_server *s)
+{
+	event_active(s->defer_ev, EV_TIMEOUT, 0);
+}
+
+static void
+conn_close(http_stream *c)
+{
+	http_server *s = c->srv;
+
+	if (c->closing)
+		return;
+	c->closing = true;
+	q_leave(c);
+	if (c->in_kick) {
+		list_remove(&s->kick, c, L_KICK);
+		c->in_kick = false;
+	}
+	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+	bufferevent_setcb(c->bev, NULL, NULL, NULL, NULL);
+	list_push(&s->reap, c, L_Q);
+	c->qlist = &s->reap;
+	defer_kick(s);
+}
+
+static void req_free(http_req *r);
+static void out_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg);
+
+/* The only place a connection is freed; never called under a callback of c. */
+static void
+conn_destroy(http_stream *c, bool force_abrupt)
+{
+	http_server *s = c->srv;
+	http_req *r = c->req;
+
+	q_leave(c);
+	if (c->in_kick)
+		list_remove(&s->kick, c, L_KICK);
+	list_remove(&s->all, c, L_ALL);
+	s->nconns--;
+	/* libevent 2.1 finalizes a freed bufferevent from the loop: the socket
+	 * closes and write_ref cleanups run shortly after (or in
+	 * event_base_free), possibly after on_close below.  Nothing of ours may
+	 * be reachable from it by then. */
+	if (c->out_cb)
+		evbuffer_remove_cb(bufferevent_get_output(c->bev), out_cb, c);
+	bufferevent_setcb(c->bev, NULL, NULL, NULL, NULL);
+	bufferevent_free(c->bev);
+	c->bev = NULL;
+	s->cb_depth++;
+	if (r) {
+		c->req = NULL;
+		if (r->gone)
+			r->gone(r->gone_arg);
+		req_free(r);
+	} else if (c->is_stream && c->on_close) {
+		c->on_close(c->arg, force_abrupt || c->aborted || !c->end_called);
+	}
+	s->cb_depth--;
+	free(c);
+}
+
+static void conn_parse(http_stream *c);
+
+static void
+defer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	http_server *s = arg;
+	http_stream *c;
+
+	(void)fd;
+	(void)what;
+	while (s->kick.head || s->reap.head) {
+		while ((c = s->kick.head) != NULL) {
+			list_remove(&s->kick, c, L_KICK);
+			c->in_kick = false;
+			if (!c->closing && c->state == ST_HEAD)
+				conn_parse(c);
+		}
+		while ((c = s->reap.head) != NULL)
+			conn_destroy(c, false);
+	}
+	/* Releasing dropped references here, not in write_ref, keeps cleanup
+	 * callbacks from running under the caller. */
+	evbuffer_drain(s->trash, evbuffer_get_length(s->trash));
+}
+
+static void
+conn_kick(http_stream *c)
+{
+	if (c->closing || c->in_kick)
+		return;
+	c->in_kick = true;
+	list_push(&c->srv->kick, c, L_KICK);
+	defer_kick(c->srv);
+}
+
+static void
+fifo_expire(struct conn_list *l, struct event *ev)
+{
+	uint64_t now = now_ms();
+	http_stream *c;
+
+	while ((c = l->head) != NULL && c->deadline_ms <= now)
+		conn_close(c);
+	if (l->head)
+		timer_arm(ev, l->head->deadline_ms);
+}
+
+static void
+head_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	http_server *s = arg;
+
+	(void)fd;
+	(void)what;
+	fifo_expire(&s->headwait, s->head_ev);
+}
+
+static void
+end_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	http_server *s = arg;
+
+	(void)fd;
+	(void)what;
+	fifo_expire(&s->endwait, s->end_ev);
+}
+
+/* ------------------------------------------------------------- writing */
+
+static const char *
+reason_phrase(int status)
+{
+	switch (status) {
+	case 100: return "Continue";
+	case 101: return "Switching Protocols";
+	case 200: return "OK";
+	case 201: return "Created";
+	case 202: return "Accepted";
+	case 204: return "No Content";
+	case 206: return "Partial Content";
+	case 301: return "Moved Permanently";
+	case 302: return "Found";
+	case 303: return "See Other";
+	case 304: return "Not Modified";
+	case 307: return "Temporary Redirect";
+	case 308: return "Permanent Redirect";
+	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 406: return "Not Acceptable";
+	case 408: return "Request Timeout";
+	case 409: return "Conflict";
+	case 410: return "Gone";
+	case 411: return "Length Required";
+	case 412: return "Precondition Failed";
+	case 413: return "Content Too Large";
+	case 414: return "URI Too Long";
+	case 415: return "Unsupported Media Type";
+	case 416: return "Range Not Satisfiable";
+	case 422: return "Unprocessable Content";
+	case 426: return "Upgrade Required";
+	case 428: return "Precondition Required";
+	case 429: return "Too Many Requests";
+	case 431: return "Request Header Fields Too Large";
+	case 500: return "Internal Server Error";
+	case 501: return "Not Implemented";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
+	case 504: return "Gateway Timeout";
+	case 505: return "HTTP Version Not Supported";
+	default: return "Unknown";
+	}
+}
+
+static bool
+status_has_body(int status)
+{
+	return status >= 200 && status != 204 && status != 304;
+}
+
+enum head_kind { HEAD_PLAIN, HEAD_STREAM };
+
+/*
+ * The status line and headers.  has_len: write Content-Length (plain
+ * replies with a body-capable status).  cors is the request's matched
+ * Origin or NULL.  internal: server-made header lines (preflight).
+ */
+static void
+conn_put_head(http_stream *c, int status, const char *ctype, enum head_kind kind, size_t clen, bool keep,
+              const char *cors, const char *internal, const char *extra)
+{
+	st_buf b;
+
+	st_buf_init(&b);
+	st_buf_printf(&b, "HTTP/1.1 %d %s\r\n", status, reason_phrase(status));
+	if (ctype && *ctype)
+		st_buf_printf(&b, "Content-Type: %s\r\n", ctype);
+	if (kind == HEAD_PLAIN && status_has_body(status))
+		st_buf_printf(&b, "Content-Length: %zu\r\n", clen);
+	st_buf_puts(&b, "Cache-Control: no-store\r\n");
+	if (kind == HEAD_STREAM)
+		st_buf_puts(&b, "X-Accel-Buffering: no\r\n");
+	st_buf_puts(&b, keep ? "Connection: keep-alive\r\n" : "Connection: close\r\n");
+	if (cors)
+		st_buf_printf(&b, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n", cors);
+	if (internal)
+		st_buf_puts(&b, internal);
+	if (extra)
+		st_buf_puts(&b, extra);
+	st_buf_puts(&b, "\r\n");
+	evbuffer_add(bufferevent_get_output(c->bev), b.p, b.len);
+	st_buf_fini(&b);
+}
+
+static void
+conn_shut(http_stream *c)
+{
+	if (!c->shut) {
+		c->shut = true;
+		shutdown(bufferevent_getfd(c->bev), SHUT_WR);
+	}
+	if (c->peer_eof)
+		conn_close(c);
+}
+
+/* Flush, shut the write side, wait for the peer's EOF; at most 5 s in all. */
+static void
+conn_drain(http_stream *c)
+{
+	http_server *s = c->srv;
+
+	if (c->closing)
+		return;
+	c->state = ST_DRAIN;
+	fifo_push(c, &s->endwait, s->end_ev, HTTP_DRAIN_CAP_MS);
+	/* Unread input (a refused body, pipelined requests) is dropped, which
+	 * also resumes reading if the high watermark had suspended it. */
+	evbuffer_drain(bufferevent_get_input(c->bev), evbuffer_get_length(bufferevent_get_input(c->bev)));
+	/* The write callback must now fire only when the output is empty. */
+	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+		conn_shut(c);
+}
+
+/* ---------------------------------------------------------------- JSON */
+
+/* A tiny escaper (independent of st_json): invalid UTF-8 becomes U+FFFD. */
+static void
+json_put_str(st_buf *b, const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+
+	st_buf_putc(b, '"');
+	while (*p) {
+		unsigned char ch = *p;
+		size_t n = 0;
+
+		if (ch == '"' || ch == '\\') {
+			st_buf_putc(b, '\\');
+			st_buf_putc(b, (char)ch);
+			p++;
+			continue;
+		}
+		if (ch < 0x20 || ch == 0x7f) {
+			switch (ch) {
+			case '\n': st_buf_puts(b, "\\n"); break;
+			case '\r': st_buf_puts(b, "\\r"); break;
+			case '\t': st_buf_puts(b, "\\t"); break;
+			case '\b': st_buf_puts(b, "\\b"); break;
+			case '\f': st_buf_puts(b, "\\f"); break;
+			default: st_buf_printf(b, "\\u%04x", ch); break;
+			}
+			p++;
+			continue;
+		}
+		if (ch < 0x80) {
+			st_buf_putc(b, (char)ch);
+			p++;
+			continue;
+		}
+		/* Validate one UTF-8 sequence (no overlongs, no surrogates, <= U+10FFFF). */
+		if (ch >= 0xc2 && ch <= 0xdf)
+			n = 1;
+		else if (ch >= 0xe0 && ch <= 0xef)
+			n = 2;
+		else if (ch >= 0xf0 && ch <= 0xf4)
+			n = 3;
+		if (n) {
+			size_t i;
+
+			for (i = 1; i <= n; i++)
+				if ((p[i] & 0xc0) != 0x80)
+					break;
+			if (i <= n || (ch == 0xe0 && p[1] < 0xa0) || (ch == 0xed && p[1] > 0x9f) ||
+			    (ch == 0xf0 && p[1] < 0x90) || (ch == 0xf4 && p[1] > 0x8f))
+				n = 0;
+		}
+		if (n) {
+			st_buf_append(b, p, n + 1);
+			p += n + 1;
+		} else {
+			st_buf_puts(b, "\\ufffd");
+			p++;
+		}
+	}
+	st_buf_putc(b, '"');
+}
+
+static void
+problem_render(st_buf *b, int status, const char *type, const char *title, const char *detail)
+{
+	st_buf_puts(b, "{\"type\":");
+	json_put_str(b, type ? type : "about:blank");
+	st_buf_puts(b, ",\"title\":");
+	json_put_str(b, title ? title : reason_phrase(status));
+	st_buf_printf(b, ",\"status\":%d", status);
+	if (detail) {
+		st_buf_puts(b, ",\"detail\":");
+		json_put_str(b, detail);
+	}
+	st_buf_puts(b, "}");
+}
+
+/* A refusal found by the server itself: problem document, then close. */
+static void
+conn_fail(http_stream *c, int status, const char *detail)
+{
+	st_buf b;
+
+	st_buf_init(&b);
+	problem_render(&b, status, NULL, NULL, detail);
+	conn_put_head(c, status, "application/problem+json", HEAD_PLAIN, b.len, false, NULL, NULL, NULL);
+	evbuffer_add(bufferevent_get_output(c->bev), b.p, b.len);
+	st_buf_fini(&b);
+	conn_drain(c);
+}
+
+/* ------------------------------------------------------------- parsing */
+
+static bool
+is_tchar(unsigned char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+	       (ch != 0 && strchr("!#$%&'*+-.^_`|~", ch) != NULL);
+}
+
+static bool
+cors_match(const http_server *s, const char *origin)
+{
+	const char *p = s->cors;
+
+	if (!p || !origin || !*origin)
+		return false;
+	while (*p) {
+		const char *e;
+		size_t n;
+
+		while (*p == ' ' || *p == ',')
+			p++;
+		e = p;
+		while (*e && *e != ',')
+			e++;
+		n = (size_t)(e - p);
+		while (n && p[n - 1] == ' ')
+			n--;
+		if ((n == 1 && *p == '*') || (n && strlen(origin) == n && strncasecmp(origin, p, n) == 0))
+			return true;
+		p = e;
+	}
+	return false;
+}
+
+static void
+req_free(http_req *r)
+{
+	free(r);
+}
+
+const char *
+http_req_header(const http_req *r, const char *name)
+{
+	for (uint16_t i = 0; i < r->nh; i++)
+		if (strcasecmp(r->buf + r->h[i].name, name) == 0)
+			return r->buf + r->h[i].value;
+	return NULL;
+}
+
+/* Is token tok in the comma list? (Connection: keep-alive, Close) */
+static bool
+list_has_token(const char *v, const char *tok)
+{
+	size_t n = strlen(tok);
+
+	while (v && *v) {
+		const char *e;
+		size_t m;
+
+		while (*v == ' ' || *v == '\t' || *v == ',')
+			v++;
+		e = v;
+		while (*e && *e != ',')
+			e++;
+		m = (size_t)(e - v);
+		while (m && (v[m - 1] == ' ' || v[m - 1] == '\t'))
+			m--;
+		if (m == n && strncasecmp(v, tok, n) == 0)
+			return true;
+		v = e;
+	}
+	return false;
+}
+
+/*
+ * Parses r->buf (len bytes, ends with the blank line, NUL-terminated).
+ * Returns 0 or the refusal status, with a static detail text.
+ */
+static int
+req_parse(http_req *r, size_t len, const char **detail)
+{
+	char *p = r->buf, *end = r->buf + len, *nl, *sp1, *sp2, *q;
+	bool http10;
+	const char *v;
+
+	/* request line */
+	nl = memchr(p, '\n', (size_t)(end - p));
+	ST_ASSERT(nl != NULL);
+	*nl = '\0';
+	if (nl > p && nl[-1] == '\r')
+		nl[-1] = '\0';
+	sp1 = strchr(p, ' ');
+	if (!sp1 || sp1 == p || sp1 - p > HTTP_MAX_METHOD)
+		goto bad_line;
+	*sp1 = '\0';
+	for (q = p; q < sp1; q++)
+		if (!is_tchar((unsigned char)*q))
+			goto bad_line;
+	sp2 = strchr(sp1 + 1, ' ');
+	if (!sp2 || sp2 == sp1 + 1)
+		goto bad_line;
+	*sp2 = '\0';
+	for (q = sp1 + 1; q < sp2; q++)
+		if ((unsigned char)*q <= 0x20 || (unsigned char)*q >= 0x7f || *q == '#')
+			goto bad_line;
+	if (sp1[1] != '/') {
+		*detail = "the request target must start with '/'";
+		return 400;
+	}
+	v = sp2 + 1;
+	if (strcmp(v, "HTTP/1.1") == 0)
+		http10 = false;
+	else if (strcmp(v, "HTTP/1.0") == 0)
+		http10 = true;
+	else if (strncmp(v, "HTTP/", 5) == 0 && v[5] >= '0' && v[5] <= '9' && v[6] == '.' && v[7] >= '0' &&
+	         v[7] <= '9' && v[8] == '\0') {
+		*detail = "only HTTP/1.0 and HTTP/1.1 are served";
+		return 505;
+	} else
+		goto bad_line;
+	r->method = p;
+	r->path = sp1 + 1;
+	q = strchr(sp1 + 1, '?');
+	if (q) {
+		*q = '\0';
+		r->query = q + 1;
+	} else {
+		r->query = "";
+	}
+
+	/* header lines, up to the blank line */
+	for (p = nl + 1; p < end; p = nl + 1) {
+		char *colon, *vs, *ve;
+
+		nl = memchr(p, '\n', (size_t)(end - p));
+		ST_ASSERT(nl != NULL);
+		ve = nl;
+		if (ve > p && ve[-1] == '\r')
+			ve--;
+		if (ve == p)
+			break; /* the blank line */
+		if (*p == ' ' || *p == '\t') {
+			*detail = "obsolete line folding is not accepted";
+			return 400;
+		}
+		for (colon = p; colon < ve && is_tchar((unsigned char)*colon); colon++)
+			;
+		if (colon == p || colon == ve || *colon != ':') {
+			*detail = "malformed header line";
+			return 400;
+		}
+		for (vs = colon + 1; vs < ve && (*vs == ' ' || *vs == '\t'); vs++)
+			;
+		while (ve > vs && (ve[-1] == ' ' || ve[-1] == '\t'))
+			ve--;
+		for (q = vs; q < ve; q++) {
+			unsigned char ch = (unsigned char)*q;
+
+			if ((ch < 0x20 && ch != '\t') || ch == 0x7f) {
+				*detail = "control character in a header value";
+				return 400;
+			}
+		}
+		if (r->nh == HTTP_MAX_HEADERS) {
+			*detail = "too many header fields";
+			return 431;
+		}
+		*colon = '\0';
+		*ve = '\0';
+		r->h[r->nh].name = (uint32_t)(p - r->buf);
+		r->h[r->nh].value = (uint32_t)(vs - r->buf);
+		r->nh++;
+	}
+
+	/* no bodies: any Content-Length > 0 or any Transfer-Encoding */
+	for (uint16_t i = 0; i < r->nh; i++) {
+		const char *name = r->buf + r->h[i].name, *val = r->buf + r->h[i].value;
+		uint64_t n;
+
+		if (strcasecmp(name, "Transfer-Encoding") == 0) {
+			*detail = "request bodies are not accepted";
+			return 413;
+		}
+		if (strcasecmp(name, "Content-Length") == 0) {
+			if (st_parse_u64(val, strlen(val), &n) != ST_OK) {
+				*detail = "malformed Content-Length";
+				return 400;
+			}
+			if (n > 0) {
+				*detail = "request bodies are not accepted";
+				return 413;
+			}
+		}
+	}
+	r->keep_alive = !http10 && !list_has_token(http_req_header(r, "Connection"), "close");
+	r->head = strcmp(r->method, "HEAD") == 0;
+	r->options = strcmp(r->method, "OPTIONS") == 0;
+	v = http_req_header(r, "Origin");
+	r->cors = cors_match(r->c->srv, v) ? v : NULL;
+	return 0;
+bad_line:
+	*detail = "malformed request line";
+	return 400;
+}
+
+static void conn_after_reply(http_stream *c, bool keep);
+
+static void
+conn_preflight(http_stream *c, http_req *r)
+{
+	bool keep = r->keep_alive;
+
+	if (r->cors)
+		conn_put_head(c, 204, NULL, HEAD_PLAIN, 0, keep, r->cors,
+		              "Access-Control-Allow-Methods: GET, HEAD, OPTIONS\r\n"
+		              "Access-Control-Allow-Headers: Last-Event-ID, Accept, Cache-Control\r\n"
+		              "Access-Control-Max-Age: 600\r\n",
+		              NULL);
+	else
+		conn_put_head(c, 204, NULL, HEAD_PLAIN, 0, keep, NULL, "Allow: GET, HEAD, OPTIONS\r\n", NULL);
+	req_free(r);
+	conn_after_reply(c, keep);
+}
+
+/* Where the end of the head is: index just past the blank line, or 0. */
+static size_t
+head_end(const unsigned char *p, size_t from, size_t n)
+{
+	size_t i = from;
+
+	while (i < n) {
+		const unsigned char *nl = memchr(p + i, '\n', n - i);
+
+		if (!nl)
+			return 0;
+		i = (size_t)(nl - p);
+		if (i >= 1 && p[i - 1] == '\n')
+			return i + 1;
+		if (i >= 2 && p[i - 1] == '\r' && p[i - 2] == '\n')
+			return i + 1;
+		i++;
+	}
+	return 0;
+}
+
+/*
+ * Parses and dispatches every complete head in the input, one at a time:
+ * it stops as soon as a request is left unanswered (HANDLER), the
+ * connection leaves HEAD, or too much reply output is unread.
+ */
+static void
+conn_parse(http_stream *c)
+{
+	http_server *s = c->srv;
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+
+	c->in_parse = true;
+	while (!c->closing && c->state == ST_HEAD) {
+		size_t n = evbuffer_get_length(in), lim, hl, skip = 0;
+		unsigned char *p;
+		http_req *r;
+		const char *detail = NULL;
+		int status;
+
+		if (n == 0)
+			break;
+		if (evbuffer_get_length(out) > HTTP_PLAIN_OUT_MAX) {
+			c->wait_drain = true;
+			break;
+		}
+		lim = ST_MIN(n, s->max_head);
+		p = evbuffer_pullup(in, (ev_ssize_t)lim);
+		if (!p) {
+			conn_close(c);
+			break;
+		}
+		/* Empty lines before a request line are ignored (RFC 9112 2.2). */
+		if (c->scanned == 0) {
+			while (skip < lim && (p[skip] == '\r' || p[skip] == '\n'))
+				skip++;
+			if (skip) {
+				evbuffer_drain(in, skip);
+				continue;
+			}
+		}
+		hl = head_end(p, c->scanned >= 2 ? c->scanned - 2 : 0, lim);
+		if (hl == 0) {
+			c->scanned = (uint32_t)lim;
+			if (lim >= s->max_head)
+				conn_fail(c, 431, "the request head is too large");
+			break;
+		}
+		c->scanned = 0;
+		q_leave(c); /* the head arrived in time */
+		r = st_xmalloc(sizeof(*r) + hl + 1);
+		memset(r, 0, sizeof(*r));
+		r->c = c;
+		evbuffer_remove(in, r->buf, hl);
+		r->buf[hl] = '\0';
+		if ((status = req_parse(r, hl, &detail)) != 0) {
+			req_free(r);
+			conn_fail(c, status, detail);
+			break;
+		}
+		if (r->options) {
+			conn_preflight(c, r);
+			continue;
+		}
+		c->req = r;
+		c->state = ST_HANDLER;
+		c->head_only = r->head;
+		s->cb_depth++;
+		s->fn(r, s->arg);
+		s->cb_depth--;
+	}
+	c->in_parse = false;
+	if (!c->closing && (c->state == ST_STREAM || c->state == ST_DRAIN))
+		evbuffer_drain(in, evbuffer_get_length(in));
+}
+
+/* After a complete plain response. */
+static void
+conn_after_reply(http_stream *c, bool keep)
+{
+	http_server *s = c->srv;
+
+	if (c->closing)
+		return;
+	if (!keep) {
+		conn_drain(c);
+		return;
+	}
+	c->state = ST_HEAD;
+	c->head_only = false;
+	fifo_push(c, &s->headwait, s->head_ev, s->head_timeout_ms);
+	/* Pipelined bytes wait in the input; parse them from the loop, never
+	 * under the caller that answered late. */
+	if (!c->in_parse && evbuffer_get_length(bufferevent_get_input(c->bev)) > 0)
+		conn_kick(c);
+}
+
+/* ------------------------------------------------- bufferevent callbacks */
+
+static void
+read_cb(struct bufferevent *bev, void *arg)
+{
+	http_stream *c = arg;
+	struct evbuffer *in = bufferevent_get_input(bev);
+
+	switch (c->state) {
+	case ST_HEAD:
+		conn_parse(c);
+		break;
+	case ST_HANDLER:
+		break; /* pipelined bytes wait, bounded by the read high watermark */
+	default:
+		/* Streams and draining connections read only to see EOF early. */
+		evbuffer_drain(in, evbuffer_get_length(in));
+		break;
+	}
+}
+
+static void
+write_cb(struct bufferevent *bev, void *arg)
+{
+	http_stream *c = arg;
+	http_server *s = c->srv;
+
+	if (c->closing)
+		return;
+	switch (c->state) {
+	case ST_DRAIN:
+		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+			conn_shut(c);
+		break;
+	case ST_STREAM:
+		if (c->on_writable) {
+			s->cb_depth++;
+			c->on_writable(c->arg);
+			s->cb_depth--;
+		}
+		break;
+	case ST_HEAD:
+		if (c->wait_drain) {
+			c->wait_drain = false;
+			conn_parse(c);
+		}
+		break;
+	default:
+		break;
+	}
+}
+
+static void
+event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	http_stream *c = arg;
+
+	if (c->closing || !(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
+		return;
+	c->peer_eof = true;
+	if ((what & BEV_EVENT_ERROR) || !(what & BEV_EVENT_READING)) {
+		conn_close(c);
+		return;
+	}
+	switch (c->state) {
+	case ST_DRAIN:
+		/* Let the rest of the output go (the peer may only have half-closed). */
+		if (c->shut || evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+			conn_close(c);
+		break;
+	case ST_HEAD:
+		if (evbuffer_get_length(bufferevent_get_output(bev)) > 0)
+			conn_drain(c);
+		else
+			conn_close(c);
+		break;
+	default:
+		conn_close(c); /* HANDLER: gone; STREAM: abrupt */
+		break;
+	}
+}
+
+static void
+out_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+	http_stream *c = arg;
+
+	(void)buf;
+	if (info->n_deleted > 0 || (info->orig_size == 0 && info->n_added > 0))
+		c->progress_ms = now_ms();
+}
+
+/* --------------------------------------------------------------- server */
+
+static void
+accept_cb(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
+{
+	http_server *s = arg;
+	http_stream *c;
+	struct bufferevent *bev;
+	char host[INET6_ADDRSTRLEN] = "?";
+	int one = 1;
+
+	(void)lis;
+	(void)salen;
+	if (s->nconns >= s->max_conns) {
+		evutil_closesocket(fd);
+		return;
+	}
+	bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
+	if (!bev) {
+		evutil_closesocket(fd);
+		return;
+	}
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	c = st_xcalloc(1, sizeof(*c));
+	c->srv = s;
+	c->bev = bev;
+	c->state = ST_HEAD;
+	if (sa->sa_family == AF_INET) {
+		struct sockaddr_in *in = (struct sockaddr_in *)sa;
+
+		evutil_inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+		snprintf(c->peer, sizeof(c->peer), "%s:%u", host, (unsigned)ntohs(in->sin_port));
+	} else if (sa->sa_family == AF_INET6) {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)sa;
+
+		evutil_inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+		snprintf(c->peer, sizeof(c->peer), "[%s]:%u", host, (unsigned)ntohs(in6->sin6_port));
+	} else {
+		snprintf(c->peer, sizeof(c->peer), "?");
+	}
+	list_push(&s->all, c, L_ALL);
+	s->nconns++;
+	bufferevent_setcb(bev, read_cb, write_cb, event_cb, c);
+	bufferevent_setwatermark(bev, EV_READ, 0, s->max_head);
+	bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
+	bufferevent_enable(bev, EV_READ | EV_WRITE);
+	fifo_push(c, &s->headwait, s->head_ev, s->head_timeout_ms);
+}
+
+static void
+retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	http_server *s = arg;
+
+	(void)fd;
+	(void)what;
+	evconnlistener_enable(s->lis);
+}
+
+/* accept() failed (EMFILE...): pause, or the listener would spin. */
+static void
+accept_error_cb(struct evconnlistener *lis, void *arg)
+{
+	http_server *s = arg;
+	struct timeval tv = { 0, 100 * 1000 };
+
+	st_warn("http :%d: accept: %s", s->port, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+	evconnlistener_disable(lis);
+	evtimer_add(s->retry_ev, &tv);
+}
+
+/* "ADDR:PORT" with an explicit numeric port. */
+static bool
+listen_addr_ok(const char *listen)
+{
+	const char *colon = strrchr(listen, ':');
+	const char *p;
+
+	if (!colon || colon == listen || colon[1] == '\0')
+		return false;
+	for (p = colon + 1; *p; p++)
+		if (*p < '0' || *p > '9')
+			return false;
+	if (listen[0] == '[')
+		return colon[-1] == ']';
+	return memchr(listen, ':', (size_t)(colon - listen)) == NULL;
+}
+
+/* evutil_parse_sockaddr_port refuses port 0, so the port is parsed here. */
+static st_err
+listen_addr_parse(const char *listen, struct sockaddr_storage *ss, int *sslen)
+{
+	const char *colon = strrchr(listen, ':');
+	char host[128];
+	uint64_t port;
+	size_t hl = (size_t)(colon - listen);
+
+	if (hl >= sizeof(host) || st_parse_u64(colon + 1, strlen(colon + 1), &port) != ST_OK || port > 65535)
+		return ST_EINVAL;
+	memcpy(host, listen, hl);
+	host[hl] = '\0';
+	if (evutil_parse_sockaddr_port(host, (struct sockaddr *)ss, sslen) != 0)
+		return ST_EINVAL;
+	if (ss->ss_family == AF_INET)
+		((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+	else if (ss->ss_family == AF_INET6)
+		((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+	else
+		return ST_EINVAL;
+	return ST_OK;
+}
+
+st_err
+http_server_new(struct event_base *base, const char *listen, const http_server_config *cfg, http_handler_fn fn,
+                void *arg, http_server **out)
+{
+	struct sockaddr_storage ss;
+	int sslen = (int)sizeof(ss);
+	http_server *s;
+	st_err rv = ST_EINVAL;
+
+	*out = NULL;
+	if (!base || !listen || !fn || !listen_addr_ok(listen) || listen_addr_parse(listen, &ss, &sslen) != ST_OK)
+		return ST_EINVAL;
+	s = st_xcalloc(1, sizeof(*s));
+	s->base = base;
+	s->fn = fn;
+	s->arg = arg;
+	s->max_head = cfg && cfg->max_header_bytes ? cfg->max_header_bytes : 8192;
+	s->max_head = ST_MAX(ST_MIN(s->max_head, (size_t)HTTP_HEAD_MAX), (size_t)HTTP_HEAD_MIN);
+	s->head_timeout_ms = cfg && cfg->header_timeout_ms ? cfg->header_timeout_ms : 10000;
+	s->max_conns = cfg && cfg->max_conns ? cfg->max_conns : 100000;
+	if (cfg && cfg->cors_origins && *cfg->cors_origins)
+		s->cors = st_xstrdup(cfg->cors_origins);
+	s->defer_ev = event_new(base, -1, 0, defer_cb, s);
+	s->head_ev = evtimer_new(base, head_timer_cb, s);
+	s->end_ev = evtimer_new(base, end_timer_cb, s);
+	s->retry_ev = evtimer_new(base, retry_cb, s);
+	s->trash = evbuffer_new();
+	if (!s->defer_ev || !s->head_ev || !s->end_ev || !s->retry_ev || !s->trash) {
+		rv = ST_ENOMEM;
+		goto fail;
+	}
+	s->lis = evconnlistener_new_bind(base, accept_cb, s,
+	                                 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 1024,
+	                                 (struct sockaddr *)&ss, sslen);
+	if (!s->lis) {
+		st_error("http: listen %s: %s", listen, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+		rv = ST_ESYS;
+		goto fail;
+	}
+	evconnlistener_set_error_cb(s->lis, accept_error_cb);
+	{
+		struct sockaddr_storage b;
+		socklen_t blen = sizeof(b);
+
+		if (getsockname(evconnlistener_get_fd(s->lis), (struct sockaddr *)&b, &blen) == 0)
+			s->port = b.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&b)->sin6_port)
+			                                  : ntohs(((struct sockaddr_in *)&b)->sin_port);
+	}
+	*out = s;
+	return ST_OK;
+fail:
+	http_server_free(s);
+	return rv;
+}
+
+void
+http_server_free(http_server *s)
+{
+	if (!s)
+		return;
+	/* Freeing from inside one of this server's callbacks would free the
+	 * connection whose callback is running. */
+	ST_ASSERT(s->cb_depth == 0);
+	s->freeing = true;
+	if (s->lis)
+		evconnlistener_free(s->lis);
+	while (s->all.head)
+		conn_destroy(s->all.head, true);
+	if (s->trash)
+		evbuffer_free(s->trash);
+	if (s->defer_ev)
+		event_free(s->defer_ev);
+	if (s->head_ev)
+		event_free(s->head_ev);
+	if (s->end_ev)
+		event_free(s->end_ev);
+	if (s->retry_ev)
+		event_free(s->retry_ev);
+	free(s->cors);
+	free(s);
+}
+
+int
+http_server_port(const http_server *s)
+{
+	return s->port;
+}
+
+/* -------------------------------------------------------------- request */
+
+const char *
+http_req_method(const http_req *r)
+{
+	return r->method;
+}
+
+const char *
+http_req_path(const http_req *r)
+{
+	return r->path;
+}
+
+const char *
+http_req_query(const http_req *r)
+{
+	return r->query;
+}
+
+void
+http_req_set_gone_cb(http_req *r, void (*gone)(void *arg), void *arg)
+{
+	r->gone = gone;
+	r->gone_arg = arg;
+}
+
+static int
+hexval(unsigned char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
+/* Decodes [p, e) into out (HTTP_QUERY_ITEM_MAX + 1 bytes); ST_EINVAL on a bad escape or overflow. */
+static st_err
+query_decode(const char *p, const char *e, char *out, size_t *outlen)
+{
+	size_t n = 0;
+
+	while (p < e) {
+		int ch = (unsigned char)*p;
+
+		if (ch == '%') {
+			int hi, lo;
+
+			if (e - p < 3 || (hi = hexval((unsigned char)p[1])) < 0 || (lo = hexval((unsigned char)p[2])) < 0)
+				return ST_EINVAL;
+			ch = hi * 16 + lo;
+			p += 3;
+		} else {
+			if (ch == '+')
+				ch = ' ';
+			p++;
+		}
+		if (n == HTTP_QUERY_ITEM_MAX)
+			return ST_EINVAL;
+		out[n++] = (char)ch;
+	}
+	out[n] = '\0';
+	*outlen = n;
+	return ST_OK;
+}
+
+/* One pass over the query; fn NULL only validates. */
+static st_err
+query_walk(const char *q, http_query_fn fn, void *arg)
+{
+	char key[HTTP_QUERY_ITEM_MAX + 1], val[HTTP_QUERY_ITEM_MAX + 1];
+	unsigned pairs = 0;
+	st_err rv;
+
+	while (*q) {
+		const char *e = strchr(q, '&'), *eq;
+		size_t kl, vl;
+
+		if (!e)
+			e = q + strlen(q);
+		if (e == q) {
+			q++;
+			continue; /* empty item: "a=1&&b=2" */
+		}
+		if (++pairs > HTTP_QUERY_PAIRS_MAX)
+			return ST_EINVAL;
+		eq = memchr(q, '=', (size_t)(e - q));
+		if ((rv = query_decode(q, eq ? eq : e, key, &kl)) != ST_OK)
+			return rv;
+		if (eq) {
+			if ((rv = query_decode(eq + 1, e, val, &vl)) != ST_OK)
+				return rv;
+		} else {
+			val[0] = '\0';
+			vl = 0;
+		}
+		if (fn && (rv = fn(key, kl, val, vl, arg)) != ST_OK)
+			return rv;
+		q = *e ? e + 1 : e;
+	}
+	return ST_OK;
+}
+
+/* The whole query is validated before fn is first called, so a malformed
+ * query never leaves a caller with half of its pairs applied. */
+st_err
+http_query_each(const char *query, http_query_fn fn, void *arg)
+{
+	st_err rv;
+
+	if (!query)
+		return ST_OK;
+	if ((rv = query_walk(query, NULL, NULL)) != ST_OK)
+		return rv;
+	return query_walk(query, fn, arg);
+}
+
+/* ------------------------------------------------------------ responses */
+
+void
+http_reply(http_req *r, int status, const char *content_type, const void *body, size_t len,
+           const char *extra_headers)
+{
+	http_stream *c = r->c;
+	bool keep = r->keep_alive;
+
+	ST_ASSERT(c->req == r && status >= 100 && status <= 599);
+	c->req = NULL;
+	if (!c->closing) {
+		conn_put_head(c, status, content_type, HEAD_PLAIN, len, keep, r->cors, NULL, extra_headers);
+		if (!r->head && status_has_body(status) && len > 0)
+			evbuffer_add(bufferevent_get_output(c->bev), body, len);
+	}
+	req_free(r);
+	conn_after_reply(c, keep);
+}
+
+void
+http_reply_problem(http_req *r, int status, const char *type, const char *title, const char *detail,
+                   const char *extra_headers)
+{
+	st_buf b;
+
+	st_buf_init(&b);
+	problem_render(&b, status, type, title, detail);
+	http_reply(r, status, "application/problem+json", b.p, b.len, extra_headers);
+	st_buf_fini(&b);
+}
+
+/* -------------------------------------------------------------- streams */
+
+http_stream *
+http_stream_start(http_req *r, int status, const char *content_type, const char *extra_headers,
+                  const http_stream_cbs *cbs, void *arg)
+{
+	http_stream *c = r->c;
+
+	ST_ASSERT(c->req == r && status >= 200 && status <= 599);
+	c->req = NULL;
+	c->state = ST_STREAM;
+	c->is_stream = true;
+	c->head_only = r->head;
+	c->on_writable = cbs ? cbs->on_writable : NULL;
+	c->on_close = cbs ? cbs->on_close : NULL;
+	c->arg = arg;
+	if (!c->closing) {
+		struct evbuffer *out = bufferevent_get_output(c->bev);
+
+		c->progress_ms = now_ms();
+		if (evbuffer_add_cb(out, out_cb, c))
+			c->out_cb = true;
+		bufferevent_setwatermark(c->bev, EV_WRITE, HTTP_STREAM_LOWAT, 0);
+		/* Bytes pipelined behind the request are dropped; this also
+		 * resumes reading if they filled the input, so EOF is seen. */
+		evbuffer_drain(bufferevent_get_input(c->bev), evbuffer_get_length(bufferevent_get_input(c->bev)));
+		conn_put_head(c, status, content_type, HEAD_STREAM, 0, false, r->cors, NULL, extra_headers);
+	}
+	req_free(r);
+	if (c->head_only)
+		http_stream_end(c);
+	return c;
+}
+
+/* Bytes are dropped once the stream is closing or ended, and always for HEAD. */
+static bool
+stream_drops(const http_stream *s)
+{
+	return s->closing || s->end_called || s->head_only || s->state != ST_STREAM;
+}
+
+void
+http_stream_write(http_stream *s, const void *data, size_t len)
+{
+	if (stream_drops(s) || len == 0)
+		return;
+	evbuffer_add(bufferevent_get_output(s->bev), data, len);
+}
+
+void
+http_stream_write_ref(http_stream *s, const void *data, size_t len,
+                      void (*cleanup)(const void *data, size_t len, void *arg), void *arg)
+{
+	struct evbuffer *to = stream_drops(s) ? s->srv->trash : bufferevent_get_output(s->bev);
+
+	if (evbuffer_add_reference(to, data, len, cleanup, arg) != 0) {
+		/* libevent did not take the reference (out of memory). */
+		if (cleanup)
+			cleanup(data, len, arg);
+		http_stream_abort(s);
+		return;
+	}
+	if (to == s->srv->trash)
+		defer_kick(s->srv);
+}
+
+size_t
+http_stream_backlog(const http_stream *s)
+{
+	return s->bev ? evbuffer_get_length(bufferevent_get_output(s->bev)) : 0;
+}
+
+size_t
+http_stream_low_watermark(const http_stream *s)
+{
+	(void)s;
+	return HTTP_STREAM_LOWAT;
+}
+
+uint64_t
+http_stream_blocked_ms(const http_stream *s, uint64_t now)
+{
+	if (http_stream_backlog(s) == 0 || now <= s->progress_ms)
+		return 0;
+	return now - s->progress_ms;
+}
+
+void
+http_stream_end(http_stream *s)
+{
+	if (s->closing || s->end_called)
+		return;
+	s->end_called = true;
+	conn_drain(s);
+}
+
+void
+http_stream_abort(http_stream *s)
+{
+	if (s->closing)
+		return;
+	s->aborted = true;
+	conn_close(s);
+}
+
+const char *
+http_stream_peer(const http_stream *s)
+{
+	return s->peer;
+}
+
+/* For st_http_test's memory report. */
+size_t http_stream_struct_size_(void);
+size_t
+http_stream_struct_size_(void)
+{
+	return sizeof(struct http_stream);
+}

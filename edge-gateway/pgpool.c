@@ -1,0 +1,658 @@
+/*
+ * pgpool: asynchronous libpq connections driven by libevent.
+ *
+ * DESIGN.  Each connection is a small state machine:
+ *
+ *   DOWN --timer--> CONNECTING --PQconnectPoll OK--> SETUP --results--> IDLE <--> BUSY
+ *     ^                 |                              |                 |        |
+ *     +---- fail: PQfinish, back-off (100 ms .. 5 s) --+-----------------+--------+
+ *
+ * One persistent event per connection watches PQsocket() for what libpq
+ * wants (it is re-created whenever the socket or the wanted events change,
+ * since PQconnectPoll may switch sockets).  An IDLE connection watches
+ * EV_READ too, so a server that goes away is noticed before a query is
+ * given to it.  While a query is being sent PQflush is repeated on
+ * EV_WRITE until it returns 0; results are read with PQconsumeInput /
+ * PQisBusy / PQgetResult and the callback runs once PQgetResult returns
+ * NULL, when the connection is already IDLE again (so a callback can submit
+ * freely).  Connect and session setup are bounded by a 10 s timer on the
+ * same event that times the back-off.
+ *
+ * Queries wait in two intrusive FIFO lists (fills before replays), bounded
+ * in total.  Submitting only makes a "kick" event active; the kick hands
+ * queued queries to idle connections, so submit never re-enters a
+ * connection's code from inside one of its callbacks.  Cancelling a queued
+ * query unlinks it; cancelling one in flight only marks it, and its result
+ * is discarded when it ends (there is no non-blocking cancel in libpq 15;
+ * statement_timeout bounds it).
+ */
+#include "pgpool.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "st_log.h"
+#include "st_util.h"
+
+#define BACKOFF_MIN_MS 100u
+#define BACKOFF_MAX_MS 5000u
+#define CONNECT_TIMEOUT_MS 10000u
+#define SETUP_SQL "SET statement_timeout = '30s'; SET client_encoding = 'UTF8'"
+
+enum conn_state { C_DOWN, C_CONNECTING, C_SETUP, C_IDLE, C_BUSY };
+enum query_state { Q_QUEUED, Q_INFLIGHT, Q_CALLING };
+
+struct pgpool_query {
+	pgpool_query *next;
+	pgpool_query *prev;
+	pgpool *pool;
+	int prio;
+	enum query_state state;
+	bool cancelled;
+	char *sql;
+	int nparams;
+	const char **vals;
+	int *lens;
+	int *fmts;
+	int binary;
+	pgpool_fn fn;
+	void *arg;
+};
+
+typedef struct conn {
+	pgpool *pool;
+	unsigned idx;
+	enum conn_state st;
+	PGconn *pg;
+	struct event *ev;
+	evutil_socket_t ev_fd;
+	short ev_what;
+	struct event *timer;
+	uint32_t backoff_ms;
+	pgpool_query *q; /* in flight (C_BUSY) */
+	PGresult *res;   /* the result kept while the query's results are read */
+	bool flushing;
+} conn;
+
+typedef struct qlist {
+	pgpool_query *head;
+	pgpool_query *tail;
+} qlist;
+
+struct pgpool {
+	struct event_base *base;
+	char *dsn;
+	unsigned n;
+	conn *conns;
+	qlist queue[2];
+	size_t queued;
+	size_t inflight;
+	struct event *kick;
+};
+
+static void conn_start(conn *c);
+static void dispatch(pgpool *p);
+
+static void
+trim_msg(char *buf, size_t len, const char *msg)
+{
+	size_t n;
+
+	snprintf(buf, len, "%s", msg ? msg : "");
+	n = strlen(buf);
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+		buf[--n] = 0;
+	for (size_t i = 0; i < n; i++)
+		if (buf[i] == '\n' || buf[i] == '\t')
+			buf[i] = ' ';
+}
+
+static void
+query_free(pgpool_query *q)
+{
+	free(q); /* one allocation holds the arrays and the copies */
+}
+
+/* Runs the callback of a finished query (unless cancelled) and frees it. */
+static void
+deliver(pgpool_query *q, st_err err, const PGresult *res)
+{
+	if (!q->cancelled) {
+		q->state = Q_CALLING;
+		q->fn(q->arg, err, res);
+	}
+	query_free(q);
+}
+
+static void
+sock_unwatch(conn *c)
+{
+	if (c->ev != NULL) {
+		event_free(c->ev);
+		c->ev = NULL;
+	}
+}
+
+static void on_sock(evutil_socket_t fd, short what, void *arg);
+static void conn_fail(conn *c, const char *why);
+
+/* Makes the socket event watch exactly `what`; false (connection failed) when there is no socket. */
+static bool
+sock_watch(conn *c, short what)
+{
+	evutil_socket_t fd = PQsocket(c->pg);
+
+	if (fd < 0) {
+		conn_fail(c, "no socket");
+		return false;
+	}
+	if (c->ev != NULL && c->ev_fd == fd && c->ev_what == what)
+		return true;
+	sock_unwatch(c);
+	c->ev = event_new(c->pool->base, fd, what | EV_PERSIST, on_sock, c);
+	ST_ASSERT(c->ev != NULL);
+	c->ev_fd = fd;
+	c->ev_what = what;
+	event_add(c->ev, NULL);
+	return true;
+}
+
+static void
+timer_arm(conn *c, uint32_t ms)
+{
+	struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+
+	evtimer_add(c->timer, &tv);
+}
+
+/* Drops the connection, fails its query (after the state is clean), schedules a reconnect. */
+static void
+conn_fail(conn *c, const char *why)
+{
+	char msg[512];
+	pgpool_query *q = c->q;
+
+	trim_msg(msg, sizeof(msg), c->pg ? PQerrorMessage(c->pg) : "");
+	st_warn("pgpool: connection %u: %s%s%s (reconnect in %u ms)", c->idx, why, msg[0] ? ": " : "", msg,
+	        c->backoff_ms);
+	sock_unwatch(c);
+	evtimer_del(c->timer);
+	if (c->res != NULL) {
+		PQclear(c->res);
+		c->res = NULL;
+	}
+	if (c->pg != NULL) {
+		PQfinish(c->pg);
+		c->pg = NULL;
+	}
+	c->q = NULL;
+	c->flushing = false;
+	c->st = C_DOWN;
+	timer_arm(c, c->backoff_ms);
+	c->backoff_ms = ST_MIN(c->backoff_ms * 2, BACKOFF_MAX_MS);
+	if (q != NULL) {
+		c->pool->inflight--;
+		deliver(q, ST_EDB, NULL);
+	}
+}
+
+static void
+on_notice(void *arg, const char *message)
+{
+	conn *c = arg;
+	char msg[512];
+
+	trim_msg(msg, sizeof(msg), message);
+	st_info("pgpool: connection %u: server: %s", c->idx, msg);
+}
+
+static void
+conn_start(conn *c)
+{
+	const char *keys[] = {"dbname", "application_name", "keepalives_idle", "keepalives_interval",
+	                      "keepalives_count", NULL};
+	const char *vals[] = {c->pool->dsn, "edge-gateway", "30", "10", "3", NULL};
+
+	c->pg = PQconnectStartParams(keys, vals, 1);
+	if (c->pg == NULL) {
+		conn_fail(c, "out of memory");
+		return;
+	}
+	if (PQstatus(c->pg) == CONNECTION_BAD) {
+		conn_fail(c, "connect failed");
+		return;
+	}
+	PQsetNoticeProcessor(c->pg, on_notice, c);
+	c->st = C_CONNECTING;
+	timer_arm(c, CONNECT_TIMEOUT_MS);
+	/* libpq: behave as if PQconnectPoll had returned PGRES_POLLING_WRITING. */
+	sock_watch(c, EV_WRITE);
+}
+
+/* Flushes the outgoing query; watches the socket accordingly.  false: the connection failed. */
+static bool
+conn_flush(conn *c)
+{
+	int r = PQflush(c->pg);
+
+	if (r < 0) {
+		conn_fail(c, "send failed");
+		return false;
+	}
+	c->flushing = r == 1;
+	return sock_watch(c, c->flushing ? EV_READ | EV_WRITE : EV_READ);
+}
+
+static void
+conn_connect_poll(conn *c)
+{
+	switch (PQconnectPoll(c->pg)) {
+	case PGRES_POLLING_READING:
+		sock_watch(c, EV_READ);
+		return;
+	case PGRES_POLLING_WRITING:
+		sock_watch(c, EV_WRITE);
+		return;
+	case PGRES_POLLING_OK:
+		if (PQsetnonblocking(c->pg, 1) != 0) {
+			conn_fail(c, "PQsetnonblocking failed");
+			return;
+		}
+		if (!PQsendQuery(c->pg, SETUP_SQL)) {
+			conn_fail(c, "session setup failed");
+			return;
+		}
+		c->st = C_SETUP;
+		conn_flush(c);
+		return;
+	default:
+		conn_fail(c, "connect failed");
+		return;
+	}
+}
+
+static bool
+is_error(const PGresult *r)
+{
+	ExecStatusType s = PQresultStatus(r);
+
+	return s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK && s != PGRES_EMPTY_QUERY;
+}
+
+/* Keeps the last result, or the first error. */
+static void
+collect(conn *c, PGresult *r)
+{
+	if (c->res != NULL && is_error(c->res)) {
+		PQclear(r);
+		return;
+	}
+	if (c->res != NULL)
+		PQclear(c->res);
+	c->res = r;
+}
+
+static void
+send_next(conn *c, pgpool_query *q)
+{
+	pgpool *p = c->pool;
+
+	q->state = Q_INFLIGHT;
+	c->q = q;
+	c->st = C_BUSY;
+	p->inflight++;
+	if (!PQsendQueryParams(c->pg, q->sql, q->nparams, NULL, q->vals, q->lens, q->fmts, q->binary)) {
+		conn_fail(c, "send failed");
+		return;
+	}
+	conn_flush(c);
+}
+
+/* All results of the current operation are in. */
+static void
+conn_finished(conn *c)
+{
+	pgpool *p = c->pool;
+	PGresult *res = c->res;
+	pgpool_query *q = c->q;
+
+	c->res = NULL;
+	if (c->st == C_SETUP) {
+		if (res == NULL || is_error(res)) {
+			PQclear(res);
+			conn_fail(c, "session setup failed");
+			return;
+		}
+		PQclear(res);
+		evtimer_del(c->timer);
+		c->backoff_ms = BACKOFF_MIN_MS;
+		c->st = C_IDLE;
+		st_info("pgpool: connection %u up", c->idx);
+		if (sock_watch(c, EV_READ))
+			dispatch(p);
+		return;
+	}
+	c->q = NULL;
+	c->st = C_IDLE;
+	p->inflight--;
+	if (res == NULL) {
+		deliver(q, ST_EDB, NULL);
+	} else if (is_error(res)) {
+		char msg[512];
+		trim_msg(msg, sizeof(msg), PQresultErrorMessage(res));
+		st_warn("pgpool: query failed: %s", msg);
+		deliver(q, ST_EDB, res);
+	} else {
+		deliver(q, ST_OK, res);
+	}
+	PQclear(res);
+	/* The callback may have queued work; this connection is free for it now. */
+	if (c->st == C_IDLE && sock_watch(c, EV_READ))
+		dispatch(p);
+}
+
+/* SETUP and BUSY: flush what is left, then read results. */
+static void
+conn_io(conn *c, short what)
+{
+	if ((what & EV_READ) && !PQconsumeInput(c->pg)) {
+		conn_fail(c, c->st == C_BUSY ? "connection lost during a query" : "connection lost");
+		return;
+	}
+	if (c->flushing && !conn_flush(c))
+		return;
+	while (!PQisBusy(c->pg)) {
+		PGresult *r = PQgetResult(c->pg);
+		if (r == NULL) {
+			conn_finished(c);
+			return;
+		}
+		collect(c, r);
+	}
+	if (PQstatus(c->pg) == CONNECTION_BAD)
+		conn_fail(c, "connection lost");
+}
+
+static void
+conn_idle_read(conn *c)
+{
+	PGresult *r;
+
+	if (!PQconsumeInput(c->pg) || PQstatus(c->pg) == CONNECTION_BAD) {
+		conn_fail(c, "connection lost while idle");
+		return;
+	}
+	/* Nothing is expected; discard whatever arrived (a server error before it closes). */
+	while (!PQisBusy(c->pg) && (r = PQgetResult(c->pg)) != NULL)
+		PQclear(r);
+	for (PGnotify *n; (n = PQnotifies(c->pg)) != NULL;)
+		PQfreemem(n);
+}
+
+static void
+on_sock(evutil_socket_t fd, short what, void *arg)
+{
+	conn *c = arg;
+
+	(void)fd;
+	switch (c->st) {
+	case C_CONNECTING:
+		conn_connect_poll(c);
+		break;
+	case C_SETUP:
+	case C_BUSY:
+		conn_io(c, what);
+		break;
+	case C_IDLE:
+		conn_idle_read(c);
+		break;
+	case C_DOWN:
+		break;
+	}
+}
+
+static void
+on_timer(evutil_socket_t fd, short what, void *arg)
+{
+	conn *c = arg;
+
+	(void)fd;
+	(void)what;
+	if (c->st == C_DOWN)
+		conn_start(c);
+	else if (c->st == C_CONNECTING || c->st == C_SETUP)
+		conn_fail(c, "connect timed out");
+}
+
+static pgpool_query *
+queue_pop(pgpool *p)
+{
+	for (int i = 0; i < 2; i++) {
+		pgpool_query *q = p->queue[i].head;
+		if (q == NULL)
+			continue;
+		p->queue[i].head = q->next;
+		if (q->next != NULL)
+			q->next->prev = NULL;
+		else
+			p->queue[i].tail = NULL;
+		q->next = q->prev = NULL;
+		p->queued--;
+		return q;
+	}
+	return NULL;
+}
+
+static void
+dispatch(pgpool *p)
+{
+	for (unsigned i = 0; i < p->n && p->queued > 0; i++) {
+		conn *c = &p->conns[i];
+		if (c->st == C_IDLE)
+			send_next(c, queue_pop(p));
+	}
+}
+
+static void
+on_kick(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	dispatch(arg);
+}
+
+st_err
+pgpool_new(struct event_base *base, const char *dsn, unsigned n, pgpool **out)
+{
+	char *errmsg = NULL;
+	PQconninfoOption *opts;
+	pgpool *p;
+
+	if (n == 0 || n > PGPOOL_MAX_CONNS)
+		return ST_EINVAL;
+	if ((opts = PQconninfoParse(dsn, &errmsg)) == NULL) {
+		char msg[512];
+		trim_msg(msg, sizeof(msg), errmsg ? errmsg : "out of memory");
+		st_error("pgpool: bad dsn: %s", msg);
+		PQfreemem(errmsg);
+		return ST_EINVAL;
+	}
+	PQconninfoFree(opts);
+
+	p = st_xcalloc(1, sizeof(*p));
+	p->base = base;
+	p->dsn = st_xstrdup(dsn);
+	p->n = n;
+	p->conns = st_xcalloc(n, sizeof(conn));
+	p->kick = event_new(base, -1, 0, on_kick, p);
+	ST_ASSERT(p->kick != NULL);
+	for (unsigned i = 0; i < n; i++) {
+		conn *c = &p->conns[i];
+		c->pool = p;
+		c->idx = i;
+		c->st = C_DOWN;
+		c->backoff_ms = BACKOFF_MIN_MS;
+		c->timer = evtimer_new(base, on_timer, c);
+		ST_ASSERT(c->timer != NULL);
+		timer_arm(c, 0);
+	}
+	*out = p;
+	return ST_OK;
+}
+
+pgpool_query *
+pgpool_submit(pgpool *p, enum pgpool_prio prio, const char *sql, int nparams, const char *const *vals,
+              const int *lens, const int *fmts, int result_binary, pgpool_fn fn, void *arg)
+{
+	size_t sql_len = strlen(sql) + 1, data = 0, size;
+	pgpool_query *q;
+	char *at;
+
+	ST_ASSERT(fn != NULL && (prio == PGPOOL_PRIO_FILL || prio == PGPOOL_PRIO_REPLAY));
+	if (p->queued >= PGPOOL_MAX_QUEUED || nparams < 0 || (unsigned)nparams > PGPOOL_MAX_PARAMS)
+		return NULL;
+	for (int i = 0; i < nparams; i++) {
+		size_t len;
+		if (vals[i] == NULL)
+			continue;
+		if (fmts != NULL && fmts[i] == 1) {
+			if (lens == NULL || lens[i] < 0)
+				return NULL;
+			len = (size_t)lens[i];
+		} else {
+			len = strlen(vals[i]) + 1;
+		}
+		if (len > PGPOOL_MAX_PARAM_BYTES - data)
+			return NULL;
+		data += len;
+	}
+	size = sizeof(*q) + (size_t)nparams * (sizeof(char *) + 2 * sizeof(int)) + sql_len + data;
+	q = st_xcalloc(1, size);
+	q->pool = p;
+	q->prio = prio;
+	q->state = Q_QUEUED;
+	q->nparams = nparams;
+	q->binary = result_binary ? 1 : 0;
+	q->fn = fn;
+	q->arg = arg;
+	q->vals = (const char **)(q + 1);
+	q->lens = (int *)(q->vals + nparams);
+	q->fmts = q->lens + nparams;
+	at = (char *)(q->fmts + nparams);
+	q->sql = at;
+	memcpy(at, sql, sql_len);
+	at += sql_len;
+	for (int i = 0; i < nparams; i++) {
+		bool bin = fmts != NULL && fmts[i] == 1;
+		size_t len;
+		q->fmts[i] = bin ? 1 : 0;
+		if (vals[i] == NULL) {
+			q->vals[i] = NULL;
+			continue;
+		}
+		len = bin ? (size_t)lens[i] : strlen(vals[i]) + 1;
+		q->lens[i] = bin ? lens[i] : 0;
+		memcpy(at, vals[i], len);
+		q->vals[i] = at;
+		at += len;
+	}
+	if (nparams == 0) {
+		q->vals = NULL;
+		q->lens = NULL;
+		q->fmts = NULL;
+	}
+
+	qlist *l = &p->queue[prio];
+	q->prev = l->tail;
+	if (l->tail != NULL)
+		l->tail->next = q;
+	else
+		l->head = q;
+	l->tail = q;
+	p->queued++;
+	event_active(p->kick, 0, 0);
+	return q;
+}
+
+void
+pgpool_cancel(pgpool_query *q)
+{
+	pgpool *p;
+	qlist *l;
+
+	if (q == NULL)
+		return;
+	switch (q->state) {
+	case Q_QUEUED:
+		p = q->pool;
+		l = &p->queue[q->prio];
+		if (q->prev != NULL)
+			q->prev->next = q->next;
+		else
+			l->head = q->next;
+		if (q->next != NULL)
+			q->next->prev = q->prev;
+		else
+			l->tail = q->prev;
+		p->queued--;
+		query_free(q);
+		return;
+	case Q_INFLIGHT:
+		q->cancelled = true;
+		return;
+	case Q_CALLING:
+		return;
+	}
+}
+
+bool
+pgpool_ready(const pgpool *p)
+{
+	for (unsigned i = 0; i < p->n; i++)
+		if (p->conns[i].st == C_IDLE || p->conns[i].st == C_BUSY)
+			return true;
+	return false;
+}
+
+size_t
+pgpool_queued(const pgpool *p)
+{
+	return p->queued;
+}
+
+size_t
+pgpool_inflight(const pgpool *p)
+{
+	return p->inflight;
+}
+
+void
+pgpool_free(pgpool *p)
+{
+	pgpool_query *q;
+
+	if (p == NULL)
+		return;
+	for (unsigned i = 0; i < p->n; i++) {
+		conn *c = &p->conns[i];
+		sock_unwatch(c);
+		if (c->timer != NULL)
+			event_free(c->timer);
+		if (c->res != NULL)
+			PQclear(c->res);
+		if (c->pg != NULL)
+			PQfinish(c->pg);
+		if (c->q != NULL)
+			query_free(c->q);
+	}
+	while ((q = queue_pop(p)) != NULL)
+		query_free(q);
+	if (p->kick != NULL)
+		event_free(p->kick);
+	free(p->conns);
+	free(p->dsn);
+	free(p);
+}

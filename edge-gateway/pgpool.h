@@ -1,0 +1,91 @@
+/*
+ * pgpool: a few asynchronous libpq connections on one libevent loop, and a
+ * bounded two-priority queue of queries for them.
+ *
+ * Nothing here blocks the loop: connections are made with
+ * PQconnectStartParams/PQconnectPoll, queries are sent with
+ * PQsendQueryParams in non-blocking mode and read on socket events (no
+ * PQexec, PQconnectdb or PQcancel).  A connection that fails is made again
+ * after a back-off (100 ms doubling to 5 s, reset once a session is up).
+ * Each session runs SET statement_timeout = '30s' and client_encoding UTF8
+ * and is named application_name=edge-gateway.
+ *
+ * Threads: everything, callbacks included, runs on the loop thread of the
+ * event_base given to pgpool_new.
+ */
+#ifndef EDGE_PGPOOL_H
+#define EDGE_PGPOOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <libpq-fe.h>
+
+#include "st_err.h"
+
+struct event_base;
+typedef struct pgpool pgpool;
+typedef struct pgpool_query pgpool_query;
+
+#define PGPOOL_MAX_CONNS 64u
+#define PGPOOL_MAX_QUEUED 10000u /* queued (not yet sent) queries */
+#define PGPOOL_MAX_PARAMS 1024u
+#define PGPOOL_MAX_PARAM_BYTES (16u * 1024 * 1024) /* all parameters of one query together */
+
+/* Priorities: every queued PGPOOL_PRIO_FILL query is sent before any PGPOOL_PRIO_REPLAY one. */
+enum pgpool_prio { PGPOOL_PRIO_FILL = 0, PGPOOL_PRIO_REPLAY = 1 };
+
+/*
+ * The end of a query, called exactly once unless the query was cancelled.
+ * err ST_OK: res is the PGRES_TUPLES_OK / PGRES_COMMAND_OK result.
+ * err ST_EDB: the query failed (res is the error result: PQresultErrorField
+ * works) or the connection died while it was in flight (res NULL).  A query
+ * in flight when the connection dies is failed, never resent: the caller
+ * decides.  The message has been logged.  res is valid only during the
+ * call (the pool clears it).  The handle is freed when the callback
+ * returns.  The callback may submit and cancel other queries; it must not
+ * call pgpool_free.
+ */
+typedef void (*pgpool_fn)(void *arg, st_err err, const PGresult *res);
+
+/*
+ * dsn: a libpq conninfo string or URI (copied).  n: 1..PGPOOL_MAX_CONNS
+ * connections, started at once.  ST_EINVAL for a bad n or a dsn libpq
+ * cannot parse (logged).  Connecting goes on in the background; see
+ * pgpool_ready.
+ */
+st_err pgpool_new(struct event_base *base, const char *dsn, unsigned n, pgpool **out);
+
+/*
+ * Queues one query.  sql, the parameter values (vals[i] of lens[i] bytes
+ * when fmts[i] == 1, a NUL-terminated text otherwise; NULL vals[i] is SQL
+ * NULL), lens and fmts are copied; lens/fmts may be NULL for all-text
+ * parameters.  Parameter types are taken from the SQL (write $1::int8).
+ * result_binary: 1 asks for binary results.  Returns NULL (and calls
+ * nothing) when the queue holds PGPOOL_MAX_QUEUED queries or the parameters
+ * are over their bounds.  Queries wait in the queue while no connection is
+ * up; the caller bounds that wait itself (pgpool_cancel).
+ */
+pgpool_query *pgpool_submit(pgpool *p, enum pgpool_prio prio, const char *sql, int nparams,
+                            const char *const *vals, const int *lens, const int *fmts, int result_binary,
+                            pgpool_fn fn, void *arg);
+
+/*
+ * The callback of q will never be called.  A queued query is dropped; one
+ * in flight is left to finish on its connection and its result discarded.
+ * Safe from inside any pgpool callback; a no-op inside q's own callback.
+ * After the callback has returned, q is gone: do not cancel it then.
+ */
+void pgpool_cancel(pgpool_query *q);
+
+/* At least one connection is up (session set up). */
+bool pgpool_ready(const pgpool *p);
+/* Queries queued, and in flight. */
+size_t pgpool_queued(const pgpool *p);
+size_t pgpool_inflight(const pgpool *p);
+
+/* Closes every connection; queued and in-flight queries are dropped
+ * without callbacks.  Not from a pgpool callback.  NULL-safe. */
+void pgpool_free(pgpool *p);
+
+#endif

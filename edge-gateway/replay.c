@@ -1,0 +1,372 @@
+/*
+ * replay: history queries (Last-Event-ID check and replay chunks, gap fills).
+ *
+ * DESIGN.  Each job is one pgpool query with binary parameters (the topic
+ * list as a binary text[], so no topic needs quoting or escaping, and the
+ * seqs as int8) and binary results.  Topic filters use the LATERAL form of
+ * PITFALLS.md §3: one index range scan of (topic, seq) per distinct topic,
+ * each LIMITed, then a merge to the overall LIMIT, instead of reading every
+ * match of `topic = ANY(...)` and sorting it.  The check counts through the
+ * same LIMITed subquery so that a huge backlog costs cap + 1 index entries,
+ * and runs as one statement so D, the horizon and the count share one
+ * snapshot.  Rows become frames with one function shared by replays and
+ * fills; every length that comes back from the server is checked against
+ * the bytes actually there before it is used.
+ */
+#include "replay.h"
+
+#include <endian.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "st_log.h"
+#include "st_util.h"
+
+#define OID_TEXT 25u
+#define MAX_TOPIC_BYTES (1024u * 1024) /* a topic read back; the contract's are <= 200 bytes */
+
+static const char CHECK_SQL[] =
+	"SELECT (SELECT coalesce(max(seq), 0) FROM broker_event)::int8,"
+	" coalesce((SELECT horizon FROM broker_meta WHERE id = 1), 0)::int8,"
+	" (SELECT count(*) FROM (SELECT 1 FROM (SELECT DISTINCT u FROM unnest($1::text[]) AS u) AS t(topic)"
+	"   CROSS JOIN LATERAL (SELECT e.seq FROM broker_event e WHERE e.topic = t.topic AND e.seq > $2::int8"
+	"                       ORDER BY e.seq LIMIT $3::int8) AS x"
+	"   LIMIT $3::int8) AS c)::int8";
+
+static const char FETCH_SQL[] =
+	"SELECT x.seq, x.topic, x.about, x.data"
+	" FROM (SELECT DISTINCT u FROM unnest($1::text[]) AS u) AS t(topic)"
+	" CROSS JOIN LATERAL (SELECT e.seq, e.topic, e.about, e.data FROM broker_event e"
+	"   WHERE e.topic = t.topic AND e.seq > $2::int8 AND e.seq <= $3::int8"
+	"   ORDER BY e.seq LIMIT $4::int8) AS x"
+	" ORDER BY x.seq LIMIT $4::int8";
+
+static const char FILL_SQL[] =
+	"SELECT seq, topic, about, data FROM broker_event"
+	" WHERE seq > $1::int8 AND seq <= $2::int8 ORDER BY seq LIMIT $3::int8";
+
+enum job_kind { J_CHECK, J_FETCH, J_FILL };
+
+struct replay_job {
+	pgpool_query *q;
+	enum job_kind kind;
+	bool calling;
+	uint32_t limit;
+	uint64_t upto;
+	replay_check_fn check_fn;
+	replay_rows_fn rows_fn;
+	replay_fill_fn fill_fn;
+	void *arg;
+};
+
+static uint32_t
+rd32(const char *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, 4);
+	return be32toh(v);
+}
+
+static void
+wr32(char *p, uint32_t v)
+{
+	v = htobe32(v);
+	memcpy(p, &v, 4);
+}
+
+static bool
+get_i8(const PGresult *r, int row, int col, uint64_t *out)
+{
+	uint64_t v;
+
+	if (PQgetisnull(r, row, col) || PQgetlength(r, row, col) != 8)
+		return false;
+	memcpy(&v, PQgetvalue(r, row, col), 8);
+	*out = be64toh(v);
+	return true;
+}
+
+st_err
+replay_text_array_parse(const char *buf, size_t len, proto_str *out, uint32_t max, uint32_t *n)
+{
+	uint32_t ndim, flags, oid, count;
+	size_t off;
+
+	*n = 0;
+	if (len < 12)
+		return ST_EPROTO;
+	ndim = rd32(buf);
+	flags = rd32(buf + 4);
+	oid = rd32(buf + 8);
+	if (oid != OID_TEXT || flags > 1)
+		return ST_EPROTO;
+	if (ndim == 0)
+		return len == 12 ? ST_OK : ST_EPROTO;
+	if (ndim != 1 || len < 20)
+		return ST_EPROTO;
+	count = rd32(buf + 12);
+	/* buf + 16 is the lower bound: any value is fine for a list. */
+	if (count > max || count > (len - 20) / 4)
+		return ST_EPROTO;
+	off = 20;
+	for (uint32_t i = 0; i < count; i++) {
+		uint32_t el;
+		if (len - off < 4)
+			return ST_EPROTO;
+		el = rd32(buf + off);
+		off += 4;
+		if (el == UINT32_MAX || el > len - off) /* -1 is a NULL element */
+			return ST_EPROTO;
+		out[i].p = buf + off;
+		out[i].len = el;
+		off += el;
+	}
+	if (off != len)
+		return ST_EPROTO;
+	*n = count;
+	return ST_OK;
+}
+
+/* One row (seq, topic, about, data) -> an item frame. */
+static st_err
+row_frame(const PGresult *r, int row, frame **out)
+{
+	proto_str about[REPLAY_MAX_ABOUT];
+	uint64_t seq;
+	uint32_t n_about;
+	const char *topic, *data = NULL;
+	size_t topic_len, data_len = 0;
+
+	if (!get_i8(r, row, 0, &seq) || seq == 0 || seq > INT64_MAX || PQgetisnull(r, row, 1) ||
+	    PQgetisnull(r, row, 2))
+		return ST_EPROTO;
+	topic = PQgetvalue(r, row, 1);
+	topic_len = (size_t)PQgetlength(r, row, 1);
+	if (topic_len == 0 || topic_len > MAX_TOPIC_BYTES)
+		return ST_EPROTO;
+	if (replay_text_array_parse(PQgetvalue(r, row, 2), (size_t)PQgetlength(r, row, 2), about,
+	                            REPLAY_MAX_ABOUT, &n_about) != ST_OK)
+		return ST_EPROTO;
+	if (!PQgetisnull(r, row, 3)) {
+		/* json's binary form is its text, byte for byte. */
+		data = PQgetvalue(r, row, 3);
+		data_len = (size_t)PQgetlength(r, row, 3);
+		if (data_len == 0)
+			return ST_EPROTO;
+	}
+	*out = frame_item_new(seq, topic, topic_len, about, n_about, data, data_len);
+	return ST_OK;
+}
+
+/* All rows -> frames (*out malloc'd, *n entries), ascending seqs checked. */
+static st_err
+rows_frames(const PGresult *r, uint32_t limit, frame ***out, size_t *n)
+{
+	int rows = PQntuples(r);
+	frame **f;
+	st_err rv = ST_OK;
+	int i;
+
+	*out = NULL;
+	*n = 0;
+	if (PQnfields(r) != 4 || rows < 0 || (uint32_t)rows > limit)
+		return ST_EPROTO;
+	for (int c = 0; c < 4; c++)
+		if (PQfformat(r, c) != 1)
+			return ST_EPROTO;
+	if (rows == 0)
+		return ST_OK;
+	f = st_xcalloc((size_t)rows, sizeof(*f));
+	for (i = 0; i < rows; i++) {
+		if ((rv = row_frame(r, i, &f[i])) != ST_OK)
+			break;
+		if (i > 0 && frame_seq(f[i]) <= frame_seq(f[i - 1])) {
+			frame_unref(f[i]);
+			rv = ST_EPROTO;
+			break;
+		}
+	}
+	if (rv != ST_OK) {
+		st_warn("replay: row %d of %d cannot be read", i, rows);
+		for (int j = 0; j < i; j++)
+			frame_unref(f[j]);
+		free(f);
+		return rv;
+	}
+	*out = f;
+	*n = (size_t)rows;
+	return ST_OK;
+}
+
+static void
+on_result(void *arg, st_err err, const PGresult *res)
+{
+	replay_job *j = arg;
+	frame **f = NULL;
+	size_t n = 0;
+	uint64_t d = 0, horizon = 0, count = 0;
+
+	j->q = NULL;
+	j->calling = true;
+	switch (j->kind) {
+	case J_CHECK:
+		if (err == ST_OK && (PQntuples(res) != 1 || PQnfields(res) != 3 || !get_i8(res, 0, 0, &d) ||
+		                     !get_i8(res, 0, 1, &horizon) || !get_i8(res, 0, 2, &count))) {
+			st_warn("replay: unexpected check result");
+			err = ST_EPROTO;
+		}
+		j->check_fn(j->arg, err, d, horizon, count);
+		break;
+	case J_FETCH:
+	case J_FILL:
+		if (err == ST_OK)
+			err = rows_frames(res, j->limit, &f, &n);
+		if (j->kind == J_FETCH) {
+			j->rows_fn(j->arg, err, f, n, err == ST_OK && n < j->limit);
+		} else {
+			uint64_t upto = n < j->limit ? j->upto : frame_seq(f[n - 1]);
+			j->fill_fn(j->arg, err, f, n, err == ST_OK ? upto : 0);
+		}
+		for (size_t i = 0; i < n; i++)
+			frame_unref(f[i]);
+		free(f);
+		break;
+	}
+	free(j);
+}
+
+/* The binary text[] of the topics; NULL when out of bounds. */
+static char *
+topics_array(const char *const *topics, const size_t *lens, size_t n, int *out_len)
+{
+	size_t size = 20;
+	char *b, *at;
+
+	if (n == 0 || n > REPLAY_MAX_TOPICS)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		if (lens[i] > PROTO_MAX_TOPIC)
+			return NULL;
+		size += 4 + lens[i];
+	}
+	b = st_xmalloc(size);
+	wr32(b, 1);
+	wr32(b + 4, 0);
+	wr32(b + 8, OID_TEXT);
+	wr32(b + 12, (uint32_t)n);
+	wr32(b + 16, 1);
+	at = b + 20;
+	for (size_t i = 0; i < n; i++) {
+		wr32(at, (uint32_t)lens[i]);
+		memcpy(at + 4, topics[i], lens[i]);
+		at += 4 + lens[i];
+	}
+	*out_len = (int)size;
+	return b;
+}
+
+static uint64_t
+clamp_i8(uint64_t v)
+{
+	return v > INT64_MAX ? INT64_MAX : v;
+}
+
+/* Submits sql with binary params: an optional text[] followed by int8s. */
+static replay_job *
+job_submit(pgpool *p, enum pgpool_prio prio, const char *sql, replay_job *j, const char *arr, int arr_len,
+           const uint64_t *ints, int n_ints)
+{
+	const char *vals[5];
+	int lens[5], fmts[5], np = 0;
+	uint64_t be[4];
+
+	ST_ASSERT(n_ints <= 4);
+	if (arr != NULL) {
+		vals[np] = arr;
+		lens[np] = arr_len;
+		fmts[np++] = 1;
+	}
+	for (int i = 0; i < n_ints; i++) {
+		be[i] = htobe64(clamp_i8(ints[i]));
+		vals[np] = (const char *)&be[i];
+		lens[np] = 8;
+		fmts[np++] = 1;
+	}
+	j->q = pgpool_submit(p, prio, sql, np, vals, lens, fmts, 1, on_result, j);
+	if (j->q == NULL) {
+		free(j);
+		return NULL;
+	}
+	return j;
+}
+
+replay_job *
+replay_check(pgpool *p, const char *const *topics, const size_t *lens, size_t n, uint64_t after, uint64_t cap,
+             replay_check_fn fn, void *arg)
+{
+	int arr_len;
+	char *arr = topics_array(topics, lens, n, &arr_len);
+	uint64_t ints[2] = {after, cap >= INT64_MAX ? INT64_MAX : cap + 1};
+	replay_job *j;
+
+	if (arr == NULL)
+		return NULL;
+	j = st_xcalloc(1, sizeof(*j));
+	j->kind = J_CHECK;
+	j->check_fn = fn;
+	j->arg = arg;
+	j = job_submit(p, PGPOOL_PRIO_REPLAY, CHECK_SQL, j, arr, arr_len, ints, 2);
+	free(arr);
+	return j;
+}
+
+replay_job *
+replay_fetch(pgpool *p, const char *const *topics, const size_t *lens, size_t n, uint64_t cursor, uint64_t upto,
+             uint32_t limit, replay_rows_fn fn, void *arg)
+{
+	int arr_len;
+	char *arr;
+	uint64_t ints[3] = {cursor, upto, limit};
+	replay_job *j;
+
+	if (limit == 0 || limit > REPLAY_MAX_LIMIT)
+		return NULL;
+	if ((arr = topics_array(topics, lens, n, &arr_len)) == NULL)
+		return NULL;
+	j = st_xcalloc(1, sizeof(*j));
+	j->kind = J_FETCH;
+	j->limit = limit;
+	j->upto = upto;
+	j->rows_fn = fn;
+	j->arg = arg;
+	j = job_submit(p, PGPOOL_PRIO_REPLAY, FETCH_SQL, j, arr, arr_len, ints, 3);
+	free(arr);
+	return j;
+}
+
+replay_job *
+replay_fill(pgpool *p, uint64_t after, uint64_t upto, uint32_t limit, replay_fill_fn fn, void *arg)
+{
+	uint64_t ints[3] = {after, upto, limit};
+	replay_job *j;
+
+	if (limit == 0 || limit > REPLAY_MAX_LIMIT)
+		return NULL;
+	j = st_xcalloc(1, sizeof(*j));
+	j->kind = J_FILL;
+	j->limit = limit;
+	j->upto = upto;
+	j->fill_fn = fn;
+	j->arg = arg;
+	return job_submit(p, PGPOOL_PRIO_FILL, FILL_SQL, j, NULL, 0, ints, 3);
+}
+
+void
+replay_cancel(replay_job *j)
+{
+	if (j == NULL || j->calling)
+		return;
+	pgpool_cancel(j->q);
+	free(j);
+}

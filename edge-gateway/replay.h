@@ -1,0 +1,78 @@
+/*
+ * replay: the history queries of the edge, on the pgpool.
+ *
+ *   replay_check  the Last-Event-ID decision (docs/architecture.md "Resume"):
+ *                 D = max(seq), the retention horizon, and how many events
+ *                 on the topics follow L (counted up to cap + 1 only).
+ *   replay_fetch  one chunk of a replay: the events on the topics with
+ *                 cursor < seq <= upto, in seq order, at most limit.
+ *   replay_fill   one chunk of a gap fill for the sequencer: every event
+ *                 with after < seq <= upto, in seq order, at most limit.
+ *
+ * Results are read in binary (about as a binary text[], data as the json
+ * text byte for byte) and turned into item frames.  Replays run at
+ * PGPOOL_PRIO_REPLAY, fills at PGPOOL_PRIO_FILL (a fill holds back every
+ * stream's live history; a replay only one client).
+ *
+ * Threads: the loop thread of the pool.  Callbacks run from the pool's
+ * callbacks (never from inside the call that starts the query) and may
+ * start or cancel other jobs.
+ */
+#ifndef EDGE_REPLAY_H
+#define EDGE_REPLAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "frame.h"
+#include "pgpool.h"
+#include "st_err.h"
+#include "wire.h"
+
+#define REPLAY_MAX_TOPICS 64u     /* per query (the contract's bound per stream) */
+#define REPLAY_MAX_LIMIT 10000u   /* rows per chunk */
+#define REPLAY_MAX_ABOUT 1024u    /* entries of one about array read back */
+
+typedef struct replay_job replay_job;
+
+/* err ST_OK: d is max(seq) (0 when empty), horizon the retention horizon (0 with no
+ * broker_meta row), count min(events after `after` on the topics, cap + 1). */
+typedef void (*replay_check_fn)(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count);
+
+/* err ST_OK: frames[0..n) in seq order; done when fewer than limit rows came back (the
+ * range is exhausted).  The callee refs what it keeps; the frames are unreferenced after
+ * the call.  err ST_EDB: the query failed; ST_EPROTO: a row could not be read (logged). */
+typedef void (*replay_rows_fn)(void *arg, st_err err, frame *const *frames, size_t n, bool done);
+
+/* As replay_rows_fn; upto_reached is the seq up to which (after, upto_reached] is now
+ * complete: upto when fewer than limit rows came back, the last row's seq otherwise.
+ * Exactly what sequencer_fill_done wants. */
+typedef void (*replay_fill_fn)(void *arg, st_err err, frame *const *frames, size_t n, uint64_t upto_reached);
+
+/*
+ * topics[i] of lens[i] bytes (copied), n in 1..REPLAY_MAX_TOPICS; repeated
+ * topics count once.  Return a handle, or NULL (nothing will be called)
+ * when the arguments are out of bounds or the pool's queue is full.  The
+ * handle is valid until the callback returns or replay_cancel.
+ */
+replay_job *replay_check(pgpool *p, const char *const *topics, const size_t *lens, size_t n, uint64_t after,
+                         uint64_t cap, replay_check_fn fn, void *arg);
+/* limit in 1..REPLAY_MAX_LIMIT. */
+replay_job *replay_fetch(pgpool *p, const char *const *topics, const size_t *lens, size_t n, uint64_t cursor,
+                         uint64_t upto, uint32_t limit, replay_rows_fn fn, void *arg);
+replay_job *replay_fill(pgpool *p, uint64_t after, uint64_t upto, uint32_t limit, replay_fill_fn fn, void *arg);
+
+/* The callback will never be called (the client went away).  NULL-safe; not after the
+ * callback has returned; a no-op inside the job's own callback. */
+void replay_cancel(replay_job *j);
+
+/*
+ * Parses PostgreSQL's binary array format for a one-dimensional text[]
+ * (ndim 0 or 1, no NULL elements), every length checked against the bytes
+ * left.  out[0..*n) point into buf.  ST_EPROTO for anything else or more
+ * than max entries.  (Exposed for the tests.)
+ */
+st_err replay_text_array_parse(const char *buf, size_t len, proto_str *out, uint32_t max, uint32_t *n);
+
+#endif

@@ -1,0 +1,490 @@
+/*
+ * replay_test: the history queries against a real PostgreSQL.
+ *
+ * STUDIO_TEST_PG_DSN names the database (unset: skip, exit 77).  The test
+ * works in a private schema (dropped at the end) with the tables of
+ * docs/architecture.md, so it never touches a real broker_event.
+ */
+#include "replay.h"
+
+#include <endian.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "st_buf.h"
+#include "st_test.h"
+#include "st_util.h"
+
+static struct event_base *B;
+static pgpool *P;
+static PGconn *ADMIN; /* test-side blocking connection for set-up */
+static char SCHEMA[64];
+
+static uint64_t
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void
+on_tick(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+}
+
+static bool
+run_until(bool *flag, uint64_t ms)
+{
+	uint64_t end = now_ms() + ms;
+
+	while (!*flag && now_ms() < end)
+		event_base_loop(B, EVLOOP_ONCE);
+	return *flag;
+}
+
+static bool
+sql(const char *q)
+{
+	PGresult *r = PQexec(ADMIN, q);
+	bool ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+
+	if (!ok)
+		fprintf(stderr, "set-up SQL failed: %s\n%s\n", q, PQresultErrorMessage(r));
+	PQclear(r);
+	return ok;
+}
+
+/* ---- results ---- */
+
+typedef struct got {
+	bool done_cb;
+	int calls;
+	st_err err;
+	uint64_t d, horizon, count;
+	uint64_t seqs[1100];
+	char env[8][512];
+	size_t n;
+	bool done;
+	uint64_t upto;
+} got;
+
+static void
+on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
+{
+	got *g = arg;
+
+	g->calls++;
+	g->done_cb = true;
+	g->err = err;
+	g->d = d;
+	g->horizon = horizon;
+	g->count = count;
+}
+
+static void
+keep(got *g, frame *const *f, size_t n)
+{
+	g->n = n;
+	for (size_t i = 0; i < n && i < ST_ARRAY_LEN(g->seqs); i++) {
+		size_t len;
+		const char *e = frame_envelope(f[i], &len);
+		g->seqs[i] = frame_seq(f[i]);
+		if (i < ST_ARRAY_LEN(g->env))
+			snprintf(g->env[i], sizeof(g->env[i]), "%.*s", (int)len, e);
+	}
+}
+
+static void
+on_rows(void *arg, st_err err, frame *const *f, size_t n, bool done)
+{
+	got *g = arg;
+
+	g->calls++;
+	g->done_cb = true;
+	g->err = err;
+	g->done = done;
+	keep(g, f, n);
+}
+
+static void
+on_fill(void *arg, st_err err, frame *const *f, size_t n, uint64_t upto)
+{
+	got *g = arg;
+
+	g->calls++;
+	g->done_cb = true;
+	g->err = err;
+	g->upto = upto;
+	keep(g, f, n);
+}
+
+static const char *T1 = "t1", *T2 = "t2", *T3 = "t3";
+static const size_t L2 = 2;
+
+static void
+check(got *g, const char *const *t, const size_t *l, size_t n, uint64_t after, uint64_t cap)
+{
+	memset(g, 0, sizeof(*g));
+	ST_CHECK(replay_check(P, t, l, n, after, cap, on_check, g) != NULL);
+	ST_CHECK(run_until(&g->done_cb, 10000));
+	ST_CHECK(g->err == ST_OK);
+}
+
+static void
+fetch(got *g, const char *const *t, const size_t *l, size_t n, uint64_t cursor, uint64_t upto, uint32_t limit)
+{
+	memset(g, 0, sizeof(*g));
+	ST_CHECK(replay_fetch(P, t, l, n, cursor, upto, limit, on_rows, g) != NULL);
+	ST_CHECK(run_until(&g->done_cb, 10000));
+	ST_CHECK(g->err == ST_OK);
+}
+
+static void
+fill(got *g, uint64_t after, uint64_t upto, uint32_t limit)
+{
+	memset(g, 0, sizeof(*g));
+	ST_CHECK(replay_fill(P, after, upto, limit, on_fill, g) != NULL);
+	ST_CHECK(run_until(&g->done_cb, 10000));
+	ST_CHECK(g->err == ST_OK);
+}
+
+/* seqs 1..10 with a hole at 5 and 8 (rolled back). */
+static bool
+load_small(void)
+{
+	return sql("TRUNCATE broker_event") && sql("DELETE FROM broker_meta") &&
+	       sql("INSERT INTO broker_event (seq, topic, about, data) OVERRIDING SYSTEM VALUE VALUES"
+	           " (1, 't1', '{}', '{\"a\":1}'),"
+	           " (2, 't1', ARRAY['a\"b', 'c,d', E'\\u00fc\\u20ac\\U0001F600', '{x}', 'NULL', E'back\\\\slash', ' sp '], "
+	           "'{ \"a\" : [1, 2] }'),"
+	           " (3, 't2', '{one}', NULL),"
+	           " (4, 't3', '{}', '[]'),"
+	           " (6, 't1', '{}', NULL),"
+	           " (7, 't2', '{}', '\"x\"'),"
+	           " (9, 't3', '{}', '1'),"
+	           " (10, 't1', '{}', 'true')");
+}
+
+static void
+t_check(void)
+{
+	const char *t[] = {T1, T2, T1};
+	const size_t l[] = {L2, L2, L2};
+	got g;
+
+	ST_CHECK(load_small());
+	check(&g, t, l, 1, 0, 100);
+	ST_CHECK_EQ_U64(g.d, 10);
+	ST_CHECK_EQ_U64(g.horizon, 0);
+	ST_CHECK_EQ_U64(g.count, 4); /* t1: 1 2 6 10 */
+	check(&g, t, l, 3, 2, 100);  /* t1 twice counts once */
+	ST_CHECK_EQ_U64(g.count, 4); /* 3 6 7 10 */
+	check(&g, t, l, 2, 0, 2);    /* capped at cap + 1 */
+	ST_CHECK_EQ_U64(g.count, 3);
+	check(&g, t, l, 2, 10, 5);
+	ST_CHECK_EQ_U64(g.count, 0);
+	ST_CHECK(sql("INSERT INTO broker_meta (id, horizon, schema_version) VALUES (1, 3, 1)"));
+	check(&g, t, l, 2, 0, 100);
+	ST_CHECK_EQ_U64(g.horizon, 3);
+	ST_CHECK_EQ_U64(g.d, 10);
+	ST_CHECK_EQ_U64(g.calls, 1);
+}
+
+static void
+t_fetch(void)
+{
+	const char *t[] = {T1, T2, T2};
+	const size_t l[] = {L2, L2, L2};
+	got g;
+
+	ST_CHECK(load_small());
+	fetch(&g, t, l, 3, 0, 10, 3);
+	ST_CHECK_EQ_U64(g.n, 3);
+	ST_CHECK(!g.done);
+	ST_CHECK_EQ_U64(g.seqs[0], 1);
+	ST_CHECK_EQ_U64(g.seqs[1], 2);
+	ST_CHECK_EQ_U64(g.seqs[2], 3);
+	ST_CHECK_STR(g.env[0], "{\"type\":\"item\",\"id\":\"1\",\"topic\":\"t1\",\"about\":[],\"data\":{\"a\":1}}");
+	ST_CHECK_STR(g.env[1], "{\"type\":\"item\",\"id\":\"2\",\"topic\":\"t1\",\"about\":[\"a\\\"b\",\"c,d\","
+	                       "\"\xc3\xbc\xe2\x82\xac\xf0\x9f\x98\x80\",\"{x}\",\"NULL\",\"back\\\\slash\",\" sp \"],"
+	                       "\"data\":{ \"a\" : [1, 2] }}");
+	ST_CHECK_STR(g.env[2], "{\"type\":\"item\",\"id\":\"3\",\"topic\":\"t2\",\"about\":[\"one\"]}");
+	fetch(&g, t, l, 3, 3, 10, 3);
+	ST_CHECK_EQ_U64(g.n, 3);
+	ST_CHECK(!g.done);
+	ST_CHECK_EQ_U64(g.seqs[0], 6);
+	ST_CHECK_EQ_U64(g.seqs[1], 7);
+	ST_CHECK_EQ_U64(g.seqs[2], 10);
+	fetch(&g, t, l, 3, 10, 10, 3);
+	ST_CHECK_EQ_U64(g.n, 0);
+	ST_CHECK(g.done);
+	/* upto bounds the range */
+	fetch(&g, t, l, 2, 0, 6, 100);
+	ST_CHECK_EQ_U64(g.n, 4);
+	ST_CHECK(g.done);
+	ST_CHECK_EQ_U64(g.seqs[3], 6);
+	const char *t3[] = {T3};
+	fetch(&g, t3, l, 1, 0, 10, 100);
+	ST_CHECK_EQ_U64(g.n, 2);
+	ST_CHECK_EQ_U64(g.seqs[0], 4);
+	ST_CHECK_EQ_U64(g.seqs[1], 9);
+	const char *none[] = {"nope"};
+	const size_t l4[] = {4};
+	fetch(&g, none, l4, 1, 0, 10, 100);
+	ST_CHECK_EQ_U64(g.n, 0);
+	ST_CHECK(g.done);
+}
+
+static void
+t_fill(void)
+{
+	got g;
+
+	ST_CHECK(load_small());
+	fill(&g, 0, 10, 4);
+	ST_CHECK_EQ_U64(g.n, 4);
+	ST_CHECK_EQ_U64(g.upto, 4); /* partial: the last row */
+	fill(&g, 4, 10, 4);
+	ST_CHECK_EQ_U64(g.n, 4);
+	ST_CHECK_EQ_U64(g.seqs[0], 6);
+	ST_CHECK_EQ_U64(g.seqs[3], 10);
+	ST_CHECK_EQ_U64(g.upto, 10);
+	fill(&g, 4, 9, 4); /* 6 7 9: complete, upto is the asked upto */
+	ST_CHECK_EQ_U64(g.n, 3);
+	ST_CHECK_EQ_U64(g.upto, 9);
+	fill(&g, 4, 5, 4); /* only a hole */
+	ST_CHECK_EQ_U64(g.n, 0);
+	ST_CHECK_EQ_U64(g.upto, 5);
+	ST_CHECK_STR(g.env[0], "");
+	fill(&g, 1, 3, 10);
+	ST_CHECK_EQ_U64(g.n, 2);
+	ST_CHECK(strstr(g.env[0], "\"\xc3\xbc\xe2\x82\xac\xf0\x9f\x98\x80\"") != NULL);
+}
+
+static void
+on_raw(void *arg, st_err err, const PGresult *r)
+{
+	got *g = arg;
+	proto_str about[16];
+	uint32_t n = 0;
+
+	g->done_cb = true;
+	g->err = err;
+	if (err != ST_OK || PQntuples(r) != 1) {
+		g->err = ST_EINVAL;
+		return;
+	}
+	g->err = replay_text_array_parse(PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0), about, 16, &n);
+	g->n = n;
+	for (uint32_t i = 0; i < n && i < ST_ARRAY_LEN(g->env); i++)
+		snprintf(g->env[i], sizeof(g->env[i]), "%.*s", (int)about[i].len, about[i].p);
+}
+
+static void
+t_array_parse(void)
+{
+	got g;
+	memset(&g, 0, sizeof(g));
+	ST_CHECK(load_small());
+	ST_CHECK(pgpool_submit(P, PGPOOL_PRIO_FILL, "SELECT about FROM broker_event WHERE seq = 2", 0, NULL, NULL,
+	                       NULL, 1, on_raw, &g) != NULL);
+	ST_CHECK(run_until(&g.done_cb, 10000));
+	ST_CHECK(g.err == ST_OK);
+	ST_CHECK_EQ_U64(g.n, 7);
+	ST_CHECK_STR(g.env[0], "a\"b");
+	ST_CHECK_STR(g.env[1], "c,d");
+	ST_CHECK_STR(g.env[2], "\xc3\xbc\xe2\x82\xac\xf0\x9f\x98\x80");
+	ST_CHECK_STR(g.env[3], "{x}");
+	ST_CHECK_STR(g.env[4], "NULL");
+	ST_CHECK_STR(g.env[5], "back\\slash");
+	ST_CHECK_STR(g.env[6], " sp ");
+
+	/* malformed inputs */
+	proto_str out[4];
+	uint32_t n;
+	static const char empty[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 25};
+	ST_CHECK(replay_text_array_parse(empty, 12, out, 4, &n) == ST_OK && n == 0);
+	ST_CHECK(replay_text_array_parse(empty, 11, out, 4, &n) == ST_EPROTO);
+	static const char one[] = {0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 25, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 'h', 'i'};
+	ST_CHECK(replay_text_array_parse(one, sizeof(one), out, 4, &n) == ST_OK && n == 1 && out[0].len == 2 &&
+	         memcmp(out[0].p, "hi", 2) == 0);
+	ST_CHECK(replay_text_array_parse(one, sizeof(one) - 1, out, 4, &n) == ST_EPROTO); /* truncated */
+	ST_CHECK(replay_text_array_parse(one, sizeof(one), out, 0, &n) == ST_EPROTO);     /* over max */
+	char bad[sizeof(one) + 1];
+	memcpy(bad, one, sizeof(one));
+	bad[sizeof(one)] = 'x';
+	ST_CHECK(replay_text_array_parse(bad, sizeof(bad), out, 4, &n) == ST_EPROTO);     /* trailing */
+	memcpy(bad, one, sizeof(one));
+	bad[11] = 23; /* int4[] */
+	ST_CHECK(replay_text_array_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
+	memcpy(bad, one, sizeof(one));
+	bad[3] = 2; /* two dimensions */
+	ST_CHECK(replay_text_array_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
+	memcpy(bad, one, sizeof(one));
+	bad[20] = bad[21] = bad[22] = bad[23] = (char)0xff; /* NULL element */
+	ST_CHECK(replay_text_array_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
+	memcpy(bad, one, sizeof(one));
+	bad[12] = 0x7f; /* 2 billion elements in 26 bytes */
+	ST_CHECK(replay_text_array_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
+	memcpy(bad, one, sizeof(one));
+	bad[20] = 0x7f; /* an element longer than the buffer */
+	ST_CHECK(replay_text_array_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
+}
+
+static void
+t_cancel_bounds(void)
+{
+	const char *t[65];
+	size_t l[65];
+	got g, h;
+
+	for (int i = 0; i < 65; i++) {
+		t[i] = T1;
+		l[i] = 2;
+	}
+	memset(&g, 0, sizeof(g));
+	memset(&h, 0, sizeof(h));
+	replay_job *j = replay_fetch(P, t, l, 1, 0, 100, 10, on_rows, &g);
+	ST_CHECK(j != NULL);
+	replay_cancel(j);
+	replay_job *k = replay_check(P, t, l, 1, 0, 10, on_check, &g);
+	replay_cancel(k);
+	replay_job *f = replay_fill(P, 0, 10, 10, on_fill, &g);
+	replay_cancel(f);
+	/* a later job completes, the cancelled ones never call */
+	ST_CHECK(replay_fill(P, 0, 10, 10, on_fill, &h) != NULL);
+	ST_CHECK(run_until(&h.done_cb, 10000));
+	uint64_t end = now_ms() + 200;
+	while (now_ms() < end)
+		event_base_loop(B, EVLOOP_ONCE);
+	ST_CHECK_EQ_U64(g.calls, 0);
+	ST_CHECK(replay_fetch(P, t, l, 0, 0, 10, 10, on_rows, &g) == NULL);
+	ST_CHECK(replay_fetch(P, t, l, 65, 0, 10, 10, on_rows, &g) == NULL);
+	ST_CHECK(replay_fetch(P, t, l, 64, 0, 10, 0, on_rows, &g) == NULL);
+	ST_CHECK(replay_fetch(P, t, l, 64, 0, 10, REPLAY_MAX_LIMIT + 1, on_rows, &g) == NULL);
+	ST_CHECK(replay_fill(P, 0, 10, 0, on_fill, &g) == NULL);
+	l[0] = PROTO_MAX_TOPIC + 1;
+	ST_CHECK(replay_check(P, t, l, 1, 0, 10, on_check, &g) == NULL);
+}
+
+static void
+t_big(void)
+{
+	const char *t[] = {"big", T1};
+	const size_t l[] = {3, 2};
+	uint64_t cursor = 0, total = 0, prev = 0, t0, ms;
+	got *g = calloc(1, sizeof(*g));
+	bool ordered = true;
+	int chunks = 0;
+
+	/* 50,000 events on "big" mixed with 50,000 on 200 other topics */
+	ST_CHECK(sql("TRUNCATE broker_event"));
+	ST_CHECK(sql("INSERT INTO broker_event (topic, about, data) SELECT CASE WHEN i % 2 = 0 THEN 'big' ELSE "
+	             "'other' || (i % 200) END, ARRAY['r' || i], ('{\"i\":' || i || '}')::json FROM generate_series(1, 100000) i"));
+	ST_CHECK(sql("ANALYZE broker_event"));
+	check(g, t, l, 2, 0, 100000);
+	uint64_t d = g->d;
+	ST_CHECK_EQ_U64(g->count, 50000);
+	t0 = now_ms();
+	for (;;) {
+		fetch(g, t, l, 2, cursor, d, 1000);
+		if (g->err != ST_OK)
+			break;
+		chunks++;
+		for (size_t i = 0; i < g->n; i++) {
+			ordered &= g->seqs[i] > prev;
+			prev = g->seqs[i];
+		}
+		total += g->n;
+		if (g->n > 0)
+			cursor = g->seqs[g->n - 1];
+		if (g->done)
+			break;
+	}
+	ms = now_ms() - t0;
+	ST_CHECK_EQ_U64(total, 50000);
+	ST_CHECK(ordered);
+	ST_CHECK_EQ_U64(chunks, 51); /* 50 full chunks, then an empty one says done */
+	printf("replay: %llu rows in %d chunks in %llu ms (%.0f rows/s)\n", (unsigned long long)total, chunks,
+	       (unsigned long long)ms, ms ? total * 1000.0 / (double)ms : 0.0);
+	free(g);
+}
+
+static char *
+dsn_with_schema(const char *dsn)
+{
+	st_buf b;
+
+	st_buf_init(&b);
+	st_buf_puts(&b, dsn);
+	if (strncmp(dsn, "postgres://", 11) == 0 || strncmp(dsn, "postgresql://", 13) == 0)
+		st_buf_printf(&b, "%coptions=-csearch_path%%3D%s", strchr(dsn, '?') ? '&' : '?', SCHEMA);
+	else
+		st_buf_printf(&b, " options='-csearch_path=%s'", SCHEMA);
+	return st_buf_steal(&b, NULL);
+}
+
+int
+main(void)
+{
+	const char *dsn = getenv("STUDIO_TEST_PG_DSN");
+	struct timeval tv = {0, 20000};
+	struct event *tick;
+	char q[2048];
+	char *pdsn;
+	int rc;
+
+	if (dsn == NULL || dsn[0] == 0) {
+		printf("skip: STUDIO_TEST_PG_DSN not set\n");
+		return 77;
+	}
+	snprintf(SCHEMA, sizeof(SCHEMA), "replay_test_%d", (int)getpid());
+	ADMIN = PQconnectdb(dsn);
+	if (PQstatus(ADMIN) != CONNECTION_OK) {
+		fprintf(stderr, "cannot connect: %s", PQerrorMessage(ADMIN));
+		return 1;
+	}
+	snprintf(q, sizeof(q),
+	         "SET client_min_messages = warning; DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s; SET search_path = %s;"
+	         "CREATE TABLE broker_event (seq bigint GENERATED ALWAYS AS IDENTITY (CACHE 1) PRIMARY KEY,"
+	         " topic text NOT NULL, about text[] NOT NULL DEFAULT '{}', data json, key text,"
+	         " created_at timestamptz NOT NULL DEFAULT now());"
+	         "CREATE UNIQUE INDEX broker_event_key ON broker_event (key) WHERE key IS NOT NULL;"
+	         "CREATE INDEX broker_event_topic_seq ON broker_event (topic, seq);"
+	         "CREATE TABLE broker_meta (id int PRIMARY KEY CHECK (id = 1), horizon bigint NOT NULL DEFAULT 0,"
+	         " schema_version int NOT NULL)",
+	         SCHEMA, SCHEMA, SCHEMA);
+	if (!sql(q))
+		return 1;
+
+	B = event_base_new();
+	tick = event_new(B, -1, EV_PERSIST, on_tick, NULL);
+	event_add(tick, &tv);
+	pdsn = dsn_with_schema(dsn);
+	if (pgpool_new(B, pdsn, 4, &P) != ST_OK)
+		return 1;
+	free(pdsn);
+	ST_RUN(t_check);
+	ST_RUN(t_fetch);
+	ST_RUN(t_fill);
+	ST_RUN(t_array_parse);
+	ST_RUN(t_cancel_bounds);
+	ST_RUN(t_big);
+	pgpool_free(P);
+	event_free(tick);
+	event_base_free(B);
+	snprintf(q, sizeof(q), "DROP SCHEMA %s CASCADE", SCHEMA);
+	sql(q);
+	PQfinish(ADMIN);
+	rc = st_test_done();
+	return rc;
+}

@@ -1,0 +1,1117 @@
+/*
+ * stream: GET /v1/stream, the registry of open streams, and drain.
+ *
+ * DESIGN
+ *
+ * A stream moves through CHECKING (the resume check query is out; nothing
+ * is written yet, so errors are problem documents), REPLAYING (rows from
+ * PostgreSQL are written as they come, paced by the connection's backlog),
+ * LIVE (frames from the hub queue in the stream's subq and are written while
+ * the backlog is under the low watermark) and ENDING (a terminal envelope
+ * was handed to the connection; the close callback frees the stream).
+ *
+ * The stream registers with the hub before anything else, so no live frame
+ * can fall between the replay and the live queue: while CHECKING/REPLAYING
+ * live frames wait in a hold buffer (a subq in hold mode, bounded like the
+ * queue).  The replay covers (L, D], D being the database head in the
+ * check's snapshot; since commit order equals seq order, every frame the
+ * hub saw before the registration (seq <= H0) is committed, so H0 <= D and
+ * the hold buffer holds everything after D.  At release, held frames with
+ * seq <= D are the expected overlap (an edge a little behind) and dropped;
+ * H0 > D would be a hole and is answered with resync gap.  The last step
+ * before the socket refuses any id that does not increase.
+ *
+ * Ownership: a stream is owned by the registry from creation to the close
+ * callback of its connection (or, before the response started, to the
+ * answer of its request).  Frames are shared: the queue holds a reference,
+ * the connection's evbuffer holds it while the bytes are in flight.
+ */
+#include "stream.h"
+
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hub.h"
+#include "replay.h"
+#include "st_buf.h"
+#include "st_log.h"
+#include "st_util.h"
+#include "subq.h"
+
+#define STREAM_MAX_TOPICS 64
+#define STREAM_REPLAY_CHUNK 1000
+/* Streams visited per heartbeat callback, so one callback stays bounded. */
+#define STREAM_HEARTBEAT_SLICE 2000
+
+enum stream_state { ST_CHECKING, ST_REPLAYING, ST_LIVE, ST_ENDING };
+enum stream_outcome { OUT_NONE = -1, OUT_COMPLETE = 0, OUT_FAILURE, OUT_RECONNECT, OUT_ABRUPT, OUT_COUNT };
+static const char *const outcome_names[OUT_COUNT] = { "complete", "failure", "reconnect", "abrupt_close" };
+
+enum replay_result { RR_OK, RR_CAP, RR_EXPIRED, RR_FUTURE, RR_ERROR, RR_COUNT };
+static const char *const replay_result_names[RR_COUNT] = { "ok", "replay_cap", "cursor_expired", "future", "error" };
+
+typedef struct stream stream;
+
+struct streams {
+	struct event_base *base;
+	pgpool *pool;            /* borrowed */
+	const st_clock *clock;   /* borrowed */
+	streams_config cfg;
+	hub *hub;                /* owned */
+	stream *head_stream;     /* registry: doubly linked, newest first */
+	size_t n_streams;        /* streams in the registry with a started response or pending check */
+	size_t n_until;          /* streams with an until bound */
+	uint64_t head;           /* the history head (sequencer) */
+	bool head_known;
+	bool draining;
+	void (*drain_done)(void *arg);
+	void *drain_arg;
+	struct event *ev_heartbeat;
+	struct event *ev_grace;
+	struct event *ev_drain_done;
+	stream *hb_cursor;       /* where the heartbeat sweep goes on */
+	bool hb_sweeping;
+	frame *heartbeat;        /* one shared heartbeat frame */
+	subq_counters dropped;
+	st_gauge *m_open;
+	st_counter *m_outcome[OUT_COUNT];
+	st_counter *m_replay[RR_COUNT];
+	st_counter *m_frames;
+	st_counter *m_refused;
+	st_counter *m_seam_overlap;
+	st_counter *m_seam_gap;
+};
+
+struct stream {
+	streams *ss;
+	stream *prev, *next;     /* registry links */
+	http_req *req;           /* until the response starts; then NULL */
+	http_stream *hs;         /* after the response started; NULL once closed */
+	hub_sub *sub;            /* NULL once out of the hub */
+	subq *q;                 /* live queue, owned */
+	subq *hold;              /* replay hold buffer, owned, only while CHECKING/REPLAYING */
+	replay_job *job;         /* the outstanding check or fetch, or NULL */
+	frame **chunk;           /* replay rows not yet written (own a reference each) */
+	size_t chunk_n, chunk_i;
+	bool chunk_done;         /* the last fetch returned fewer rows than asked */
+	char **topics;           /* owned copies; kept while a replay may need them */
+	size_t *topic_lens;
+	size_t n_topics;
+	enum frame_format fmt;
+	enum stream_state state;
+	enum stream_outcome outcome;
+	bool is_head;            /* HEAD request: headers only, not counted */
+	bool has_after, has_until;
+	bool until_head;         /* until=head: resolved to the check's database head */
+	bool until_known;        /* until holds its final value */
+	bool drop_handled;       /* the queue dropped us and the reconnect went out */
+	bool complete_queued;
+	uint64_t after;          /* Last-Event-ID */
+	uint64_t until;          /* complete once the history reached this seq */
+	uint64_t h0;             /* hub head when registered */
+	uint64_t d;              /* database head of the replay snapshot */
+	uint64_t cursor;         /* last seq the replay fetched */
+	uint64_t last_id;        /* last id written (items and resyncs) */
+};
+
+static void stream_pump(stream *s);
+static void stream_release(stream *s);
+static void stream_fetch(stream *s);
+static void stream_unlink(stream *s);
+static void streams_check_drained(streams *ss);
+
+/* ---- small helpers ---------------------------------------------------- */
+
+static bool
+topic_valid(const char *p, size_t len)
+{
+	if (len == 0 || len > 200)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		char c = p[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+		      c == '_' || c == ':' || c == '/' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+static void
+frame_release_cb(const void *data, size_t len, void *arg)
+{
+	(void)data;
+	(void)len;
+	frame_unref(arg);
+}
+
+static void
+chunk_clear(stream *s)
+{
+	for (size_t i = s->chunk_i; i < s->chunk_n; i++)
+		frame_unref(s->chunk[i]);
+	ST_FREE(&s->chunk);
+	s->chunk_n = s->chunk_i = 0;
+}
+
+static void
+stream_leave_hub(stream *s)
+{
+	if (s->sub) {
+		hub_unsubscribe(s->ss->hub, s->sub);
+		s->sub = NULL;
+	}
+}
+
+static void
+stream_cancel_job(stream *s)
+{
+	if (s->job) {
+		replay_cancel(s->job);
+		s->job = NULL;
+	}
+}
+
+/* The hub keeps its own copies; ours serve the replay only. */
+static void
+stream_free_topics(stream *s)
+{
+	for (size_t i = 0; i < s->n_topics; i++)
+		free(s->topics[i]);
+	ST_FREE(&s->topics);
+	ST_FREE(&s->topic_lens);
+	s->n_topics = 0;
+}
+
+static void
+stream_free(stream *s)
+{
+	stream_cancel_job(s);
+	stream_leave_hub(s);
+	chunk_clear(s);
+	subq_free(s->q);
+	subq_free(s->hold);
+	stream_free_topics(s);
+	free(s);
+}
+
+/* Records the outcome once; the first one wins. */
+static void
+stream_finish(stream *s, enum stream_outcome o)
+{
+	streams *ss = s->ss;
+
+	if (s->outcome == OUT_NONE) {
+		s->outcome = o;
+		st_counter_inc(ss->m_outcome[o]);
+	}
+}
+
+/*
+ * The last step before the socket: ids strictly increase, a terminal frame
+ * ends the stream.  Consumes the caller's reference to f.
+ */
+static void
+stream_write_frame(stream *s, frame *f)
+{
+	enum frame_type t = frame_type(f);
+	const char *bytes;
+	size_t len;
+
+	if (s->hs == NULL || s->state == ST_ENDING) {
+		frame_unref(f);
+		return;
+	}
+	if (t == FRAME_ITEM || t == FRAME_RESYNC) {
+		uint64_t id = frame_seq(f);
+
+		if (id <= s->last_id) {
+			/* ADR-WEB-ADV-001: a repeated or regressing position is refused. */
+			st_counter_inc(s->ss->m_refused);
+			frame_unref(f);
+			return;
+		}
+		s->last_id = id;
+	}
+	bytes = frame_bytes(f, s->fmt, &len);
+	http_stream_write_ref(s->hs, bytes, len, frame_release_cb, f);
+	st_counter_inc(s->ss->m_frames);
+	if (frame_is_terminal(f)) {
+		stream_finish(s, t == FRAME_COMPLETE ? OUT_COMPLETE : t == FRAME_FAILURE ? OUT_FAILURE : OUT_RECONNECT);
+		s->state = ST_ENDING;
+		stream_cancel_job(s);
+		stream_leave_hub(s);
+		http_stream_end(s->hs);
+	}
+}
+
+/*
+ * The queue dropped the subscriber (ADR-0197): it holds only the reconnect.
+ * Take it out of the hub and hand the reconnect to the socket whatever its
+ * backlog; a socket that will not take even that is closed by the end's
+ * drain timeout.
+ */
+static void
+stream_dropped(stream *s)
+{
+	frame *f;
+
+	stream_leave_hub(s);
+	stream_cancel_job(s);
+	chunk_clear(s);
+	while ((f = subq_pop(s->q)) != NULL)
+		stream_write_frame(s, f);
+}
+
+static void
+stream_push_live(stream *s, frame *f)
+{
+	uint64_t blocked = s->hs ? http_stream_blocked_ms(s->hs, st_clock_now(s->ss->clock)) : 0;
+
+	/* SUBQ_DROP also answers pushes after a terminal frame; only a real drop ends us here. */
+	if (subq_push(s->q, f, blocked) == SUBQ_DROP && subq_is_dropped(s->q) && !s->drop_handled) {
+		s->drop_handled = true;
+		stream_dropped(s);
+	}
+}
+
+/* ---- hub callbacks ----------------------------------------------------- */
+
+/* Frames after the client's until bound are not for this stream. */
+static bool
+beyond_until(const stream *s, const frame *f)
+{
+	return s->has_until && s->until_known && frame_seq(f) > s->until;
+}
+
+static void
+hub_deliver_cb(void *arg, frame *f)
+{
+	stream *s = arg;
+
+	if (beyond_until(s, f))
+		return;
+	switch (s->state) {
+	case ST_CHECKING:
+	case ST_REPLAYING:
+		(void)subq_push(s->hold, f, 0);
+		break;
+	case ST_LIVE:
+		stream_push_live(s, f);
+		break;
+	case ST_ENDING:
+		break;
+	}
+}
+
+static void
+stream_maybe_complete(stream *s)
+{
+	frame *f;
+
+	if (!s->has_until || !s->until_known || s->complete_queued || s->state != ST_LIVE ||
+	    s->ss->head < s->until)
+		return;
+	s->complete_queued = true;
+	f = frame_complete_new();
+	stream_push_live(s, f);
+	frame_unref(f);
+	stream_pump(s);
+}
+
+static void
+hub_flush_cb(void *arg)
+{
+	stream *s = arg;
+
+	if (s->state == ST_LIVE)
+		stream_pump(s);
+}
+
+/* ---- writing ----------------------------------------------------------- */
+
+static void
+stream_pump(stream *s)
+{
+	if (s->hs == NULL)
+		return;
+	while (s->state != ST_ENDING && s->hs &&
+	       http_stream_backlog(s->hs) <= http_stream_low_watermark(s->hs)) {
+		frame *f;
+
+		if (s->state == ST_REPLAYING) {
+			if (s->chunk_i < s->chunk_n) {
+				f = s->chunk[s->chunk_i++];
+				s->cursor = frame_seq(f);
+				stream_write_frame(s, f);
+				continue;
+			}
+			if (s->job != NULL)
+				return; /* the next rows are on their way */
+			if (!s->chunk_done) {
+				stream_fetch(s);
+				return;
+			}
+			stream_release(s);
+			continue;
+		}
+		if (s->state != ST_LIVE)
+			return;
+		if ((f = subq_pop(s->q)) == NULL)
+			return;
+		stream_write_frame(s, f);
+	}
+}
+
+static void
+on_writable(void *arg)
+{
+	stream_pump(arg);
+}
+
+static void
+on_close(void *arg, bool abrupt)
+{
+	stream *s = arg;
+	streams *ss = s->ss;
+
+	s->hs = NULL;
+	/* A terminal envelope recorded its outcome already; anything else was cut off. */
+	(void)abrupt;
+	stream_finish(s, OUT_ABRUPT);
+	stream_unlink(s);
+	stream_free(s);
+	streams_check_drained(ss);
+}
+
+static const char *
+format_content_type(enum frame_format f)
+{
+	switch (f) {
+	case FRAME_NDJSON: return "application/x-ndjson";
+	case FRAME_JSONSEQ: return "application/json-seq";
+	default: return "text/event-stream; charset=utf-8";
+	}
+}
+
+static void
+stream_start_response(stream *s)
+{
+	static const http_stream_cbs cbs = { on_writable, on_close };
+	http_req *req = s->req;
+
+	s->req = NULL;
+	s->hs = http_stream_start(req, 200, format_content_type(s->fmt), NULL, &cbs, s);
+}
+
+/* ---- replay ------------------------------------------------------------ */
+
+static void
+stream_fail(stream *s, const char *detail)
+{
+	stream_cancel_job(s);
+	chunk_clear(s);
+	subq_free(s->hold);
+	s->hold = NULL;
+	s->state = ST_LIVE;
+	stream_write_frame(s, frame_failure_new(503, "Replay failed", detail));
+}
+
+static void
+on_rows(void *arg, st_err err, frame *const *frames, size_t n, bool done)
+{
+	stream *s = arg;
+
+	s->job = NULL;
+	if (err != ST_OK) {
+		st_counter_inc(s->ss->m_replay[RR_ERROR]);
+		stream_fail(s, "the database failed during the replay; reconnect with Last-Event-ID");
+		return;
+	}
+	chunk_clear(s);
+	if (n) {
+		s->chunk = st_xcalloc(n, sizeof(*s->chunk));
+		for (size_t i = 0; i < n; i++)
+			s->chunk[i] = frame_ref(frames[i]);
+		s->chunk_n = n;
+	}
+	s->chunk_done = done;
+	stream_pump(s);
+}
+
+static void
+stream_fetch(stream *s)
+{
+	uint64_t upto = s->has_until ? ST_MIN(s->d, s->until) : s->d;
+
+	if (s->cursor >= upto) {
+		s->chunk_done = true;
+		stream_release(s);
+		stream_pump(s);
+		return;
+	}
+	s->job = replay_fetch(s->ss->pool, (const char *const *)s->topics, s->topic_lens, s->n_topics, s->cursor,
+	                      upto, STREAM_REPLAY_CHUNK, on_rows, s);
+	if (s->job == NULL) {
+		st_counter_inc(s->ss->m_replay[RR_ERROR]);
+		stream_fail(s, "the replay queue is full; reconnect with Last-Event-ID");
+	}
+}
+
+/*
+ * The seam: the replay has written (after, d]; the hold buffer has every
+ * live frame since registration.  Move what follows d to the live queue.
+ */
+static void
+stream_release(stream *s)
+{
+	streams *ss = s->ss;
+	uint64_t floor = s->d;
+	frame *f;
+
+	s->state = ST_LIVE;
+	if (s->h0 > s->d) {
+		/* A frame the hub had before we registered is not in the replay. */
+		st_counter_inc(ss->m_seam_gap);
+		st_warn("stream seam gap: hub head %llu above replay head %llu", (unsigned long long)s->h0,
+		        (unsigned long long)s->d);
+		floor = ST_MAX(ss->head, s->last_id + 1);
+		stream_write_frame(s, frame_resync_new(floor, "gap"));
+	}
+	if (subq_hold_overflowed(s->hold) && subq_overflow_seq(s->hold) > floor) {
+		/* ADR-0197: held frames were dropped; one resync at release. */
+		floor = subq_overflow_seq(s->hold);
+		stream_write_frame(s, frame_resync_new(floor, "overflow"));
+	}
+	while ((f = subq_pop(s->hold)) != NULL) {
+		if (frame_type(f) == FRAME_ITEM && (frame_seq(f) <= floor || beyond_until(s, f))) {
+			st_counter_inc(ss->m_seam_overlap);
+			frame_unref(f);
+			continue;
+		}
+		stream_push_live(s, f);
+		frame_unref(f);
+		if (s->state != ST_LIVE)
+			break;
+	}
+	subq_free(s->hold);
+	s->hold = NULL;
+	stream_free_topics(s);
+	stream_maybe_complete(s);
+}
+
+static void
+on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
+{
+	stream *s = arg;
+	streams *ss = s->ss;
+
+	s->job = NULL;
+	if (err != ST_OK) {
+		st_counter_inc(ss->m_replay[RR_ERROR]);
+		http_reply_problem(s->req, 503, NULL, "Service Unavailable",
+		                   "the event store cannot be reached; retry later", "Retry-After: 5\r\n");
+		s->req = NULL;
+		goto drop;
+	}
+	if (s->after > d) {
+		st_counter_inc(ss->m_replay[RR_FUTURE]);
+		http_reply_problem(s->req, 400, NULL, "Bad Request",
+		                   "Last-Event-ID is beyond the newest committed event", NULL);
+		s->req = NULL;
+		goto drop;
+	}
+	s->d = d;
+	if (s->until_head)
+		s->until = d;
+	s->until_known = true;
+	s->cursor = s->after;
+	s->last_id = s->after;
+	stream_start_response(s);
+	if (s->after < horizon) {
+		st_counter_inc(ss->m_replay[RR_EXPIRED]);
+		stream_write_frame(s, frame_resync_new(d, "cursor_expired"));
+		s->chunk_done = true;
+		s->state = ST_REPLAYING;
+		stream_pump(s);
+		return;
+	}
+	if (count > ss->cfg.replay_cap) {
+		st_counter_inc(ss->m_replay[RR_CAP]);
+		stream_write_frame(s, frame_resync_new(d, "replay_cap"));
+		s->chunk_done = true;
+		s->state = ST_REPLAYING;
+		stream_pump(s);
+		return;
+	}
+	st_counter_inc(ss->m_replay[RR_OK]);
+	s->state = ST_REPLAYING;
+	s->chunk_done = (count == 0);
+	stream_pump(s);
+	return;
+drop:
+	stream_unlink(s);
+	stream_free(s);
+	streams_check_drained(ss);
+}
+
+static void
+on_req_gone(void *arg)
+{
+	stream *s = arg;
+	streams *ss = s->ss;
+
+	s->req = NULL;
+	stream_unlink(s);
+	stream_free(s);
+	streams_check_drained(ss);
+}
+
+/* ---- the request ------------------------------------------------------- */
+
+typedef struct query_state {
+	stream *s;
+	const char *error;   /* static text of the first problem */
+	int status;
+	bool has_format;
+	enum frame_format fmt;
+	bool has_qid;
+	uint64_t qid;
+} query_state;
+
+static st_err
+query_item(const char *key, size_t klen, const char *val, size_t vlen, void *arg)
+{
+	query_state *qs = arg;
+	stream *s = qs->s;
+
+	if (klen == 5 && memcmp(key, "topic", 5) == 0) {
+		if (!topic_valid(val, vlen)) {
+			qs->error = "topic must be 1..200 bytes of [A-Za-z0-9._:/-]";
+			return ST_EINVAL;
+		}
+		if (s->n_topics == STREAM_MAX_TOPICS) {
+			qs->error = "at most 64 topics";
+			return ST_EINVAL;
+		}
+		s->topics[s->n_topics] = st_xstrndup(val, vlen);
+		s->topic_lens[s->n_topics] = vlen;
+		s->n_topics++;
+	} else if (klen == 6 && memcmp(key, "format", 6) == 0) {
+		qs->has_format = true;
+		if (vlen == 3 && memcmp(val, "sse", 3) == 0)
+			qs->fmt = FRAME_SSE;
+		else if (vlen == 6 && memcmp(val, "ndjson", 6) == 0)
+			qs->fmt = FRAME_NDJSON;
+		else if (vlen == 8 && memcmp(val, "json-seq", 8) == 0)
+			qs->fmt = FRAME_JSONSEQ;
+		else {
+			qs->error = "format must be sse, ndjson or json-seq";
+			qs->status = 406;
+			return ST_EINVAL;
+		}
+	} else if (klen == 13 && memcmp(key, "last_event_id", 13) == 0) {
+		if (st_parse_u64(val, vlen, &qs->qid) != ST_OK) {
+			qs->error = "last_event_id must be a decimal event id";
+			return ST_EINVAL;
+		}
+		qs->has_qid = true;
+	} else if (klen == 5 && memcmp(key, "until", 5) == 0) {
+		if (vlen == 4 && memcmp(val, "head", 4) == 0) {
+			s->has_until = true;
+			s->until_head = true;
+		} else if (st_parse_u64(val, vlen, &s->until) == ST_OK) {
+			s->has_until = true;
+			s->until_known = true;
+		} else {
+			qs->error = "until must be head or a decimal event id";
+			return ST_EINVAL;
+		}
+	}
+	/* Other parameters (cache busters, tokens for a proxy) are ignored. */
+	return ST_OK;
+}
+
+/* True when a media range's parameters (";q=0.000" ...) say "not acceptable". */
+static bool
+range_refused(const char *params, size_t len)
+{
+	for (size_t i = 0; i + 2 < len; i++) {
+		if ((params[i] == 'q' || params[i] == 'Q') && params[i + 1] == '=') {
+			size_t j = i + 2;
+
+			if (params[j] != '0')
+				return false;
+			for (j++; j < len && params[j] != ';' && params[j] != ' '; j++)
+				if (params[j] != '.' && params[j] != '0')
+					return false;
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * Accept negotiation: the first listed media range we serve wins; no header,
+ * or the wildcard ranges, mean SSE.  Returns false when nothing listed is
+ * served.
+ */
+static bool
+accept_format(const char *accept, enum frame_format *out)
+{
+	static const struct {
+		const char *type;
+		enum frame_format fmt;
+	} served[] = {
+		{ "text/event-stream", FRAME_SSE },       { "application/x-ndjson", FRAME_NDJSON },
+		{ "application/json-seq", FRAME_JSONSEQ }, { "*/*", FRAME_SSE },
+		{ "text/*", FRAME_SSE },                  { "application/*", FRAME_NDJSON },
+	};
+	const char *p = accept;
+
+	if (accept == NULL || *accept == '\0') {
+		*out = FRAME_SSE;
+		return true;
+	}
+	while (*p) {
+		const char *type, *params, *end;
+		size_t tlen;
+
+		while (*p == ' ' || *p == ',')
+			p++;
+		type = p;
+		while (*p && *p != ',' && *p != ';' && *p != ' ')
+			p++;
+		tlen = (size_t)(p - type);
+		params = p;
+		while (*p && *p != ',')
+			p++;
+		end = p;
+		if (tlen == 0 || range_refused(params, (size_t)(end - params)))
+			continue;
+		for (size_t i = 0; i < ST_ARRAY_LEN(served); i++) {
+			if (strlen(served[i].type) == tlen && strncasecmp(served[i].type, type, tlen) == 0) {
+				*out = served[i].fmt;
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+static void
+head_noop_writable(void *arg)
+{
+	(void)arg;
+}
+
+static void
+head_noop_close(void *arg, bool abrupt)
+{
+	(void)arg;
+	(void)abrupt;
+}
+
+static void
+stream_link(streams *ss, stream *s)
+{
+	s->next = ss->head_stream;
+	if (ss->head_stream)
+		ss->head_stream->prev = s;
+	ss->head_stream = s;
+	ss->n_streams++;
+	if (s->has_until)
+		ss->n_until++;
+	st_gauge_set(ss->m_open, (int64_t)ss->n_streams);
+}
+
+static void
+stream_unlink(stream *s)
+{
+	streams *ss = s->ss;
+
+	if (ss->hb_cursor == s)
+		ss->hb_cursor = s->next;
+	if (s->prev)
+		s->prev->next = s->next;
+	else if (ss->head_stream == s)
+		ss->head_stream = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	s->prev = s->next = NULL;
+	ss->n_streams--;
+	if (s->has_until)
+		ss->n_until--;
+	st_gauge_set(ss->m_open, (int64_t)ss->n_streams);
+}
+
+void
+streams_handle(streams *ss, http_req *req)
+{
+	query_state qs = { 0 };
+	const char *hdr;
+	stream *s;
+	st_err rv;
+
+	if (ss->draining) {
+		http_reply_problem(req, 503, NULL, "Service Unavailable", "this edge is draining; reconnect",
+		                   "Retry-After: 1\r\n");
+		return;
+	}
+	if (!ss->head_known) {
+		http_reply_problem(req, 503, NULL, "Service Unavailable", "this edge is not ready yet",
+		                   "Retry-After: 1\r\n");
+		return;
+	}
+	s = st_xcalloc(1, sizeof(*s));
+	s->ss = ss;
+	s->outcome = OUT_NONE;
+	s->topics = st_xcalloc(STREAM_MAX_TOPICS, sizeof(*s->topics));
+	s->topic_lens = st_xcalloc(STREAM_MAX_TOPICS, sizeof(*s->topic_lens));
+	s->is_head = strcmp(http_req_method(req), "HEAD") == 0;
+	qs.s = s;
+	qs.status = 400;
+	rv = http_query_each(http_req_query(req), query_item, &qs);
+	if (rv != ST_OK) {
+		http_reply_problem(req, qs.status, NULL, qs.status == 406 ? "Not Acceptable" : "Bad Request",
+		                   qs.error ? qs.error : "malformed query string", NULL);
+		goto refuse;
+	}
+	if (s->n_topics == 0) {
+		http_reply_problem(req, 400, NULL, "Bad Request", "at least one topic= is required", NULL);
+		goto refuse;
+	}
+	if (qs.has_format)
+		s->fmt = qs.fmt;
+	else if (!accept_format(http_req_header(req, "Accept"), &s->fmt)) {
+		http_reply_problem(req, 406, NULL, "Not Acceptable",
+		                   "serves text/event-stream, application/x-ndjson, application/json-seq", NULL);
+		goto refuse;
+	}
+	hdr = http_req_header(req, "Last-Event-ID");
+	if (hdr != NULL && *hdr != '\0') {
+		if (st_parse_u64(hdr, strlen(hdr), &s->after) != ST_OK) {
+			http_reply_problem(req, 400, NULL, "Bad Request", "Last-Event-ID must be a decimal event id",
+			                   NULL);
+			goto refuse;
+		}
+		s->has_after = true;
+	} else if (qs.has_qid) {
+		s->after = qs.qid;
+		s->has_after = true;
+	}
+	if (s->is_head) {
+		/* The headers a GET would get; no body, so no stream to keep. */
+		static const http_stream_cbs none = { head_noop_writable, head_noop_close };
+
+		(void)http_stream_start(req, 200, format_content_type(s->fmt), NULL, &none, NULL);
+		goto refuse;
+	}
+	if (ss->cfg.max_streams && ss->n_streams >= ss->cfg.max_streams) {
+		http_reply_problem(req, 429, NULL, "Too Many Requests", "this edge serves its maximum of streams",
+		                   "Retry-After: 5\r\n");
+		goto refuse;
+	}
+	s->q = subq_new(ss->clock, &ss->dropped, false);
+	s->req = req;
+	s->h0 = ss->head;
+	s->last_id = 0;
+	stream_link(ss, s);
+	s->sub = hub_subscribe(ss->hub, s, (const char *const *)s->topics, s->topic_lens, s->n_topics);
+	if (!s->has_after && !s->has_until) {
+		/* Live only: nothing to check, the first byte goes out now. */
+		s->state = ST_LIVE;
+		stream_free_topics(s);
+		stream_start_response(s);
+		return;
+	}
+	/* until without an id reads the retained history from its start. */
+	s->state = ST_CHECKING;
+	s->hold = subq_new(ss->clock, &ss->dropped, true);
+	http_req_set_gone_cb(req, on_req_gone, s);
+	s->job = replay_check(ss->pool, (const char *const *)s->topics, s->topic_lens, s->n_topics, s->after,
+	                      ss->cfg.replay_cap, on_check, s);
+	if (s->job == NULL) {
+		st_counter_inc(ss->m_replay[RR_ERROR]);
+		http_reply_problem(req, 503, NULL, "Service Unavailable", "the replay queue is full; retry later",
+		                   "Retry-After: 1\r\n");
+		s->req = NULL;
+		stream_unlink(s);
+		stream_free(s);
+	}
+	return;
+refuse:
+	stream_free(s);
+}
+
+/* ---- fan-out, heartbeats, drain ------------------------------------------ */
+
+static void
+streams_visit_until(streams *ss)
+{
+	stream *s, *next;
+
+	if (ss->n_until == 0)
+		return;
+	for (s = ss->head_stream; s; s = next) {
+		next = s->next;
+		stream_maybe_complete(s);
+	}
+}
+
+void
+streams_publish(streams *ss, frame *const *frames, size_t n, uint64_t head)
+{
+	ss->head = head;
+	ss->head_known = true;
+	hub_publish(ss->hub, frames, n);
+	streams_visit_until(ss);
+}
+
+void
+streams_set_head(streams *ss, uint64_t head)
+{
+	if (head > ss->head || !ss->head_known) {
+		ss->head = head;
+		ss->head_known = true;
+		streams_visit_until(ss);
+	}
+}
+
+bool
+streams_ready(const streams *ss)
+{
+	return ss->head_known;
+}
+
+/*
+ * Heartbeats go to every live stream once per interval.  Pushing one also
+ * runs ADR-0197's blocked-write check, which is why every stream gets one,
+ * even a busy one.  The sweep is sliced so one callback stays bounded.
+ */
+static void
+heartbeat_cb(evutil_socket_t fd, short what, void *arg)
+{
+	streams *ss = arg;
+	size_t visited = 0;
+	stream *s;
+
+	(void)fd;
+	(void)what;
+	if (!ss->hb_sweeping) {
+		ss->hb_sweeping = true;
+		ss->hb_cursor = ss->head_stream;
+	}
+	while ((s = ss->hb_cursor) != NULL && visited < STREAM_HEARTBEAT_SLICE) {
+		ss->hb_cursor = s->next;
+		visited++;
+		if (s->hs == NULL || s->state == ST_ENDING)
+			continue;
+		if (s->state == ST_LIVE) {
+			stream_push_live(s, ss->heartbeat);
+			stream_pump(s);
+		} else if (s->state == ST_REPLAYING &&
+		           http_stream_blocked_ms(s->hs, st_clock_now(ss->clock)) > SUBQ_BLOCKED_MS) {
+			/* A replay paced by a socket that takes nothing: the same rule. */
+			stream_push_live(s, ss->heartbeat);
+		}
+	}
+	if (ss->hb_cursor != NULL) {
+		struct timeval now = { 0, 0 };
+
+		event_add(ss->ev_heartbeat, &now);
+		return;
+	}
+	ss->hb_sweeping = false;
+	{
+		struct timeval tv = { ss->cfg.heartbeat_ms / 1000, (ss->cfg.heartbeat_ms % 1000) * 1000 };
+
+		event_add(ss->ev_heartbeat, &tv);
+	}
+}
+
+static void
+drain_done_cb(evutil_socket_t fd, short what, void *arg)
+{
+	streams *ss = arg;
+	void (*done)(void *) = ss->drain_done;
+
+	(void)fd;
+	(void)what;
+	ss->drain_done = NULL;
+	if (done)
+		done(ss->drain_arg);
+}
+
+static void
+streams_check_drained(streams *ss)
+{
+	if (ss->draining && ss->n_streams == 0 && ss->drain_done)
+		event_active(ss->ev_drain_done, 0, 0);
+}
+
+static void
+grace_cb(evutil_socket_t fd, short what, void *arg)
+{
+	streams *ss = arg;
+	stream *s, *next;
+
+	(void)fd;
+	(void)what;
+	for (s = ss->head_stream; s; s = next) {
+		next = s->next;
+		if (s->hs)
+			http_stream_abort(s->hs); /* on_close follows, deferred */
+	}
+}
+
+static void
+stream_send_reconnect(stream *s, uint32_t retry_ms)
+{
+	frame *f = frame_reconnect_new(retry_ms, "draining");
+
+	if (s->state == ST_CHECKING) {
+		frame_unref(f);
+		stream_cancel_job(s);
+		http_reply_problem(s->req, 503, NULL, "Service Unavailable", "this edge is draining; reconnect",
+		                   "Retry-After: 1\r\n");
+		s->req = NULL;
+		stream_unlink(s);
+		stream_free(s);
+		return;
+	}
+	if (s->state == ST_REPLAYING) {
+		/* Stop the replay where it is; the client resumes from its last id elsewhere. */
+		stream_cancel_job(s);
+		chunk_clear(s);
+		subq_free(s->hold);
+		s->hold = NULL;
+		s->state = ST_LIVE;
+	}
+	if (s->state == ST_LIVE) {
+		/*
+		 * Terminal frames are always accepted; it goes out after what is
+		 * queued, as the client reads.  A client that reads nothing is
+		 * closed by the grace timer, never before.
+		 */
+		stream_leave_hub(s);
+		(void)subq_push(s->q, f, 0);
+		stream_pump(s);
+	}
+	frame_unref(f);
+}
+
+void
+streams_drain(streams *ss, void (*done)(void *arg), void *arg)
+{
+	struct timeval tv = { ss->cfg.drain_grace_ms / 1000, (ss->cfg.drain_grace_ms % 1000) * 1000 };
+	size_t n = ss->n_streams, i = 0;
+	stream *s, *next;
+
+	if (ss->draining)
+		return;
+	ss->draining = true;
+	ss->drain_done = done;
+	ss->drain_arg = arg;
+	/*
+	 * ADR-WEB-ADV-001: ask clients to reconnect, with hints spread evenly
+	 * over the grace period so they do not all come back at once.
+	 */
+	for (s = ss->head_stream; s; s = next) {
+		uint32_t retry = n ? (uint32_t)(((uint64_t)ss->cfg.drain_grace_ms * (2 * i + 1)) / (2 * n)) : 0;
+
+		next = s->next;
+		i++;
+		stream_send_reconnect(s, retry);
+	}
+	event_add(ss->ev_grace, &tv);
+	streams_check_drained(ss);
+}
+
+bool
+streams_draining(const streams *ss)
+{
+	return ss->draining;
+}
+
+size_t
+streams_count(const streams *ss)
+{
+	return ss->n_streams;
+}
+
+streams *
+streams_new(struct event_base *base, pgpool *pool, st_metrics *m, const st_clock *clock, const streams_config *cfg)
+{
+	streams *ss = st_xcalloc(1, sizeof(*ss));
+	struct timeval tv;
+	char labels[64];
+
+	ss->base = base;
+	ss->pool = pool;
+	ss->clock = clock;
+	ss->cfg = *cfg;
+	if (ss->cfg.heartbeat_ms == 0)
+		ss->cfg.heartbeat_ms = 15000;
+	ss->hub = hub_new(hub_deliver_cb, hub_flush_cb);
+	ss->heartbeat = frame_heartbeat_new();
+	ss->dropped.coalesced = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"coalesced\"",
+	                                           "Frames dropped from stream queues, by reason (ADR-0197).");
+	ss->dropped.overflow = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"overflow\"", NULL);
+	ss->dropped.replay = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"replay\"", NULL);
+	ss->dropped.blocked = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"blocked\"", NULL);
+	ss->m_open = st_metrics_gauge(m, "studio_streams_open", NULL, "Streams open now.");
+	for (int i = 0; i < OUT_COUNT; i++) {
+		snprintf(labels, sizeof(labels), "outcome=\"%s\"", outcome_names[i]);
+		ss->m_outcome[i] = st_metrics_counter(m, "studio_stream_outcomes_total", labels,
+		                                      i == 0 ? "Streams ended, by outcome (ADR-WEB-ADV-001)." : NULL);
+	}
+	for (int i = 0; i < RR_COUNT; i++) {
+		snprintf(labels, sizeof(labels), "result=\"%s\"", replay_result_names[i]);
+		ss->m_replay[i] = st_metrics_counter(m, "studio_replay_total", labels,
+		                                     i == 0 ? "Resume requests, by result." : NULL);
+	}
+	ss->m_frames = st_metrics_counter(m, "studio_frames_delivered_total", NULL,
+	                                  "Frames handed to client connections.");
+	ss->m_refused = st_metrics_counter(m, "studio_ids_refused_total", NULL,
+	                                   "Frames refused because their id would repeat or regress.");
+	ss->m_seam_overlap = st_metrics_counter(m, "studio_seam_overlap_total", NULL,
+	                                        "Live frames dropped at the resume seam because the replay sent them.");
+	ss->m_seam_gap = st_metrics_counter(m, "studio_seam_gaps_total", NULL,
+	                                    "Resume seams that would have left a hole (answered with resync gap).");
+	ss->ev_heartbeat = event_new(base, -1, 0, heartbeat_cb, ss);
+	ss->ev_grace = event_new(base, -1, 0, grace_cb, ss);
+	ss->ev_drain_done = event_new(base, -1, 0, drain_done_cb, ss);
+	ST_ASSERT(ss->ev_heartbeat && ss->ev_grace && ss->ev_drain_done);
+	tv.tv_sec = ss->cfg.heartbeat_ms / 1000;
+	tv.tv_usec = (ss->cfg.heartbeat_ms % 1000) * 1000;
+	event_add(ss->ev_heartbeat, &tv);
+	return ss;
+}
+
+void
+streams_free(streams *ss)
+{
+	stream *s, *next;
+
+	if (ss == NULL)
+		return;
+	for (s = ss->head_stream; s; s = next) {
+		next = s->next;
+		if (s->req) {
+			http_reply_problem(s->req, 503, NULL, "Service Unavailable", "shutting down", NULL);
+			s->req = NULL;
+		}
+		/* http_server_free ran first and closed every started stream. */
+		ST_ASSERT(s->hs == NULL);
+		stream_unlink(s);
+		stream_free(s);
+	}
+	hub_free(ss->hub);
+	frame_unref(ss->heartbeat);
+	event_free(ss->ev_heartbeat);
+	event_free(ss->ev_grace);
+	event_free(ss->ev_drain_done);
+	free(ss);
+}

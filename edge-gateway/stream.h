@@ -1,0 +1,73 @@
+/*
+ * stream: the HTTP streams of an edge - GET /v1/stream, the registry of
+ * open streams, and drain.
+ *
+ * A stream is one client connection in one wire format on up to 64 topics.
+ * Its life: the query is parsed and checked (any error before the first
+ * body byte is a problem document with a real status); it registers with
+ * the hub at once; with a Last-Event-ID it first replays from PostgreSQL
+ * while live frames wait in a hold buffer, then releases the hold at the
+ * seam; then it is live until a terminal envelope (complete, failure,
+ * reconnect) or the client goes away (abrupt_close).  Every stream ends with
+ * exactly one outcome, counted in studio_stream_outcomes_total.
+ *
+ * The registry (streams) owns the hub: the sequencer's ordered batches come
+ * in through streams_publish and fan out to the subscribers' queues.
+ *
+ * Threads: everything runs on the loop thread.
+ */
+#ifndef EDGE_STREAM_H
+#define EDGE_STREAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "frame.h"
+#include "pgpool.h"
+#include "st_clock.h"
+#include "st_http.h"
+#include "st_metrics.h"
+
+struct event_base;
+typedef struct streams streams;
+
+typedef struct streams_config {
+	uint64_t replay_cap;      /* more events than this to replay -> resync replay_cap */
+	uint32_t heartbeat_ms;    /* heartbeat interval */
+	uint32_t max_streams;     /* 429 beyond */
+	uint32_t drain_grace_ms;  /* reconnect hints are spread over this; the rest is closed after it */
+} streams_config;
+
+/* pool and metrics are borrowed and must outlive the registry; the clock too. */
+streams *streams_new(struct event_base *base, pgpool *pool, st_metrics *m, const st_clock *clock,
+                     const streams_config *cfg);
+/* Frees the registry.  Call after http_server_free (which closed every
+ * started stream); requests still waiting for the database get 503.  NULL-safe. */
+void streams_free(streams *ss);
+
+/* GET or HEAD /v1/stream.  Answers req (now or after the database answered). */
+void streams_handle(streams *ss, http_req *req);
+
+/*
+ * One contiguous batch of the ordered history (from the sequencer): fans
+ * out to the subscribers, then writes to each touched stream once.  head is
+ * the sequencer's head after the batch.  frames stay owned by the caller.
+ */
+void streams_publish(streams *ss, frame *const *frames, size_t n, uint64_t head);
+/* The history head advanced without frames for anyone (a tick or a fill of nothing). */
+void streams_set_head(streams *ss, uint64_t head);
+/* The sequencer has its first head: streams may start. */
+bool streams_ready(const streams *ss);
+
+/*
+ * Drain: new streams get 503, every open stream is sent reconnect with a
+ * retry hint spread over the grace period, streams still open after the
+ * grace are closed.  done(arg) is called (once, from the loop) when no
+ * stream is left.  Idempotent.
+ */
+void streams_drain(streams *ss, void (*done)(void *arg), void *arg);
+bool streams_draining(const streams *ss);
+size_t streams_count(const streams *ss);
+
+#endif

@@ -1,0 +1,460 @@
+/*
+ * sub: one sub0 socket, every writer dialed, messages read on the loop.
+ *
+ * DESIGN.  Receiving uses NNG_OPT_RECVFD, a descriptor nng keeps readable
+ * (level-triggered) while a whole message is queued; it is never read, only
+ * watched, and each callback drains with nng_recvmsg(NNG_FLAG_NONBLOCK) until
+ * NNG_EAGAIN or SUB_BATCH messages, then re-activates itself so one busy
+ * socket cannot starve the rest of the loop.
+ *
+ * Dialers live in a fixed table of slots, SUB_MAX_ADDRS per URL.  A slot's
+ * dialer id and pipe count are atomics because nng's pipe notifications
+ * (run on nng threads, holding the socket lock, so they only look the
+ * pipe's dialer up and count) update them; everything else in a slot is
+ * owned by the loop thread.  A dialer is created, its id published in the
+ * slot, and only then started, so no notification can precede the id.
+ *
+ * Names are resolved off the loop: the resolver thread calls getaddrinfo
+ * for each DNS URL at start and every SUB_RESOLVE_MS (sleeping on a
+ * condition variable so sub_free wakes it at once) and posts each
+ * successful address set through an st_mailbox; the loop dials the new
+ * addresses and closes the dialers of vanished ones.  A failed lookup
+ * changes nothing: a DNS hiccup must not disconnect a working writer.
+ */
+#include "sub.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <event2/event.h>
+#include <nng/nng.h>
+#include <nng/protocol/pubsub0/sub.h>
+
+#include "st_log.h"
+#include "st_mailbox.h"
+#include "st_util.h"
+#include "wire.h"
+
+typedef struct slot {
+	_Atomic uint32_t dialer_id; /* 0: free */
+	atomic_int pipes;
+	nng_dialer d;               /* loop thread */
+	char addr[SUB_URL_MAX];     /* loop thread; "" when free */
+} slot;
+
+typedef struct url {
+	char text[SUB_URL_MAX];
+	bool dns;
+	char host[SUB_URL_MAX];
+	char port[16];
+} url;
+
+/* One resolution, posted by the resolver thread. */
+typedef struct resolved {
+	size_t url;
+	size_t n;
+	char addr[SUB_MAX_ADDRS][SUB_URL_MAX];
+} resolved;
+
+struct sub {
+	struct event_base *base;
+	nng_socket sock;
+	bool sock_open;
+	struct event *ev;
+	sub_fn fn;
+	void *arg;
+	url *urls;
+	size_t n;
+	slot *slots; /* n * SUB_MAX_ADDRS */
+	st_mailbox *mb;
+	bool closing;
+
+	pthread_t thr;
+	bool thr_started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool stop;
+
+	atomic_ullong received;
+	atomic_ullong errors;
+};
+
+static bool
+ip_literal(const char *host)
+{
+	unsigned char buf[sizeof(struct in6_addr)];
+
+	return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+}
+
+/* Splits tcp://HOST:PORT; a URL of another scheme, or with an IP literal, is dialed as is. */
+static st_err
+url_parse(const char *text, url *u)
+{
+	const char *rest, *colon, *host_end;
+	size_t hl;
+
+	if (strlen(text) >= SUB_URL_MAX || text[0] == 0)
+		return ST_EINVAL;
+	memset(u, 0, sizeof(*u));
+	strcpy(u->text, text);
+	if (strncmp(text, "tcp://", 6) != 0)
+		return strstr(text, "://") ? ST_OK : ST_EINVAL;
+	rest = text + 6;
+	if (rest[0] == '[') {
+		host_end = strchr(rest, ']');
+		if (host_end == NULL || host_end[1] != ':')
+			return ST_EINVAL;
+		rest++;
+		colon = host_end + 1;
+	} else {
+		colon = strrchr(rest, ':');
+		if (colon == NULL)
+			return ST_EINVAL;
+		host_end = colon;
+	}
+	hl = (size_t)(host_end - rest);
+	if (hl == 0 || strlen(colon + 1) == 0 || strlen(colon + 1) >= sizeof(u->port))
+		return ST_EINVAL;
+	memcpy(u->host, rest, hl);
+	u->host[hl] = 0;
+	strcpy(u->port, colon + 1);
+	u->dns = !ip_literal(u->host);
+	return ST_OK;
+}
+
+static void
+pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	sub *s = arg;
+	int id = nng_dialer_id(nng_pipe_dialer(p));
+
+	if (id <= 0)
+		return;
+	for (size_t i = 0; i < s->n * SUB_MAX_ADDRS; i++) {
+		slot *sl = &s->slots[i];
+		if (atomic_load(&sl->dialer_id) != (uint32_t)id)
+			continue;
+		if (ev == NNG_PIPE_EV_ADD_POST)
+			atomic_fetch_add(&sl->pipes, 1);
+		else if (ev == NNG_PIPE_EV_REM_POST && atomic_load(&sl->pipes) > 0)
+			atomic_fetch_sub(&sl->pipes, 1);
+		return;
+	}
+}
+
+/* false when the address cannot be dialed at all (bad URL, unknown scheme). */
+static bool
+dial(sub *s, size_t ui, const char *addr)
+{
+	slot *base = &s->slots[ui * SUB_MAX_ADDRS];
+	slot *sl = NULL;
+	int rv;
+
+	for (size_t k = 0; k < SUB_MAX_ADDRS && sl == NULL; k++)
+		if (atomic_load(&base[k].dialer_id) == 0)
+			sl = &base[k];
+	if (sl == NULL) {
+		st_warn("sub: %s: more than %u addresses, %s not dialed", s->urls[ui].text, SUB_MAX_ADDRS, addr);
+		return true;
+	}
+	if ((rv = nng_dialer_create(&sl->d, s->sock, addr)) != 0) {
+		st_warn("sub: %s: %s", addr, nng_strerror(rv));
+		return false;
+	}
+	atomic_store(&sl->pipes, 0);
+	atomic_store(&sl->dialer_id, (uint32_t)nng_dialer_id(sl->d));
+	if ((rv = nng_dialer_start(sl->d, NNG_FLAG_NONBLOCK)) != 0) {
+		st_warn("sub: %s: %s", addr, nng_strerror(rv));
+		atomic_store(&sl->dialer_id, 0);
+		nng_dialer_close(sl->d);
+		return false;
+	}
+	snprintf(sl->addr, sizeof(sl->addr), "%s", addr);
+	st_info("sub: dialing %s", addr);
+	return true;
+}
+
+static void
+undial(slot *sl)
+{
+	st_info("sub: closing %s (no longer resolved)", sl->addr);
+	atomic_store(&sl->dialer_id, 0);
+	atomic_store(&sl->pipes, 0);
+	nng_dialer_close(sl->d);
+	sl->addr[0] = 0;
+}
+
+static void
+on_resolved(void *item, void *arg)
+{
+	sub *s = arg;
+	resolved *r = item;
+	slot *base;
+
+	if (s->closing || r->n == 0)
+		goto done;
+	base = &s->slots[r->url * SUB_MAX_ADDRS];
+	for (size_t k = 0; k < SUB_MAX_ADDRS; k++) {
+		bool keep = false;
+		if (atomic_load(&base[k].dialer_id) == 0)
+			continue;
+		for (size_t i = 0; i < r->n && !keep; i++)
+			keep = strcmp(base[k].addr, r->addr[i]) == 0;
+		if (!keep)
+			undial(&base[k]);
+	}
+	for (size_t i = 0; i < r->n; i++) {
+		bool have = false;
+		for (size_t k = 0; k < SUB_MAX_ADDRS && !have; k++)
+			have = atomic_load(&base[k].dialer_id) != 0 && strcmp(base[k].addr, r->addr[i]) == 0;
+		if (!have)
+			(void)dial(s, r->url, r->addr[i]);
+	}
+done:
+	free(r);
+}
+
+static int
+addr_cmp(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+static resolved *
+resolve(const sub *s, size_t ui)
+{
+	const url *u = &s->urls[ui];
+	struct addrinfo hints, *res = NULL;
+	resolved *r;
+	int rv;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	if ((rv = getaddrinfo(u->host, u->port, &hints, &res)) != 0) {
+		st_warn("sub: resolving %s: %s", u->host, gai_strerror(rv));
+		return NULL;
+	}
+	r = st_xcalloc(1, sizeof(*r));
+	r->url = ui;
+	for (struct addrinfo *ai = res; ai != NULL && r->n < SUB_MAX_ADDRS; ai = ai->ai_next) {
+		char ip[INET6_ADDRSTRLEN];
+		if (ai->ai_family == AF_INET) {
+			inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, ip, sizeof(ip));
+			snprintf(r->addr[r->n], SUB_URL_MAX, "tcp://%s:%s", ip, u->port);
+		} else if (ai->ai_family == AF_INET6) {
+			inet_ntop(AF_INET6, &((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr, ip, sizeof(ip));
+			snprintf(r->addr[r->n], SUB_URL_MAX, "tcp://[%s]:%s", ip, u->port);
+		} else {
+			continue;
+		}
+		r->n++;
+	}
+	freeaddrinfo(res);
+	/* Sorted and unique: getaddrinfo repeats addresses and varies their order. */
+	qsort(r->addr, r->n, SUB_URL_MAX, addr_cmp);
+	size_t w = 0;
+	for (size_t i = 0; i < r->n; i++)
+		if (w == 0 || strcmp(r->addr[w - 1], r->addr[i]) != 0)
+			memmove(r->addr[w++], r->addr[i], SUB_URL_MAX);
+	r->n = w;
+	if (r->n == 0) {
+		free(r);
+		return NULL;
+	}
+	return r;
+}
+
+static void *
+resolver_main(void *arg)
+{
+	sub *s = arg;
+
+	pthread_mutex_lock(&s->mu);
+	while (!s->stop) {
+		pthread_mutex_unlock(&s->mu);
+		for (size_t i = 0; i < s->n; i++) {
+			resolved *r;
+			if (!s->urls[i].dns || (r = resolve(s, i)) == NULL)
+				continue;
+			st_mailbox_post(s->mb, r);
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += SUB_RESOLVE_MS / 1000;
+		pthread_mutex_lock(&s->mu);
+		while (!s->stop) {
+			if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) != 0)
+				break; /* ETIMEDOUT: resolve again */
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+static void
+on_recv(evutil_socket_t fd, short what, void *arg)
+{
+	sub *s = arg;
+	unsigned n;
+
+	(void)fd;
+	(void)what;
+	for (n = 0; n < SUB_BATCH; n++) {
+		nng_msg *m;
+		int rv = nng_recvmsg(s->sock, &m, NNG_FLAG_NONBLOCK);
+		if (rv == NNG_EAGAIN)
+			return;
+		if (rv != 0) {
+			atomic_fetch_add(&s->errors, 1);
+			if (rv != NNG_ECLOSED)
+				st_warn("sub: receive: %s", nng_strerror(rv));
+			return;
+		}
+		atomic_fetch_add(&s->received, 1);
+		s->fn(s->arg, nng_msg_body(m), nng_msg_len(m));
+		nng_msg_free(m);
+	}
+	/* More may be queued: come back after the rest of the loop had its turn. */
+	event_active(s->ev, EV_READ, 0);
+}
+
+st_err
+sub_new(struct event_base *base, const char *const *urls, size_t n, sub_fn fn, void *arg, sub **out)
+{
+	sub *s;
+	int rv, fd;
+	bool any_dns = false;
+	st_err err = ST_ESYS;
+
+	if (n == 0 || n > SUB_MAX_URLS)
+		return ST_EINVAL;
+	s = st_xcalloc(1, sizeof(*s));
+	s->base = base;
+	s->fn = fn;
+	s->arg = arg;
+	s->n = n;
+	s->urls = st_xcalloc(n, sizeof(url));
+	s->slots = st_xcalloc(n * SUB_MAX_ADDRS, sizeof(slot));
+	pthread_mutex_init(&s->mu, NULL);
+	{
+		pthread_condattr_t ca;
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&s->cv, &ca);
+		pthread_condattr_destroy(&ca);
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (url_parse(urls[i], &s->urls[i]) != ST_OK) {
+			st_error("sub: bad writer URL: %s", urls[i]);
+			err = ST_EINVAL;
+			goto fail;
+		}
+		any_dns |= s->urls[i].dns;
+	}
+	if ((rv = nng_sub0_open(&s->sock)) != 0)
+		goto nng_fail;
+	s->sock_open = true;
+	if ((rv = nng_socket_set(s->sock, NNG_OPT_SUB_SUBSCRIBE, "", 0)) != 0 ||
+	    (rv = nng_socket_set_int(s->sock, NNG_OPT_RECVBUF, 8192)) != 0 ||
+	    (rv = nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, PROTO_MAX_PUB)) != 0 ||
+	    (rv = nng_socket_set_ms(s->sock, NNG_OPT_RECONNMINT, 100)) != 0 ||
+	    (rv = nng_socket_set_ms(s->sock, NNG_OPT_RECONNMAXT, 5000)) != 0 ||
+	    (rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, pipe_cb, s)) != 0 ||
+	    (rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, pipe_cb, s)) != 0 ||
+	    (rv = nng_socket_get_int(s->sock, NNG_OPT_RECVFD, &fd)) != 0)
+		goto nng_fail;
+	s->ev = event_new(base, fd, EV_READ | EV_PERSIST, on_recv, s);
+	if (s->ev == NULL || event_add(s->ev, NULL) != 0) {
+		st_error("sub: libevent failed");
+		goto fail;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (!s->urls[i].dns && !dial(s, i, s->urls[i].text)) {
+			err = ST_EINVAL;
+			goto fail;
+		}
+	}
+	if (any_dns) {
+		if ((s->mb = st_mailbox_new(base, on_resolved, s)) == NULL) {
+			st_error("sub: mailbox failed");
+			goto fail;
+		}
+		if (pthread_create(&s->thr, NULL, resolver_main, s) != 0) {
+			st_error("sub: cannot start the resolver thread");
+			goto fail;
+		}
+		s->thr_started = true;
+	}
+	*out = s;
+	return ST_OK;
+nng_fail:
+	st_error("sub: nng: %s", nng_strerror(rv));
+fail:
+	sub_free(s);
+	return err;
+}
+
+void
+sub_free(sub *s)
+{
+	if (s == NULL)
+		return;
+	if (s->thr_started) {
+		pthread_mutex_lock(&s->mu);
+		s->stop = true;
+		pthread_cond_signal(&s->cv);
+		pthread_mutex_unlock(&s->mu);
+		pthread_join(s->thr, NULL);
+	}
+	s->closing = true;
+	st_mailbox_free(s->mb); /* frees what the resolver left */
+	if (s->ev != NULL)
+		event_free(s->ev);
+	if (s->sock_open)
+		nng_close(s->sock); /* closes every dialer; no pipe notification runs after it */
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->mu);
+	free(s->slots);
+	free(s->urls);
+	free(s);
+}
+
+size_t
+sub_url_pipes(const sub *s, size_t i)
+{
+	size_t n = 0;
+
+	if (i >= s->n)
+		return 0;
+	for (size_t k = 0; k < SUB_MAX_ADDRS; k++) {
+		slot *sl = &s->slots[i * SUB_MAX_ADDRS + k];
+		if (atomic_load(&sl->dialer_id) != 0)
+			n += (size_t)atomic_load(&sl->pipes);
+	}
+	return n;
+}
+
+size_t
+sub_pipes(const sub *s)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < s->n; i++)
+		n += sub_url_pipes(s, i);
+	return n;
+}
+
+unsigned long long
+sub_received(const sub *s)
+{
+	return atomic_load(&((sub *)s)->received);
+}

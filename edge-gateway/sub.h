@@ -1,0 +1,61 @@
+/*
+ * sub: the edge's SUB side - one nng sub0 socket dialing every writer.
+ *
+ * Subscribes to everything, receive buffer 8192 messages, messages above
+ * PROTO_MAX_PUB refused by nng, reconnect 100 ms doubling to 5 s.  Each URL
+ * is dialed with NNG_FLAG_NONBLOCK (so a writer that is down at start is
+ * retried).  A tcp:// URL whose host is a DNS name is resolved by a
+ * resolver thread every SUB_RESOLVE_MS; every address is dialed as
+ * tcp://IP:PORT, dialers of addresses that disappeared are closed (a failed
+ * resolution keeps the current set).
+ *
+ * Messages are read on the loop thread: NNG_OPT_RECVFD is watched by
+ * libevent and drained with NNG_FLAG_NONBLOCK, at most SUB_BATCH messages
+ * per callback, so nng threads never touch the loop.
+ *
+ * Requires evthread_use_pthreads() before event_base_new() (the resolver
+ * hands its results over through an st_mailbox).
+ */
+#ifndef EDGE_SUB_H
+#define EDGE_SUB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "st_err.h"
+
+struct event_base;
+typedef struct sub sub;
+
+#define SUB_MAX_URLS 64u
+#define SUB_MAX_ADDRS 32u   /* addresses dialed per DNS name */
+#define SUB_RESOLVE_MS 10000u
+#define SUB_BATCH 256u      /* messages per loop callback */
+#define SUB_URL_MAX 512u
+
+/*
+ * One published message, on the loop thread; data is valid only during the
+ * call (the nng message is freed after it).  The callback must not call
+ * sub_free.
+ */
+typedef void (*sub_fn)(void *arg, const void *data, size_t len);
+
+/*
+ * urls: 1..SUB_MAX_URLS nng URLs (copied), e.g. tcp://writer:7451.
+ * ST_EINVAL for a malformed or too long URL or a bad count, ST_ESYS when
+ * nng fails (logged).  Loop thread.
+ */
+st_err sub_new(struct event_base *base, const char *const *urls, size_t n, sub_fn fn, void *arg, sub **out);
+
+/* Stops and joins the resolver thread, closes the socket.  Loop thread,
+ * outside sub callbacks.  NULL-safe. */
+void sub_free(sub *s);
+
+/* Pipes (connections) currently up for URL i (all its addresses), and in total.
+ * Any thread (atomic counters kept by nng's pipe notifications). */
+size_t sub_url_pipes(const sub *s, size_t i);
+size_t sub_pipes(const sub *s);
+/* Messages received, and receive errors other than EAGAIN. */
+unsigned long long sub_received(const sub *s);
+
+#endif

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# scripts/test.sh: the whole test run on a fresh Debian 12 machine (as root).
+#
+# Installs what is missing, builds twice (build/ plain, build-asan/ with
+# ASan+UBSan), starts a throwaway PostgreSQL 15 of its own under build/
+# (127.0.0.1, a free port, fsync off), exports STUDIO_TEST_PG_DSN and runs
+# ctest on both builds: everything on build/, everything but the
+# memory/throughput measurements (label measure) on build-asan/.  The server
+# is stopped at the end, also on failure or Ctrl-C.  Exit status: 0 only when
+# every test of both runs passed.
+#
+# Environment: STUDIO_TEST_ONLY_PLAIN=1 skips the sanitizer build (local use);
+# CTEST_ARGS adds arguments to both ctest runs (e.g. CTEST_ARGS="-R it_e2e").
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$ST_ROOT"
+
+t0=$(date +%s)
+st_install "${ST_BUILD_PKGS[@]}" chromium
+st_build "$ST_ROOT/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+if [ "${STUDIO_TEST_ONLY_PLAIN:-0}" != 1 ]; then
+	st_build "$ST_ROOT/build-asan" -DCMAKE_BUILD_TYPE=Debug -DSTUDIO_SANITIZE=ON
+fi
+
+trap 'st_pg_stop' EXIT
+trap 'exit 130' INT TERM
+st_pg_start "$ST_ROOT/build/pgtest" test
+export STUDIO_TEST_PG_DSN="$ST_PG_DSN"
+# The integration tests must not pick up a developer's own settings.
+unset STUDIO_PG_DSN || true
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+status=0
+read -r -a extra <<<"${CTEST_ARGS:-}"
+st_log "ctest on build/ (all tests)"
+(cd build && ctest --output-on-failure -j2 "${extra[@]}") || status=1
+if [ "${STUDIO_TEST_ONLY_PLAIN:-0}" != 1 ]; then
+	st_log "ctest on build-asan/ (all but label measure)"
+	(cd build-asan && ctest --output-on-failure -j2 -LE measure "${extra[@]}") || status=1
+fi
+st_log "tests $([ $status -eq 0 ] && echo passed || echo FAILED) in $(($(date +%s) - t0))s"
+exit $status

@@ -1,0 +1,881 @@
+"""harness: the integration-test toolkit (stdlib only, /usr/bin/python3).
+
+Every integration test is one script, run by ctest (tests/CMakeLists.txt) with
+STUDIO_BIN_DIR (build/bin), STUDIO_TOOLS_DIR (build/tests) and
+STUDIO_TEST_PG_DSN (an admin DSN of a throwaway PostgreSQL) in its environment.
+Real PostgreSQL, real processes, no mocks.
+
+Stable API (G2's tests rely on it; add, never change):
+
+  Tests()                      a tiny runner:  t = Tests();  @t.case def name(): ...;
+                               t.main()  -> runs the cases in order, prints
+                               "N passed, M failed", exits 0/1 (77 when the DSN is unset).
+  check(cond, msg)             raise TestFailure(msg) unless cond.
+  check_eq(a, b, msg)          same, with both values in the message.
+  wait_until(pred, timeout, what, interval=0.05) -> pred()'s truthy value or TestFailure.
+
+  Env()                        context manager: a fresh database (CREATE DATABASE
+                               with a unique name, migrated unless migrate=False),
+                               a temp dir for logs, every process started through
+                               it killed at the end, database dropped (WITH FORCE).
+                               env.dsn, env.admin_dsn, env.tmp, env.dbname
+                               env.start_writer(**flags) / env.start_edge(writers, **flags)
+  start_writer(dsn, env=None, extra_env=None, **flags) -> Proc   (module level too)
+  start_edge(dsn, writers=[...], env=None, extra_env=None, **flags) -> Proc
+      flags: python names, '_' -> '-', e.g. flush_interval_ms=200 -> --flush-interval-ms 200;
+      True -> bare flag; None -> omitted.  Defaults: every listen address on
+      127.0.0.1 with a free port.  writers: Proc objects (their publish URL) or URLs.
+  Proc: .name .pid .args .stdout_path .stderr_path .returncode
+        writer: .ingest .publish .control (nng URLs), .http ("127.0.0.1:P"), .http_url
+        edge:   .listen ("127.0.0.1:P"), .url ("http://127.0.0.1:P"), .control
+        .wait_ready(timeout=30)  writer: GET /healthz 200; edge: GET /readyz 200
+        .alive()  .stop(timeout=30) -> returncode (SIGTERM, wait)  .kill() (SIGKILL, wait)
+        .wait_exit(timeout) -> returncode   .logs() -> str (stdout+stderr tails)
+        .rss_kb() -> int (VmRSS from /proc/PID/status)
+  program(name, where=BIN_DIR) -> path   (TestFailure when not built)
+  migrate(dsn)                 runs `broker-writer migrate --pg-dsn DSN` (raises on failure).
+  psql(dsn, sql) -> [tuple of str|None]   rows; NULL -> None; values never split wrongly
+                               (fields \\x01, records \\x02, NULL \\x03 on the wire).
+  psql_one(dsn, sql) -> str|None           first column of the first row.
+  publish(writer, topic, data=None, about=(), key=None) -> int seq
+                               via studioctl; data is a JSON text (str) or a python
+                               value (json.dumps'd); key -> studioctl --key.
+  publish_file(writer, events, check=True) -> CompletedProcess
+                               studioctl publish --file; events: dicts
+                               {"topic","about","data","key"} or ready NDJSON lines (str).
+  studioctl(*args, check=False, timeout=60) -> CompletedProcess
+  nngreq(url, payload: bytes, timeout_ms=5000) -> (rc, reply_obj_or_None, stdout, stderr)
+                               raw request through tests/tools/nngreq (see nngreq.c).
+  request(url, obj) -> reply dict   msgpack-encodes obj (see mp_pack) and sends it.
+  mp_pack(obj) -> bytes        None, bool, int, str, bytes (bin), list, dict, Bin, Raw.
+  mp_array_header(n, width=None) mp_map_header(n, width=None) mp_str_header(n, width=None)
+                               hand-crafted headers: width 16 or 32 forces the form,
+                               e.g. mp_array_header(4_000_000_000) is array32.
+  Raw(b)                       bytes inserted verbatim into an mp_pack'd value.
+  http_get(url, headers=None, timeout=10) -> (status, headers dict lower-cased, body bytes)
+  free_port() -> int           a 127.0.0.1 port nobody listens on (never handed out twice).
+  SseClient(url, headers=None) a minimal SSE reader in a thread: .events (list of dicts
+                               {"id","event","data","retry"}), .items(), .wait_items(n, timeout),
+                               .closed, .error, .close().
+  compact_json(text) -> str    text with whitespace outside strings removed (what the
+                               writer stores).
+  rss_kb(pid) -> int
+  envelope_data_text(envelope) -> str|None   the raw text of an envelope's "data".
+  db_events(dsn, topics=None) -> [(seq:int, topic, about_json, data_text|None)] by seq.
+  check_items_match_rows(items, rows, what)  SSE items (SseClient.items()) are exactly
+                               rows (db_events) in order: id == seq, topic, and data
+                               byte for byte (no data for a change signal).
+  metric(url, name, labels=None) -> float|None   one sample from GET /metrics.
+"""
+
+import http.client
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import urllib.parse
+
+BIN_DIR = os.environ.get("STUDIO_BIN_DIR") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "bin")
+TOOLS_DIR = os.environ.get("STUDIO_TOOLS_DIR") or os.path.join(BIN_DIR, "..", "tests")
+PSQL = shutil.which("psql") or "/usr/lib/postgresql/15/bin/psql"
+SKIP = 77
+
+
+class TestFailure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise TestFailure(msg)
+
+
+def check_eq(a, b, msg):
+    if a != b:
+        raise TestFailure("%s: got %r, expected %r" % (msg, a, b))
+
+
+def wait_until(pred, timeout, what, interval=0.05):
+    """Polls pred() until truthy; bounded: raises TestFailure naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            raise TestFailure("timed out after %.1fs waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+# ---------------------------------------------------------------- runner
+
+class Tests:
+    """Runs named cases in order; one failing case does not stop the others."""
+
+    def __init__(self, needs_pg=True):
+        self.cases = []
+        self.needs_pg = needs_pg
+
+    def case(self, fn):
+        self.cases.append(fn)
+        return fn
+
+    def main(self):
+        if self.needs_pg and not os.environ.get("STUDIO_TEST_PG_DSN"):
+            log("STUDIO_TEST_PG_DSN is not set: skipping")
+            sys.exit(SKIP)
+        only = set(sys.argv[1:])
+        passed = failed = 0
+        for fn in self.cases:
+            if only and fn.__name__ not in only:
+                continue
+            log("=== %s" % fn.__name__)
+            t0 = time.monotonic()
+            try:
+                fn()
+            except Exception as e:  # any exception is a failed case
+                failed += 1
+                log("FAIL %s (%.1fs): %s" % (fn.__name__, time.monotonic() - t0, e))
+                if not isinstance(e, TestFailure):
+                    traceback.print_exc(file=sys.stdout)
+            else:
+                passed += 1
+                log("ok   %s (%.1fs)" % (fn.__name__, time.monotonic() - t0))
+        log("%d passed, %d failed" % (passed, failed))
+        sys.exit(1 if failed or passed == 0 else 0)
+
+
+# ---------------------------------------------------------------- ports
+
+_ports_given = set()
+_ports_lock = threading.Lock()
+
+
+def free_port():
+    """A free 127.0.0.1 TCP port, never the same twice in this process."""
+    with _ports_lock:
+        for _ in range(200):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+            s.close()
+            if port not in _ports_given:
+                _ports_given.add(port)
+                return port
+    raise TestFailure("no free port found")
+
+
+# ---------------------------------------------------------------- PostgreSQL
+
+def dsn_with_db(dsn, dbname):
+    """The same DSN naming another database (URI or key=value form)."""
+    if dsn.startswith(("postgres://", "postgresql://")):
+        u = urllib.parse.urlsplit(dsn)
+        return urllib.parse.urlunsplit((u.scheme, u.netloc, "/" + dbname, u.query, u.fragment))
+    rest = re.sub(r"(^|\s)dbname\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", " ", dsn).strip()
+    return (rest + " dbname=" + dbname).strip()
+
+
+def psql(dsn, sql, timeout=60):
+    """Runs sql; returns rows as tuples of str (None for NULL).  Raises on error."""
+    env = dict(os.environ, PGCONNECT_TIMEOUT="10", PGOPTIONS="-c client_min_messages=warning",
+               PGCLIENTENCODING="UTF8")
+    p = subprocess.run(
+        [PSQL, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-F", "\x01", "-R", "\x02",
+         "-P", "null=\x03", "-d", dsn, "-c", sql],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        env=env, timeout=timeout)
+    if p.returncode != 0:
+        raise TestFailure("psql failed (%d) for %r: %s" % (p.returncode, sql[:200],
+                                                          p.stderr.decode(errors="replace").strip()))
+    out = p.stdout.decode("utf-8")
+    if out.endswith("\n"):
+        out = out[:-1]
+    if out == "":
+        return []
+    rows = []
+    for rec in out.split("\x02"):
+        rows.append(tuple(None if f == "\x03" else f for f in rec.split("\x01")))
+    return rows
+
+
+def psql_one(dsn, sql):
+    rows = psql(dsn, sql)
+    return rows[0][0] if rows else None
+
+
+def program(name, where=None):
+    """The path of a built program; a clear failure when it was not built."""
+    path = os.path.join(where or BIN_DIR, name)
+    if not os.access(path, os.X_OK):
+        raise TestFailure("%s is not built (%s missing)" % (name, path))
+    return path
+
+
+def migrate(dsn, timeout=60):
+    p = subprocess.run([program("broker-writer"), "migrate", "--pg-dsn", dsn],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       stdin=subprocess.DEVNULL, timeout=timeout)
+    if p.returncode != 0:
+        raise TestFailure("broker-writer migrate exited %d: %s" % (p.returncode,
+                                                                  p.stdout.decode(errors="replace")))
+    return p
+
+
+# ---------------------------------------------------------------- processes
+
+_active_envs = []
+
+
+def _flag_args(flags):
+    args = []
+    for k, v in flags.items():
+        if v is None or v is False:
+            continue
+        args.append("--" + k.replace("_", "-"))
+        if v is not True:
+            args.append(str(v))
+    return args
+
+
+def _http_status(url, timeout=2):
+    try:
+        st, _, _ = http_get(url, timeout=timeout)
+        return st
+    except (OSError, http.client.HTTPException):
+        return None
+
+
+class Proc:
+    """A spawned program with its output in files under the test's temp dir."""
+
+    def __init__(self, name, args, logdir, extra_env=None):
+        self.name = name
+        self.args = args
+        self.stdout_path = os.path.join(logdir, name + ".stdout")
+        self.stderr_path = os.path.join(logdir, name + ".stderr")
+        env = dict(os.environ)
+        env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
+        env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1")
+        if extra_env:
+            env.update({k: str(v) for k, v in extra_env.items()})
+        self._out = open(self.stdout_path, "wb")
+        self._err = open(self.stderr_path, "wb")
+        self.p = subprocess.Popen(args, stdout=self._out, stderr=self._err,
+                                  stdin=subprocess.DEVNULL, env=env)
+        self.pid = self.p.pid
+        self.ready_path = None
+
+    @property
+    def returncode(self):
+        return self.p.poll()
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def wait_ready(self, timeout=30):
+        url = self.ready_url
+
+        def ready():
+            if not self.alive():
+                raise TestFailure("%s exited with %s before it was ready\n%s"
+                                  % (self.name, self.p.returncode, self.logs()))
+            return _http_status(url) == 200
+        try:
+            wait_until(ready, timeout, "%s ready (%s)" % (self.name, url), interval=0.1)
+        except TestFailure as e:
+            if "exited" in str(e):
+                raise
+            raise TestFailure("%s\n%s" % (e, self.logs()))
+        return self
+
+    def wait_exit(self, timeout=30):
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise TestFailure("%s did not exit within %ss\n%s" % (self.name, timeout, self.logs()))
+
+    def signal(self, sig):
+        if self.alive():
+            self.p.send_signal(sig)
+
+    def stop(self, timeout=30):
+        """SIGTERM, then wait (bounded); returns the exit status."""
+        self.signal(signal.SIGTERM)
+        return self.wait_exit(timeout)
+
+    def kill(self):
+        self.signal(signal.SIGKILL)
+        return self.p.wait(10)
+
+    def rss_kb(self):
+        return rss_kb(self.pid)
+
+    def logs(self, tail=60):
+        parts = []
+        for path in (self.stdout_path, self.stderr_path):
+            self._out.flush()
+            try:
+                with open(path, "rb") as f:
+                    lines = f.read().decode(errors="replace").splitlines()
+            except OSError:
+                lines = []
+            parts.append("--- %s (last %d of %d lines)\n%s"
+                         % (path, min(tail, len(lines)), len(lines), "\n".join(lines[-tail:])))
+        return "\n".join(parts)
+
+    def close_files(self):
+        self._out.close()
+        self._err.close()
+
+
+def _current_env(env):
+    if env is not None:
+        return env
+    return _active_envs[-1] if _active_envs else None
+
+
+def _logdir(env):
+    if env is not None:
+        return env.tmp
+    return tempfile.mkdtemp(prefix="studio-it-")
+
+
+_proc_counter = itertools.count(1)
+
+
+def start_writer(dsn, env=None, extra_env=None, name=None, **flags):
+    """Spawns broker-writer; every address on 127.0.0.1 with a free port unless given."""
+    env = _current_env(env)
+    f = {"pg_dsn": dsn,
+         "ingest": "tcp://127.0.0.1:%d" % free_port(),
+         "publish": "tcp://127.0.0.1:%d" % free_port(),
+         "http": "127.0.0.1:%d" % free_port(),
+         "control": "tcp://127.0.0.1:%d" % free_port(),
+         "flush_interval_ms": 200}
+    f.update(flags)
+    name = name or "writer%d" % next(_proc_counter)
+    p = Proc(name, [program("broker-writer")] + _flag_args(f), _logdir(env), extra_env)
+    p.ingest, p.publish, p.http, p.control = f["ingest"], f["publish"], f["http"], f["control"]
+    p.http_url = "http://" + p.http
+    p.ready_url = p.http_url + "/healthz"
+    p.flags = f
+    if env is not None:
+        env.procs.append(p)
+    return p
+
+
+def start_edge(dsn, writers, env=None, extra_env=None, name=None, **flags):
+    """Spawns edge-gateway subscribed to writers (Procs or pub URLs)."""
+    env = _current_env(env)
+    urls = [w.publish if isinstance(w, Proc) else w for w in writers]
+    f = {"pg_dsn": dsn,
+         "writers": ",".join(urls),
+         "listen": "127.0.0.1:%d" % free_port(),
+         "control": "tcp://127.0.0.1:%d" % free_port()}
+    f.update(flags)
+    name = name or "edge%d" % next(_proc_counter)
+    p = Proc(name, [program("edge-gateway")] + _flag_args(f), _logdir(env), extra_env)
+    p.listen, p.control = f["listen"], f["control"]
+    p.url = "http://" + p.listen
+    p.ready_url = p.url + "/readyz"
+    p.flags = f
+    if env is not None:
+        env.procs.append(p)
+    return p
+
+
+class Env:
+    """A fresh database per test plus cleanup of everything started through it."""
+
+    _n = itertools.count(1)
+
+    def __init__(self, migrate=True, keep=False):
+        self.admin_dsn = os.environ.get("STUDIO_TEST_PG_DSN")
+        if not self.admin_dsn:
+            log("STUDIO_TEST_PG_DSN is not set: skipping")
+            sys.exit(SKIP)
+        self.dbname = "it_%d_%d_%d" % (os.getpid(), int(time.time() * 1000) % 10**9, next(Env._n))
+        self.dsn = dsn_with_db(self.admin_dsn, self.dbname)
+        self.do_migrate = migrate
+        self.keep = keep
+        self.procs = []
+        self.tmp = None
+
+    def __enter__(self):
+        self.tmp = tempfile.mkdtemp(prefix="studio-%s-" % self.dbname)
+        psql(self.admin_dsn, "CREATE DATABASE %s" % self.dbname)
+        _active_envs.append(self)
+        try:
+            if self.do_migrate:
+                migrate(self.dsn)
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def start_writer(self, **flags):
+        return start_writer(self.dsn, env=self, **flags)
+
+    def start_edge(self, writers, **flags):
+        return start_edge(self.dsn, writers, env=self, **flags)
+
+    def psql(self, sql):
+        return psql(self.dsn, sql)
+
+    def __exit__(self, et, ev, tb):
+        if self in _active_envs:
+            _active_envs.remove(self)
+        for p in self.procs:
+            if p.alive():
+                p.signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.p.kill()
+                p.p.wait(10)
+        if et is not None:
+            for p in self.procs:
+                log("=== logs of %s: %s" % (p.name, " ".join(p.args)))
+                log(p.logs())
+        for p in self.procs:
+            p.close_files()
+        try:
+            psql(self.admin_dsn, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % self.dbname)
+        except TestFailure as e:
+            log("warning: %s" % e)
+        if not self.keep and et is None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        return False
+
+
+# ---------------------------------------------------------------- studioctl / nngreq
+
+def studioctl(*args, check=False, timeout=60, input=None):
+    p = subprocess.run([program("studioctl")] + [str(a) for a in args],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       stdin=subprocess.DEVNULL if input is None else None,
+                       input=input, timeout=timeout)
+    if check and p.returncode != 0:
+        raise TestFailure("studioctl %s exited %d: %s %s" % (
+            " ".join(map(str, args))[:200], p.returncode, p.stdout.decode(errors="replace")[-500:],
+            p.stderr.decode(errors="replace")[-500:]))
+    return p
+
+
+def _ingest_url(writer):
+    return writer.ingest if isinstance(writer, Proc) else writer
+
+
+def _data_text(data):
+    return data if isinstance(data, str) else json.dumps(data)
+
+
+def publish(writer, topic, data=None, about=(), key=None):
+    """Publishes one event; returns its seq."""
+    url = _ingest_url(writer)
+    args = ["publish", "--writer", url, "--topic", topic]
+    for a in about:
+        args += ["--about", a]
+    if data is not None:
+        args += ["--data", _data_text(data)]
+    if key is not None:
+        args += ["--key", key]
+    p = studioctl(*args, check=True)
+    out = p.stdout.decode().strip().split()
+    check(len(out) >= 1 and out[-1].isdigit(), "studioctl publish printed %r" % p.stdout)
+    return int(out[-1])
+
+
+def publish_file(writer, events, check=True, timeout=300, path=None):
+    """studioctl publish --file with one event a line; events are dicts or lines."""
+    if path is None:
+        env = _current_env(None)
+        d = env.tmp if env else tempfile.mkdtemp(prefix="studio-it-")
+        path = os.path.join(d, "events-%d.ndjson" % next(_proc_counter))
+    with open(path, "w", encoding="utf-8") as f:
+        for ev in events:
+            f.write((ev if isinstance(ev, str) else json.dumps(ev)) + "\n")
+    return studioctl("publish", "--writer", _ingest_url(writer), "--file", path,
+                     check=check, timeout=timeout)
+
+
+def nngreq(url, payload, timeout_ms=5000):
+    """Sends raw bytes on req0; returns (rc, reply or None, stdout, stderr)."""
+    p = subprocess.run([program("nngreq", TOOLS_DIR), "--timeout-ms", str(timeout_ms), url],
+                       input=payload, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=timeout_ms / 1000.0 + 30)
+    reply = None
+    if p.returncode == 0:
+        reply = json.loads(p.stdout.decode())
+    return p.returncode, reply, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+
+
+def request(url, obj, timeout_ms=5000):
+    """msgpack-encodes obj (bytes are sent as they are) and returns the decoded reply."""
+    payload = obj if isinstance(obj, (bytes, bytearray)) else mp_pack(obj)
+    rc, reply, out, err = nngreq(_ingest_url(url), bytes(payload), timeout_ms)
+    if rc != 0:
+        raise TestFailure("nngreq exited %d: %s %s" % (rc, out.strip(), err.strip()))
+    return reply
+
+
+# ---------------------------------------------------------------- msgpack
+
+class Raw(bytes):
+    """Bytes put verbatim into a packed value (hand-crafted headers, garbage)."""
+
+
+class Bin(bytes):
+    """A msgpack bin (plain bytes are bin too; this just reads better)."""
+
+
+def _hdr(n, width, fix_limit, fix_base, b8, b16, b32):
+    if width is None:
+        if fix_limit and n < fix_limit:
+            return bytes([fix_base | n])
+        if b8 is not None and n < 256:
+            return bytes([b8, n])
+        width = 16 if n < 65536 else 32
+    if width == 8:
+        return bytes([b8, n & 0xFF])
+    if width == 16:
+        return bytes([b16]) + struct.pack(">H", n & 0xFFFF)
+    return bytes([b32]) + struct.pack(">I", n & 0xFFFFFFFF)
+
+
+def mp_array_header(n, width=None):
+    return Raw(_hdr(n, width, 16, 0x90, None, 0xDC, 0xDD))
+
+
+def mp_map_header(n, width=None):
+    return Raw(_hdr(n, width, 16, 0x80, None, 0xDE, 0xDF))
+
+
+def mp_str_header(n, width=None):
+    return Raw(_hdr(n, width, 32, 0xA0, 0xD9, 0xDA, 0xDB))
+
+
+def mp_bin_header(n, width=None):
+    return Raw(_hdr(n, width or (8 if n < 256 else None), 0, 0, 0xC4, 0xC5, 0xC6))
+
+
+def mp_pack(o):
+    if isinstance(o, Raw):
+        return bytes(o)
+    if o is None:
+        return b"\xc0"
+    if o is True:
+        return b"\xc3"
+    if o is False:
+        return b"\xc2"
+    if isinstance(o, int):
+        if 0 <= o < 128:
+            return bytes([o])
+        if -32 <= o < 0:
+            return struct.pack(">b", o)
+        if o >= 0:
+            for fmt, tag in ((">B", 0xCC), (">H", 0xCD), (">I", 0xCE), (">Q", 0xCF)):
+                if o < 1 << (8 * struct.calcsize(fmt)):
+                    return bytes([tag]) + struct.pack(fmt, o)
+        else:
+            for fmt, tag in ((">b", 0xD0), (">h", 0xD1), (">i", 0xD2), (">q", 0xD3)):
+                if o >= -(1 << (8 * struct.calcsize(fmt) - 1)):
+                    return bytes([tag]) + struct.pack(fmt, o)
+        raise ValueError("int out of range")
+    if isinstance(o, float):
+        return b"\xcb" + struct.pack(">d", o)
+    if isinstance(o, str):
+        b = o.encode()
+        return bytes(mp_str_header(len(b))) + b
+    if isinstance(o, (bytes, bytearray)):
+        return bytes(mp_bin_header(len(o))) + bytes(o)
+    if isinstance(o, (list, tuple)):
+        return bytes(mp_array_header(len(o))) + b"".join(mp_pack(x) for x in o)
+    if isinstance(o, dict):
+        return bytes(mp_map_header(len(o))) + b"".join(mp_pack(k) + mp_pack(v) for k, v in o.items())
+    raise TypeError("cannot pack %r" % type(o))
+
+
+# ---------------------------------------------------------------- HTTP / SSE
+
+def _split(url):
+    u = urllib.parse.urlsplit(url)
+    path = u.path or "/"
+    if u.query:
+        path += "?" + u.query
+    return u.hostname, u.port or 80, path
+
+
+def http_get(url, headers=None, timeout=10, method="GET"):
+    """One plain request; returns (status, {lower-case header: value}, body bytes)."""
+    host, port, path = _split(url)
+    c = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        c.request(method, path, headers=headers or {})
+        r = c.getresponse()
+        body = r.read()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, body
+    finally:
+        c.close()
+
+
+class SseClient:
+    """A minimal SSE reader on its own thread (G2's sse_client.py is the rich one).
+
+    events: dicts {"id", "event", "data", "retry"} in arrival order ("event"
+    defaults to "message"; comment lines are recorded as {"comment": text}).
+    """
+
+    def __init__(self, url, headers=None, timeout=120):
+        self.url = url
+        self.status = None
+        self.headers = {}
+        self.events = []
+        self.closed = False
+        self.error = None
+        self._cv = threading.Condition()
+        host, port, path = _split(url)
+        self._sock = socket.create_connection((host, port), timeout=10)
+        self._sock.settimeout(timeout)
+        h = {"Host": "%s:%d" % (host, port), "Accept": "text/event-stream"}
+        h.update(headers or {})
+        req = "GET %s HTTP/1.1\r\n%s\r\n" % (path, "".join("%s: %s\r\n" % kv for kv in h.items()))
+        self._sock.sendall(req.encode())
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _lines(self, f):
+        chunked = self.headers.get("transfer-encoding", "").lower() == "chunked"
+        if not chunked:
+            for line in f:
+                yield line
+            return
+        buf = b""
+        while True:
+            size_line = f.readline()
+            if not size_line:
+                return
+            n = int(size_line.split(b";")[0].strip() or b"0", 16)
+            if n == 0:
+                return
+            buf += f.read(n)
+            f.readline()
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                yield line + b"\n"
+
+    def _run(self):
+        try:
+            f = self._sock.makefile("rb")
+            status = f.readline().split()
+            self.status = int(status[1]) if len(status) > 1 else None
+            while True:
+                line = f.readline()
+                if line in (b"\r\n", b"\n", b""):
+                    break
+                k, _, v = line.decode().partition(":")
+                self.headers[k.strip().lower()] = v.strip()
+            cur = {}
+            for raw in self._lines(f):
+                line = raw.decode().rstrip("\r\n")
+                if line == "":
+                    if cur:
+                        cur.setdefault("event", "message")
+                        with self._cv:
+                            self.events.append(cur)
+                            self._cv.notify_all()
+                        cur = {}
+                    continue
+                if line.startswith(":"):
+                    with self._cv:
+                        self.events.append({"comment": line[1:].strip()})
+                        self._cv.notify_all()
+                    continue
+                k, _, v = line.partition(":")
+                if v.startswith(" "):
+                    v = v[1:]
+                if k == "data":
+                    cur["data"] = cur["data"] + "\n" + v if "data" in cur else v
+                elif k in ("id", "event", "retry"):
+                    cur[k] = v
+        except Exception as e:  # recorded, checked by the test
+            self.error = e
+        finally:
+            with self._cv:
+                self.closed = True
+                self._cv.notify_all()
+
+    def items(self):
+        with self._cv:
+            return [e for e in self.events if e.get("event") == "message" and "data" in e]
+
+    def wait_items(self, n, timeout):
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while True:
+                got = sum(1 for e in self.events if e.get("event") == "message" and "data" in e)
+                if got >= n:
+                    return
+                left = deadline - time.monotonic()
+                if left <= 0 or self.closed:
+                    raise TestFailure("SSE %s: %d of %d items after %.1fs (closed=%s error=%r)"
+                                      % (self.url, got, n, timeout, self.closed, self.error))
+                self._cv.wait(min(left, 0.5))
+
+    def wait_event(self, pred, timeout, what):
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while True:
+                for e in self.events:
+                    if pred(e):
+                        return e
+                left = deadline - time.monotonic()
+                if left <= 0 or self.closed:
+                    raise TestFailure("SSE %s: no %s after %.1fs (closed=%s)" % (
+                        self.url, what, timeout, self.closed))
+                self._cv.wait(min(left, 0.5))
+
+    def close(self):
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        self._t.join(10)
+
+
+# ---------------------------------------------------------------- misc
+
+def compact_json(text):
+    """Removes whitespace outside strings (the writer's stored form)."""
+    out = []
+    in_str = esc = False
+    for ch in text:
+        if in_str:
+            out.append(ch)
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+            out.append(ch)
+        elif ch not in " \t\r\n":
+            out.append(ch)
+    return "".join(out)
+
+
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise TestFailure("no VmRSS for pid %d" % pid)
+
+
+def envelope_data_text(envelope):
+    """The raw text of the "data" member of an envelope, or None (no parsing of it)."""
+    i = envelope.find('"data":')
+    if i < 0:
+        return None
+    i += len('"data":')
+    depth = 0
+    in_str = esc = False
+    for j in range(i, len(envelope)):
+        ch = envelope[j]
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+                if depth == 0:
+                    return envelope[i:j + 1]
+            continue
+        if ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            if depth == 0:
+                return envelope[i:j]
+            depth -= 1
+            if depth == 0:
+                return envelope[i:j + 1]
+        elif ch == "," and depth == 0:
+            return envelope[i:j]
+    return envelope[i:]
+
+
+def db_events(dsn, topics=None):
+    """Stored events in seq order: (seq, topic, about as JSON text, data text or None)."""
+    where = ""
+    if topics:
+        where = "WHERE topic IN (%s)" % ",".join("'%s'" % t.replace("'", "''") for t in topics)
+    rows = psql(dsn, "SELECT seq, topic, array_to_json(about)::text, data::text FROM broker_event "
+                     "%s ORDER BY seq" % where)
+    return [(int(r[0]), r[1], r[2], r[3]) for r in rows]
+
+
+def check_items_match_rows(items, rows, what):
+    """Every row once, in seq order, with its id, topic and data byte for byte."""
+    ids = [it.get("id") for it in items]
+    if len(items) != len(rows):
+        seen = set(ids)
+        missing = [r[0] for r in rows if str(r[0]) not in seen][:10]
+        raise TestFailure("%s: %d items for %d rows (first missing seqs %s)"
+                          % (what, len(items), len(rows), missing))
+    for it, (seq, topic, about, data) in zip(items, rows):
+        if it.get("id") != str(seq):
+            raise TestFailure("%s: SSE id %r where row seq %d is next" % (what, it.get("id"), seq))
+        env = json.loads(it["data"])
+        if env.get("type") != "item" or env.get("id") != str(seq) or env.get("topic") != topic:
+            raise TestFailure("%s: envelope %r does not match row %d/%s" % (what, it["data"][:200], seq, topic))
+        if about is not None and env.get("about", []) != json.loads(about):
+            raise TestFailure("%s: seq %d about %r, stored %s" % (what, seq, env.get("about"), about))
+        got = envelope_data_text(it["data"])
+        if data is None:
+            if "data" in env:
+                raise TestFailure("%s: change signal %d carries data %r" % (what, seq, got))
+        elif got != data:
+            raise TestFailure("%s: seq %d data %r, stored %r" % (what, seq, (got or "")[:200], data[:200]))
+
+
+def metric(url, name, labels=None):
+    """The value of one sample of GET url/metrics (None when absent)."""
+    st, _, body = http_get(url.rstrip("/") + "/metrics")
+    if st != 200:
+        return None
+    want = None
+    if labels:
+        want = ",".join('%s="%s"' % kv for kv in sorted(labels.items()))
+    for line in body.decode(errors="replace").splitlines():
+        if not line.startswith(name):
+            continue
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?\s+(\S+)", line)
+        if not m or m.group(1) != name:
+            continue
+        got = ",".join(sorted(x.strip() for x in (m.group(3) or "").split(",") if x.strip()))
+        if want is None or got == want:
+            return float(m.group(4))
+    return None
