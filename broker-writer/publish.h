@@ -20,8 +20,10 @@
 #include "st_err.h"
 #include "wire.h"
 
-#define PUBLISH_MAX_EVENTS 1000u
-#define PUBLISH_MAX_BYTES (1024u * 1024)
+/* Small messages: an edge reads one per loop turn, so this is the burst
+ * one subscriber's queue (1,000 frames, ADR-0197) must absorb at a time. */
+#define PUBLISH_MAX_EVENTS 256u
+#define PUBLISH_MAX_BYTES (256u * 1024)
 #define PUBLISH_SENDBUF 8192
 
 typedef struct publish publish;

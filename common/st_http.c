@@ -1414,6 +1414,26 @@ http_stream_write_ref(http_stream *s, const void *data, size_t len,
 }
 
 size_t
+http_stream_flush(http_stream *s)
+{
+	struct evbuffer *out;
+
+	if (stream_drops(s) || s->bev == NULL)
+		return http_stream_backlog(s);
+	out = bufferevent_get_output(s->bev);
+	/*
+	 * One non-blocking write now instead of waiting for the loop's next
+	 * EV_WRITE: a burst (a 10,000-event flush fans out as ten messages in
+	 * one callback) reaches the kernel as it is queued, and frames wait in
+	 * the stream's own queue only when the kernel really refuses them.  An
+	 * error is left for the bufferevent to see on its next write.
+	 */
+	if (evbuffer_get_length(out) > 0)
+		(void)evbuffer_write(out, bufferevent_getfd(s->bev));
+	return evbuffer_get_length(out);
+}
+
+size_t
 http_stream_backlog(const http_stream *s)
 {
 	return s->bev ? evbuffer_get_length(bufferevent_get_output(s->bev)) : 0;

@@ -128,6 +128,12 @@ void http_stream_write(http_stream *s, const void *data, size_t len);
  * (after the bytes were sent or the connection freed). */
 void http_stream_write_ref(http_stream *s, const void *data, size_t len,
                            void (*cleanup)(const void *data, size_t len, void *arg), void *arg);
+/*
+ * Writes what the output holds to the socket now (one non-blocking write)
+ * and returns the backlog left.  Callers use it when the backlog passed the
+ * low watermark in the middle of a burst, before they leave frames queued.
+ */
+size_t http_stream_flush(http_stream *s);
 /* Bytes handed to the stream and not yet taken by the kernel. */
 size_t http_stream_backlog(const http_stream *s);
 /* The low watermark (bytes) under which on_writable fires; callers keep the

@@ -40,8 +40,9 @@
 
 #define EDGE_POOL_CONNS 4
 #define EDGE_TICK_MS 50
-#define EDGE_FILL_CHUNK 5000
+#define EDGE_FILL_CHUNK 256 /* a fill is fanned out like one published message */
 #define EDGE_HEAD_RETRY_MS 500
+#define EDGE_FLOW_MS 5
 
 typedef struct edge {
 	struct event_base *base;
@@ -52,7 +53,7 @@ typedef struct edge {
 	streams *streams;
 	http_server *http;
 	st_control *control;
-	struct event *ev_tick, *ev_head_retry, *ev_term, *ev_int, *ev_exit;
+	struct event *ev_tick, *ev_head_retry, *ev_term, *ev_int, *ev_exit, *ev_flow;
 	pgpool_query *head_query;
 	replay_job *fill_job;
 	uint64_t last_msg_ms;      /* monotonic ms of the last batch or tick, 0 = never */
@@ -63,6 +64,8 @@ typedef struct edge {
 } edge;
 
 /* ---- the history ------------------------------------------------------ */
+
+static void edge_flow_check(edge *e);
 
 static void
 on_emit(void *arg, frame *const *frames, size_t n)
@@ -110,6 +113,30 @@ on_pub(void *arg, const void *data, size_t len)
 	(void)sequencer_push(e->seq, m);
 	proto_pub_free(m);
 	streams_set_head(e->streams, sequencer_head(e->seq));
+	edge_flow_check(e);
+}
+
+/*
+ * Flow control: while a stream catches up on a burst, published messages
+ * wait in nng's queue; re-checked every EDGE_FLOW_MS.
+ */
+static void
+edge_flow_check(edge *e)
+{
+	struct timeval tv = { 0, EDGE_FLOW_MS * 1000 };
+	bool hold = streams_backpressure(e->streams);
+
+	sub_pause(e->sub, hold);
+	if (hold && !event_pending(e->ev_flow, EV_TIMEOUT, NULL))
+		event_add(e->ev_flow, &tv);
+}
+
+static void
+flow_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	edge_flow_check(arg);
 }
 
 static void
@@ -370,9 +397,10 @@ main(int argc, char **argv)
 	e.ev_tick = event_new(e.base, -1, EV_PERSIST, tick_cb, &e);
 	e.ev_head_retry = event_new(e.base, -1, 0, head_retry_cb, &e);
 	e.ev_exit = event_new(e.base, -1, 0, exit_cb, &e);
+	e.ev_flow = event_new(e.base, -1, 0, flow_cb, &e);
 	e.ev_term = evsignal_new(e.base, SIGTERM, signal_cb, &e);
 	e.ev_int = evsignal_new(e.base, SIGINT, signal_cb, &e);
-	ST_ASSERT(e.ev_tick && e.ev_head_retry && e.ev_exit && e.ev_term && e.ev_int);
+	ST_ASSERT(e.ev_tick && e.ev_head_retry && e.ev_exit && e.ev_term && e.ev_int && e.ev_flow);
 	event_add(e.ev_tick, &tick);
 	event_add(e.ev_term, NULL);
 	event_add(e.ev_int, NULL);
@@ -396,6 +424,7 @@ main(int argc, char **argv)
 	event_free(e.ev_tick);
 	event_free(e.ev_head_retry);
 	event_free(e.ev_exit);
+	event_free(e.ev_flow);
 	event_free(e.ev_term);
 	event_free(e.ev_int);
 	st_metrics_free(e.metrics);

@@ -41,6 +41,21 @@
 
 #define STREAM_MAX_TOPICS 64
 #define STREAM_REPLAY_CHUNK 1000
+/* Queued frames at which delivery writes to the connection before the batch ends. */
+#define STREAM_PUMP_AT 64
+/*
+ * Flow control (see streams_backpressure): a live stream is "behind" with
+ * this much queued, caught up again under STREAM_CAUGHT_UP frames; it holds
+ * the edge's intake back only while its socket keeps taking bytes (none for
+ * STREAM_STALL_MS: stalled, no longer honoured) and for at most
+ * STREAM_HONOUR_MS in any STREAM_HONOUR_WINDOW_MS.
+ */
+#define STREAM_BEHIND_FRAMES 256
+#define STREAM_BEHIND_BYTES (256u * 1024)
+#define STREAM_CAUGHT_UP 64
+#define STREAM_STALL_MS 50
+#define STREAM_HONOUR_MS 1000
+#define STREAM_HONOUR_WINDOW_MS 60000
 /* Streams visited per heartbeat callback, so one callback stays bounded. */
 #define STREAM_HEARTBEAT_SLICE 2000
 
@@ -71,6 +86,7 @@ struct streams {
 	struct event *ev_grace;
 	struct event *ev_drain_done;
 	stream *hb_cursor;       /* where the heartbeat sweep goes on */
+	stream *behind_head;     /* live streams holding the intake back (flow control) */
 	bool hb_sweeping;
 	frame *heartbeat;        /* one shared heartbeat frame */
 	subq_counters dropped;
@@ -86,6 +102,11 @@ struct streams {
 struct stream {
 	streams *ss;
 	stream *prev, *next;     /* registry links */
+	stream *bprev, *bnext;   /* behind-list links, valid while behind */
+	bool behind;
+	uint64_t behind_since;   /* ms, when it joined the behind list */
+	uint64_t honour_start;   /* ms, start of its current honour window */
+	uint64_t honour_used;    /* ms of intake pause it caused in that window */
 	http_req *req;           /* until the response starts; then NULL */
 	http_stream *hs;         /* after the response started; NULL once closed */
 	hub_sub *sub;            /* NULL once out of the hub */
@@ -116,6 +137,7 @@ struct stream {
 };
 
 static void stream_pump(stream *s);
+static void behind_leave(stream *s, uint64_t now);
 static void stream_release(stream *s);
 static void stream_fetch(stream *s);
 static void stream_unlink(stream *s);
@@ -187,6 +209,7 @@ stream_free_topics(stream *s)
 static void
 stream_free(stream *s)
 {
+	behind_leave(s, st_clock_now(s->ss->clock));
 	stream_cancel_job(s);
 	stream_leave_hub(s);
 	chunk_clear(s);
@@ -276,6 +299,68 @@ stream_push_live(stream *s, frame *f)
 	}
 }
 
+/* ---- flow control ------------------------------------------------------ */
+
+static void
+behind_leave(stream *s, uint64_t now)
+{
+	streams *ss = s->ss;
+
+	if (!s->behind)
+		return;
+	s->behind = false;
+	s->honour_used += now - s->behind_since;
+	if (s->bprev)
+		s->bprev->bnext = s->bnext;
+	else
+		ss->behind_head = s->bnext;
+	if (s->bnext)
+		s->bnext->bprev = s->bprev;
+	s->bprev = s->bnext = NULL;
+}
+
+/* After a push: a stream with a burst queued joins the behind list, if its budget allows. */
+static void
+behind_check(stream *s)
+{
+	streams *ss = s->ss;
+	uint64_t now;
+
+	if (s->behind || s->state != ST_LIVE || s->hs == NULL ||
+	    (subq_count(s->q) < STREAM_BEHIND_FRAMES && subq_bytes(s->q) < STREAM_BEHIND_BYTES))
+		return;
+	now = st_clock_now(ss->clock);
+	if (now - s->honour_start > STREAM_HONOUR_WINDOW_MS) {
+		s->honour_start = now;
+		s->honour_used = 0;
+	}
+	if (s->honour_used >= STREAM_HONOUR_MS)
+		return;
+	s->behind = true;
+	s->behind_since = now;
+	s->bprev = NULL;
+	s->bnext = ss->behind_head;
+	if (ss->behind_head)
+		ss->behind_head->bprev = s;
+	ss->behind_head = s;
+}
+
+bool
+streams_backpressure(streams *ss)
+{
+	uint64_t now = st_clock_now(ss->clock);
+	stream *s, *next;
+
+	for (s = ss->behind_head; s; s = next) {
+		next = s->bnext;
+		if (s->state != ST_LIVE || s->hs == NULL || subq_count(s->q) < STREAM_CAUGHT_UP ||
+		    http_stream_blocked_ms(s->hs, now) > STREAM_STALL_MS ||
+		    s->honour_used + (now - s->behind_since) >= STREAM_HONOUR_MS)
+			behind_leave(s, now);
+	}
+	return ss->behind_head != NULL;
+}
+
 /* ---- hub callbacks ----------------------------------------------------- */
 
 /* Frames after the client's until bound are not for this stream. */
@@ -299,6 +384,11 @@ hub_deliver_cb(void *arg, frame *f)
 		break;
 	case ST_LIVE:
 		stream_push_live(s, f);
+		/* A message carries many frames: write as they come, not only at the batch's end. */
+		if (subq_count(s->q) >= STREAM_PUMP_AT) {
+			stream_pump(s);
+			behind_check(s);
+		}
 		break;
 	case ST_ENDING:
 		break;
@@ -331,13 +421,25 @@ hub_flush_cb(void *arg)
 
 /* ---- writing ----------------------------------------------------------- */
 
+/*
+ * Room on the connection: the backlog is under the low watermark, or gets
+ * there after writing it to the socket now.  Frames stay in the queue only
+ * when the kernel will not take more.
+ */
+static bool
+stream_has_room(stream *s)
+{
+	size_t lw = http_stream_low_watermark(s->hs);
+
+	return http_stream_backlog(s->hs) <= lw || http_stream_flush(s->hs) <= lw;
+}
+
 static void
 stream_pump(stream *s)
 {
 	if (s->hs == NULL)
 		return;
-	while (s->state != ST_ENDING && s->hs &&
-	       http_stream_backlog(s->hs) <= http_stream_low_watermark(s->hs)) {
+	while (s->state != ST_ENDING && s->hs && stream_has_room(s)) {
 		frame *f;
 
 		if (s->state == ST_REPLAYING) {

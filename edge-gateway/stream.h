@@ -57,6 +57,17 @@ void streams_handle(streams *ss, http_req *req);
 void streams_publish(streams *ss, frame *const *frames, size_t n, uint64_t head);
 /* The history head advanced without frames for anyone (a tick or a fill of nothing). */
 void streams_set_head(streams *ss, uint64_t head);
+/*
+ * Flow control for bursts: true while some live stream has a burst queued
+ * and its socket keeps taking bytes (a reader catching up, not a stalled
+ * one); the caller then stops reading published messages for a moment, so
+ * the burst waits upstream instead of overflowing that stream's queue.  A
+ * stream stops counting once its socket takes nothing for 50 ms, and after
+ * 1 s of pause in any 60 s, so a slow client cannot hold the others back
+ * for long (ADR-0197: a client that stops reading delays nobody).
+ * Cost: the number of streams behind right now.
+ */
+bool streams_backpressure(streams *ss);
 /* The sequencer has its first head: streams may start. */
 bool streams_ready(const streams *ss);
 

@@ -75,6 +75,7 @@ struct sub {
 	slot *slots; /* n * SUB_MAX_ADDRS */
 	st_mailbox *mb;
 	bool closing;
+	bool paused;
 
 	pthread_t thr;
 	bool thr_started;
@@ -322,9 +323,14 @@ on_recv(evutil_socket_t fd, short what, void *arg)
 		atomic_fetch_add(&s->received, 1);
 		s->fn(s->arg, nng_msg_body(m), nng_msg_len(m));
 		nng_msg_free(m);
+		if (s->paused)
+			return; /* the callback asked for flow control */
 	}
-	/* More may be queued: come back after the rest of the loop had its turn. */
-	event_active(s->ev, EV_READ, 0);
+	/*
+	 * More may be queued.  The descriptor is level-triggered, so the next
+	 * loop turn reports it again, after the sockets had their writes; an
+	 * event_active here would run us again before them.
+	 */
 }
 
 st_err
@@ -441,6 +447,24 @@ sub_url_pipes(const sub *s, size_t i)
 			n += (size_t)atomic_load(&sl->pipes);
 	}
 	return n;
+}
+
+void
+sub_pause(sub *s, bool paused)
+{
+	if (s->paused == paused || s->ev == NULL)
+		return;
+	s->paused = paused;
+	if (paused)
+		event_del(s->ev);
+	else
+		event_add(s->ev, NULL);
+}
+
+bool
+sub_paused(const sub *s)
+{
+	return s->paused;
 }
 
 size_t

@@ -30,7 +30,13 @@ typedef struct sub sub;
 #define SUB_MAX_URLS 64u
 #define SUB_MAX_ADDRS 32u   /* addresses dialed per DNS name */
 #define SUB_RESOLVE_MS 10000u
-#define SUB_BATCH 256u      /* messages per loop callback */
+/*
+ * Messages per loop callback.  One: the fan-out of a message (up to
+ * PUBLISH_MAX_EVENTS frames per subscriber) reaches the sockets before the
+ * next is read, so a burst waits in nng's receive queue, not in the
+ * streams' bounded queues, and a fast reader never overflows.
+ */
+#define SUB_BATCH 1u
 #define SUB_URL_MAX 512u
 
 /*
@@ -53,6 +59,14 @@ void sub_free(sub *s);
 
 /* Pipes (connections) currently up for URL i (all its addresses), and in total.
  * Any thread (atomic counters kept by nng's pipe notifications). */
+/*
+ * Flow control: while paused the receive descriptor is not watched, so
+ * published messages wait in nng's receive queue (NNG_OPT_RECVBUF; beyond it
+ * SUB drops the oldest and the sequencer fills the hole from PostgreSQL).
+ * Loop thread.  Idempotent.
+ */
+void sub_pause(sub *s, bool paused);
+bool sub_paused(const sub *s);
 size_t sub_url_pipes(const sub *s, size_t i);
 size_t sub_pipes(const sub *s);
 /* Messages received, and receive errors other than EAGAIN. */

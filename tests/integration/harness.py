@@ -735,8 +735,11 @@ class SseClient:
                     return
                 left = deadline - time.monotonic()
                 if left <= 0 or self.closed:
-                    raise TestFailure("SSE %s: %d of %d items after %.1fs (closed=%s error=%r)"
-                                      % (self.url, got, n, timeout, self.closed, self.error))
+                    other = [e for e in self.events if e.get("event") != "message"
+                             and "comment" not in e][-3:]
+                    raise TestFailure("SSE %s: %d of %d items after %.1fs (closed=%s error=%r, "
+                                      "last non-item events %r)"
+                                      % (self.url, got, n, timeout, self.closed, self.error, other))
                 self._cv.wait(min(left, 0.5))
 
     def wait_event(self, pred, timeout, what):

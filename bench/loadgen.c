@@ -1,0 +1,771 @@
+/*
+ * loadgen: the benchmark's load client.  Opens N concurrent HTTP streams
+ * (SSE) to one server at a bounded connect rate, parses them, counts frames
+ * per stream and measures delivery latency from the timestamp the publisher
+ * put in each event's data ("t": CLOCK_MONOTONIC nanoseconds, which every
+ * process on the machine shares).  The same client is pointed at
+ * edge-gateway and at nginx+nchan, so both are measured by the same code.
+ *
+ * DESIGN.  One thread, one epoll set, level-triggered; every socket is
+ * non-blocking.  Bytes read are de-chunked when the response is chunked
+ * (nchan may answer HTTP/1.1 chunked; the edge is close-delimited), then
+ * split into lines; an SSE "data:" line holding "n": and "t": is one item.
+ * A partial line is carried per connection (bounded: longer lines are
+ * dropped and counted).  The measurement window is driven by the caller
+ * with signals (signalfd, so the loop never races a handler): SIGUSR1 resets
+ * the counters (window start), SIGUSR2 writes the report (window end),
+ * SIGTERM/SIGINT exit.  With --until-close the client exits by itself when
+ * every stream has ended and reports the whole run (replay measurements).
+ *
+ * Edge-added latency: with --sub URL a second thread holds an nng sub0
+ * socket dialed to the writer's publish socket and stamps, the moment nng
+ * hands it a message, the arrival time of every event number in it (a ring
+ * indexed by "n").  The SSE item with the same "n" then gives
+ * client_receive - tail_receive: the time the edge took from the nng message
+ * arriving to the bytes reaching a client, measured in one process with one
+ * clock.  Both receivers share the loopback and the CPUs with the server,
+ * so this is an approximation (documented in docs/performance.md).
+ *
+ * 50,000 streams need more than one loopback source port range: --src-addrs
+ * K binds stream i to 127.0.0.(1 + i % K) with IP_BIND_ADDRESS_NO_PORT so the
+ * port is chosen per 4-tuple at connect.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <msgpack.h>
+#include <nng/nng.h>
+#include <nng/protocol/pubsub0/sub.h>
+
+#include "hist.h"
+
+#define CARRY_MAX 8192
+#define READ_BUF (256 * 1024)
+#define RING (1u << 20)
+
+enum cstate { C_IDLE, C_CONNECTING, C_HEADERS, C_BODY, C_DONE };
+
+struct conn {
+	int fd;
+	enum cstate st;
+	int chunked;
+	int status;
+	/* chunked decoding: bytes left in the current chunk, or -1 while
+	 * reading a size line; crlf: bytes of the CRLF after a chunk to skip. */
+	long chunk_left;
+	int crlf_skip;
+	char sizeline[32];
+	size_t sizeline_len;
+	char *carry;
+	size_t carry_len;
+	int carry_overflow;
+	uint64_t frames;
+	uint64_t frames_at_mark;
+	uint64_t last_n;
+};
+
+struct ring_slot {
+	_Atomic uint64_t n;
+	_Atomic uint64_t t;
+};
+
+static struct {
+	struct sockaddr_in dst;
+	char host[64];
+	const char *path;
+	const char *accept;
+	unsigned streams;
+	double rate;
+	unsigned src_addrs;
+	const char *ready_file;
+	const char *out_file;
+	const char *sub_url;
+	int until_close;
+	double max_seconds;
+} opt;
+
+static struct conn *conns;
+static int epfd;
+static char *rbuf;
+static char *cbuf;
+static struct ring_slot *ring;
+
+static struct {
+	uint64_t connected, failed, closed, http_errors, items, other_data, heartbeats, terminal;
+	uint64_t resyncs, long_lines, unmatched, reordered;
+	uint64_t bytes;
+	hist e2e, edge;
+	uint64_t t_mark;
+} st;
+
+static uint64_t t_start, t_all_up, t_last_close, t_first_item;
+static unsigned n_started, n_finished;
+static _Atomic uint64_t sub_msgs, sub_events;
+
+static uint64_t
+now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void
+die(const char *what)
+{
+	fprintf(stderr, "loadgen: %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+static void
+usage(void)
+{
+	fprintf(stderr,
+	    "usage: loadgen --connect 127.0.0.1:PORT --path /v1/stream?topic=T --streams N\n"
+	    "               [--rate CONN_PER_S] [--src-addrs K] [--accept TYPE] [--sub nng-url]\n"
+	    "               [--ready-file F] [--out F] [--until-close] [--max-seconds S]\n"
+	    "signals: USR1 starts the window (resets counters), USR2 writes the report to --out\n");
+	exit(2);
+}
+
+/* Scans "key":NUMBER in s[0..len); returns 1 and the number when found. */
+static int
+json_u64(const char *s, size_t len, const char *key, uint64_t *out)
+{
+	size_t kl = strlen(key);
+	const char *p = s, *end = s + len;
+
+	while ((p = memmem(p, (size_t)(end - p), key, kl)) != NULL) {
+		p += kl;
+		if (p < end && *p >= '0' && *p <= '9') {
+			uint64_t v = 0;
+
+			while (p < end && *p >= '0' && *p <= '9')
+				v = v * 10 + (uint64_t)(*p++ - '0');
+			*out = v;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static void
+on_line(struct conn *c, const char *l, size_t len, uint64_t now)
+{
+	if (len >= 5 && memcmp(l, "data:", 5) == 0) {
+		uint64_t t, n;
+
+		if (json_u64(l, len, "\"t\":", &t) && json_u64(l, len, "\"n\":", &n)) {
+			c->frames++;
+			st.items++;
+			if (t_first_item == 0)
+				t_first_item = now;
+			if (n <= c->last_n && c->last_n != 0)
+				st.reordered++;
+			c->last_n = n;
+			if (now > t)
+				hist_add(&st.e2e, (now - t) / 1000);
+			if (ring != NULL) {
+				struct ring_slot *r = &ring[n % RING];
+
+				if (atomic_load_explicit(&r->n, memory_order_acquire) == n + 1) {
+					uint64_t ta = atomic_load_explicit(&r->t, memory_order_relaxed);
+
+					hist_add(&st.edge, now > ta ? (now - ta) / 1000 : 0);
+				} else {
+					st.unmatched++;
+				}
+			}
+		} else if (memmem(l, len, "\"type\":\"resync\"", 15) != NULL) {
+			st.resyncs++;
+		} else if (memmem(l, len, "\"type\":\"reconnect\"", 18) != NULL ||
+		    memmem(l, len, "\"type\":\"complete\"", 17) != NULL ||
+		    memmem(l, len, "\"type\":\"failure\"", 16) != NULL) {
+			st.terminal++;
+		} else {
+			st.other_data++;
+		}
+	} else if (len >= 1 && l[0] == ':') {
+		st.heartbeats++;
+	}
+}
+
+/* Splits body bytes into lines, carrying a partial line over. */
+static void
+on_body(struct conn *c, const char *b, size_t len, uint64_t now)
+{
+	const char *p = b, *end = b + len, *nl;
+
+	if (c->carry_len > 0) {
+		nl = memchr(p, '\n', len);
+		if (nl == NULL) {
+			if (c->carry_len + len > CARRY_MAX) {
+				c->carry_overflow = 1;
+				c->carry_len = 0;
+			} else {
+				memcpy(c->carry + c->carry_len, p, len);
+				c->carry_len += len;
+			}
+			return;
+		}
+		size_t part = (size_t)(nl - p);
+
+		if (!c->carry_overflow && c->carry_len + part <= CARRY_MAX) {
+			memcpy(c->carry + c->carry_len, p, part);
+			on_line(c, c->carry, c->carry_len + part, now);
+		} else {
+			st.long_lines++;
+		}
+		c->carry_len = 0;
+		c->carry_overflow = 0;
+		p = nl + 1;
+	} else if (c->carry_overflow) {
+		nl = memchr(p, '\n', len);
+		if (nl == NULL)
+			return;
+		st.long_lines++;
+		c->carry_overflow = 0;
+		p = nl + 1;
+	}
+	while (p < end && (nl = memchr(p, '\n', (size_t)(end - p))) != NULL) {
+		size_t ll = (size_t)(nl - p);
+
+		if (ll > 0 && p[ll - 1] == '\r')
+			ll--;
+		on_line(c, p, ll, now);
+		p = nl + 1;
+	}
+	if (p < end) {
+		size_t rest = (size_t)(end - p);
+
+		if (c->carry == NULL)
+			c->carry = malloc(CARRY_MAX);
+		if (c->carry == NULL || rest > CARRY_MAX) {
+			c->carry_overflow = 1;
+			return;
+		}
+		memcpy(c->carry, p, rest);
+		c->carry_len = rest;
+	}
+}
+
+/* De-chunks b into cbuf and feeds the body; returns -1 on a framing error. */
+static int
+on_chunked(struct conn *c, const char *b, size_t len, uint64_t now)
+{
+	size_t o = 0, i = 0;
+
+	while (i < len) {
+		if (c->crlf_skip > 0) {
+			i++;
+			c->crlf_skip--;
+		} else if (c->chunk_left < 0) {
+			char ch = b[i++];
+
+			if (ch == '\n') {
+				c->sizeline[c->sizeline_len] = '\0';
+				c->chunk_left = strtol(c->sizeline, NULL, 16);
+				c->sizeline_len = 0;
+				if (c->chunk_left == 0)
+					return -1; /* last chunk: the stream ended */
+			} else if (c->sizeline_len < sizeof(c->sizeline) - 1) {
+				c->sizeline[c->sizeline_len++] = ch;
+			}
+		} else {
+			size_t take = len - i;
+
+			if ((long)take > c->chunk_left)
+				take = (size_t)c->chunk_left;
+			memcpy(cbuf + o, b + i, take);
+			o += take;
+			i += take;
+			c->chunk_left -= (long)take;
+			if (c->chunk_left == 0) {
+				c->chunk_left = -1;
+				c->crlf_skip = 2;
+			}
+		}
+	}
+	if (o > 0)
+		on_body(c, cbuf, o, now);
+	return 0;
+}
+
+static void
+conn_close(struct conn *c, int failed)
+{
+	if (c->fd >= 0) {
+		epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
+		close(c->fd);
+		c->fd = -1;
+	}
+	if (c->st != C_DONE) {
+		if (failed)
+			st.failed++;
+		else
+			st.closed++;
+		n_finished++;
+		t_last_close = now_ns();
+	}
+	c->st = C_DONE;
+	free(c->carry);
+	c->carry = NULL;
+}
+
+static void
+conn_start(unsigned i)
+{
+	struct conn *c = &conns[i];
+	int one = 1;
+
+	c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	c->chunk_left = -1;
+	n_started++;
+	if (c->fd == -1) {
+		c->st = C_IDLE;
+		conn_close(c, 1);
+		return;
+	}
+	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (opt.src_addrs > 1) {
+		struct sockaddr_in src = { .sin_family = AF_INET };
+
+		src.sin_addr.s_addr = htonl(0x7f000001u + i % opt.src_addrs);
+		setsockopt(c->fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+		if (bind(c->fd, (struct sockaddr *)&src, sizeof(src)) == -1) {
+			conn_close(c, 1);
+			return;
+		}
+	}
+	if (connect(c->fd, (struct sockaddr *)&opt.dst, sizeof(opt.dst)) == -1 && errno != EINPROGRESS) {
+		conn_close(c, 1);
+		return;
+	}
+	c->st = C_CONNECTING;
+	struct epoll_event ev = { .events = EPOLLOUT, .data.u32 = i };
+
+	if (epoll_ctl(epfd, EPOLL_CTL_ADD, c->fd, &ev) == -1)
+		conn_close(c, 1);
+}
+
+static void
+conn_writable(unsigned i)
+{
+	struct conn *c = &conns[i];
+	char req[2048];
+	int err = 0;
+	socklen_t el = sizeof(err);
+
+	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el) == -1 || err != 0) {
+		conn_close(c, 1);
+		return;
+	}
+	int n = snprintf(req, sizeof(req),
+	    "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: %s\r\nUser-Agent: studio-loadgen\r\n\r\n",
+	    opt.path, opt.host, opt.accept);
+
+	if (n <= 0 || (size_t)n >= sizeof(req) || write(c->fd, req, (size_t)n) != n) {
+		conn_close(c, 1);
+		return;
+	}
+	c->st = C_HEADERS;
+	struct epoll_event ev = { .events = EPOLLIN, .data.u32 = i };
+
+	epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+/* Parses the response head in rbuf[0..len); returns bytes consumed, 0 if incomplete. */
+static size_t
+parse_head(struct conn *c, char *b, size_t len)
+{
+	char *end = memmem(b, len, "\r\n\r\n", 4);
+
+	if (end == NULL)
+		return 0;
+	*end = '\0';
+	if (strncmp(b, "HTTP/1.", 7) != 0 || len < 12)
+		return (size_t)-1;
+	c->status = atoi(b + 9);
+	for (char *p = b; *p; p++)
+		*p = (char)((*p >= 'A' && *p <= 'Z') ? *p + 32 : *p);
+	c->chunked = strstr(b, "\r\ntransfer-encoding: chunked") != NULL;
+	return (size_t)(end - b) + 4;
+}
+
+static void
+conn_readable(unsigned i, uint64_t now)
+{
+	struct conn *c = &conns[i];
+
+	for (int rounds = 0; rounds < 4; rounds++) {
+		size_t have = 0;
+
+		if (c->st == C_HEADERS && c->carry_len > 0) {
+			memcpy(rbuf, c->carry, c->carry_len);
+			have = c->carry_len;
+			c->carry_len = 0;
+		}
+		ssize_t n = read(c->fd, rbuf + have, READ_BUF - have);
+
+		if (n == 0) {
+			conn_close(c, c->st == C_HEADERS);
+			return;
+		}
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				return;
+			conn_close(c, 1);
+			return;
+		}
+		st.bytes += (uint64_t)n;
+		size_t len = have + (size_t)n, off = 0;
+
+		if (c->st == C_HEADERS) {
+			size_t h = parse_head(c, rbuf, len);
+
+			if (h == (size_t)-1 || (h == 0 && len > CARRY_MAX)) {
+				st.http_errors++;
+				conn_close(c, 1);
+				return;
+			}
+			if (h == 0) {
+				if (c->carry == NULL && (c->carry = malloc(CARRY_MAX)) == NULL)
+					die("malloc");
+				memcpy(c->carry, rbuf, len);
+				c->carry_len = len;
+				continue;
+			}
+			if (c->status != 200) {
+				st.http_errors++;
+				conn_close(c, 1);
+				return;
+			}
+			c->st = C_BODY;
+			st.connected++;
+			off = h;
+		}
+		if (off < len) {
+			if (c->chunked) {
+				if (on_chunked(c, rbuf + off, len - off, now) != 0) {
+					conn_close(c, 0);
+					return;
+				}
+			} else {
+				on_body(c, rbuf + off, len - off, now);
+			}
+		}
+		if ((size_t)n < READ_BUF - have)
+			return;
+	}
+}
+
+static void *
+sub_main(void *arg)
+{
+	nng_socket s;
+	msgpack_unpacked u;
+	int rv;
+
+	(void)arg;
+	if ((rv = nng_sub0_open(&s)) != 0 ||
+	    (rv = nng_setopt(s, NNG_OPT_SUB_SUBSCRIBE, "", 0)) != 0 ||
+	    (rv = nng_setopt_int(s, NNG_OPT_RECVBUF, 8192)) != 0 ||
+	    (rv = nng_dial(s, opt.sub_url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
+		fprintf(stderr, "loadgen: sub %s: %s\n", opt.sub_url, nng_strerror(rv));
+		return NULL;
+	}
+	msgpack_unpacked_init(&u);
+	for (;;) {
+		nng_msg *m;
+
+		if (nng_recvmsg(s, &m, 0) != 0)
+			break;
+		uint64_t t = now_ns();
+		size_t off = 0;
+
+		atomic_fetch_add(&sub_msgs, 1);
+		if (msgpack_unpack_next(&u, nng_msg_body(m), nng_msg_len(m), &off) == MSGPACK_UNPACK_SUCCESS &&
+		    u.data.type == MSGPACK_OBJECT_MAP) {
+			msgpack_object_map *mp = &u.data.via.map;
+
+			for (uint32_t k = 0; k < mp->size; k++) {
+				msgpack_object *key = &mp->ptr[k].key, *val = &mp->ptr[k].val;
+
+				if (key->type != MSGPACK_OBJECT_STR || key->via.str.size != 2 ||
+				    memcmp(key->via.str.ptr, "ev", 2) != 0 || val->type != MSGPACK_OBJECT_ARRAY)
+					continue;
+				for (uint32_t e = 0; e < val->via.array.size; e++) {
+					msgpack_object *ev = &val->via.array.ptr[e];
+					uint64_t n;
+
+					if (ev->type != MSGPACK_OBJECT_ARRAY || ev->via.array.size != 4 ||
+					    ev->via.array.ptr[3].type != MSGPACK_OBJECT_STR)
+						continue;
+					if (!json_u64(ev->via.array.ptr[3].via.str.ptr, ev->via.array.ptr[3].via.str.size,
+						"\"n\":", &n))
+						continue;
+					atomic_store_explicit(&ring[n % RING].t, t, memory_order_relaxed);
+					atomic_store_explicit(&ring[n % RING].n, n + 1, memory_order_release);
+					atomic_fetch_add(&sub_events, 1);
+				}
+			}
+		}
+		nng_msg_free(m);
+	}
+	msgpack_unpacked_destroy(&u);
+	return NULL;
+}
+
+static void
+mark(void)
+{
+	memset(&st.e2e, 0, sizeof(st.e2e));
+	memset(&st.edge, 0, sizeof(st.edge));
+	st.items = st.other_data = st.heartbeats = st.resyncs = st.unmatched = st.bytes = 0;
+	st.reordered = 0;
+	st.t_mark = now_ns();
+	for (unsigned i = 0; i < opt.streams; i++)
+		conns[i].frames_at_mark = conns[i].frames;
+}
+
+static void
+report(void)
+{
+	uint64_t now = now_ns();
+	uint64_t fmin = UINT64_MAX, fmax = 0, zero = 0, open = 0;
+	FILE *f = opt.out_file ? fopen(opt.out_file, "w") : stdout;
+
+	if (f == NULL)
+		die("open --out");
+	for (unsigned i = 0; i < opt.streams; i++) {
+		struct conn *c = &conns[i];
+		uint64_t d = c->frames - c->frames_at_mark;
+
+		if (c->st == C_BODY)
+			open++;
+		if (c->st != C_BODY && d == 0)
+			continue;
+		if (d < fmin)
+			fmin = d;
+		if (d > fmax)
+			fmax = d;
+		if (d == 0)
+			zero++;
+	}
+	if (fmin == UINT64_MAX)
+		fmin = 0;
+	fprintf(f,
+	    "{\"window_s\":%.3f,\"streams\":%u,\"open\":%" PRIu64 ",\"connected\":%" PRIu64
+	    ",\"failed\":%" PRIu64 ",\"closed\":%" PRIu64 ",\"http_errors\":%" PRIu64
+	    ",\"items\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"per_stream_min\":%" PRIu64
+	    ",\"per_stream_max\":%" PRIu64 ",\"streams_without_items\":%" PRIu64
+	    ",\"resyncs\":%" PRIu64 ",\"terminal\":%" PRIu64 ",\"heartbeats\":%" PRIu64
+	    ",\"other_data\":%" PRIu64 ",\"long_lines\":%" PRIu64 ",\"reordered\":%" PRIu64
+	    ",\"connect_s\":%.3f,\"first_item_s\":%.6f,\"last_close_s\":%.6f",
+	    (double)(now - st.t_mark) / 1e9, opt.streams, open, st.connected, st.failed, st.closed,
+	    st.http_errors, st.items, st.bytes, fmin, fmax, zero, st.resyncs, st.terminal,
+	    st.heartbeats, st.other_data, st.long_lines, st.reordered,
+	    t_all_up ? (double)(t_all_up - t_start) / 1e9 : -1.0,
+	    t_first_item ? (double)(t_first_item - t_start) / 1e9 : -1.0,
+	    t_last_close ? (double)(t_last_close - t_start) / 1e9 : -1.0);
+	fprintf(f, ",\"e2e_us\":");
+	hist_json(&st.e2e, f);
+	if (ring != NULL) {
+		fprintf(f, ",\"edge_us\":");
+		hist_json(&st.edge, f);
+		fprintf(f, ",\"unmatched\":%" PRIu64 ",\"sub_msgs\":%" PRIu64 ",\"sub_events\":%" PRIu64, st.unmatched,
+		    (uint64_t)atomic_load(&sub_msgs), (uint64_t)atomic_load(&sub_events));
+	}
+	fprintf(f, "}\n");
+	if (f != stdout)
+		fclose(f);
+	else
+		fflush(f);
+}
+
+static void
+parse_args(int argc, char **argv)
+{
+	opt.rate = 2000;
+	opt.src_addrs = 1;
+	opt.accept = "text/event-stream";
+	opt.max_seconds = 3600;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (strcmp(a, "--until-close") == 0) {
+			opt.until_close = 1;
+			continue;
+		}
+		if (v == NULL)
+			usage();
+		i++;
+		if (strcmp(a, "--connect") == 0) {
+			char h[64];
+			const char *colon = strrchr(v, ':');
+
+			if (colon == NULL || (size_t)(colon - v) >= sizeof(h))
+				usage();
+			memcpy(h, v, (size_t)(colon - v));
+			h[colon - v] = '\0';
+			snprintf(opt.host, sizeof(opt.host), "%s", v);
+			opt.dst.sin_family = AF_INET;
+			opt.dst.sin_port = htons((uint16_t)atoi(colon + 1));
+			if (inet_pton(AF_INET, h, &opt.dst.sin_addr) != 1)
+				usage();
+		} else if (strcmp(a, "--path") == 0) {
+			opt.path = v;
+		} else if (strcmp(a, "--streams") == 0) {
+			opt.streams = (unsigned)strtoul(v, NULL, 10);
+		} else if (strcmp(a, "--rate") == 0) {
+			opt.rate = atof(v);
+		} else if (strcmp(a, "--src-addrs") == 0) {
+			opt.src_addrs = (unsigned)strtoul(v, NULL, 10);
+		} else if (strcmp(a, "--accept") == 0) {
+			opt.accept = v;
+		} else if (strcmp(a, "--sub") == 0) {
+			opt.sub_url = v;
+		} else if (strcmp(a, "--ready-file") == 0) {
+			opt.ready_file = v;
+		} else if (strcmp(a, "--out") == 0) {
+			opt.out_file = v;
+		} else if (strcmp(a, "--max-seconds") == 0) {
+			opt.max_seconds = atof(v);
+		} else {
+			usage();
+		}
+	}
+	if (opt.path == NULL || opt.streams == 0 || opt.streams > 1000000 || opt.dst.sin_port == 0 ||
+	    opt.rate <= 0 || opt.src_addrs == 0 || opt.src_addrs > 250)
+		usage();
+}
+
+int
+main(int argc, char **argv)
+{
+	sigset_t mask;
+	int sfd, tfd;
+	pthread_t th;
+	struct epoll_event evs[512];
+	const uint32_t SIG_TAG = UINT32_MAX, TIMER_TAG = UINT32_MAX - 1;
+
+	parse_args(argc, argv);
+	conns = calloc(opt.streams, sizeof(*conns));
+	rbuf = malloc(READ_BUF);
+	cbuf = malloc(READ_BUF);
+	if (conns == NULL || rbuf == NULL || cbuf == NULL)
+		die("malloc");
+	for (unsigned i = 0; i < opt.streams; i++)
+		conns[i].fd = -1;
+	if (opt.sub_url != NULL) {
+		if ((ring = calloc(RING, sizeof(*ring))) == NULL)
+			die("malloc");
+		if (pthread_create(&th, NULL, sub_main, NULL) != 0)
+			die("pthread_create");
+	}
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGUSR1);
+	sigaddset(&mask, SIGUSR2);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &mask, NULL);
+	if ((epfd = epoll_create1(EPOLL_CLOEXEC)) == -1 || (sfd = signalfd(-1, &mask, SFD_CLOEXEC)) == -1 ||
+	    (tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK)) == -1)
+		die("epoll/signalfd/timerfd");
+	struct itimerspec its = { .it_interval = { 0, 1000000 }, .it_value = { 0, 1000000 } };
+	struct epoll_event ev = { .events = EPOLLIN, .data.u32 = SIG_TAG };
+
+	timerfd_settime(tfd, 0, &its, NULL);
+	epoll_ctl(epfd, EPOLL_CTL_ADD, sfd, &ev);
+	ev.data.u32 = TIMER_TAG;
+	epoll_ctl(epfd, EPOLL_CTL_ADD, tfd, &ev);
+
+	t_start = now_ns();
+	st.t_mark = t_start;
+	int ready_written = 0;
+
+	for (;;) {
+		uint64_t now = now_ns();
+
+		/* Start the streams the connect rate allows by now. */
+		uint64_t due = (uint64_t)((double)(now - t_start) / 1e9 * opt.rate) + 1;
+
+		while (n_started < opt.streams && n_started < due)
+			conn_start(n_started);
+		if (!ready_written && n_started == opt.streams && st.connected + st.failed >= opt.streams) {
+			t_all_up = now_ns();
+			ready_written = 1;
+			if (opt.ready_file != NULL) {
+				FILE *f = fopen(opt.ready_file, "w");
+
+				if (f != NULL) {
+					fprintf(f, "%" PRIu64 " %" PRIu64 "\n", st.connected, st.failed);
+					fclose(f);
+				}
+			}
+		}
+		if (opt.until_close && n_started == opt.streams && n_finished >= opt.streams) {
+			report();
+			return 0;
+		}
+		if ((double)(now - t_start) / 1e9 > opt.max_seconds) {
+			report();
+			return 3;
+		}
+		int n = epoll_wait(epfd, evs, 512, 100);
+
+		if (n == -1 && errno != EINTR)
+			die("epoll_wait");
+		now = now_ns();
+		for (int k = 0; k < n; k++) {
+			uint32_t tag = evs[k].data.u32;
+
+			if (tag == TIMER_TAG) {
+				uint64_t x;
+
+				if (read(tfd, &x, sizeof(x)) < 0 && errno != EAGAIN)
+					die("timerfd");
+			} else if (tag == SIG_TAG) {
+				struct signalfd_siginfo si;
+
+				if (read(sfd, &si, sizeof(si)) != sizeof(si))
+					continue;
+				if (si.ssi_signo == SIGUSR1)
+					mark();
+				else if (si.ssi_signo == SIGUSR2)
+					report();
+				else if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT)
+					return 0;
+			} else {
+				struct conn *c = &conns[tag];
+
+				if (c->fd < 0)
+					continue;
+				if (c->st == C_CONNECTING)
+					conn_writable(tag);
+				else if (evs[k].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+					conn_readable(tag, now);
+			}
+		}
+	}
+}

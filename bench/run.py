@@ -1,0 +1,607 @@
+#!/usr/bin/env python3
+"""bench/run.py: the benchmark suite (started by scripts/bench.sh).
+
+Runs every scenario against this system (broker-writer + edge-gateway) and
+nchan (nginx + libnginx-mod-nchan) with the same load client (bench/loadgen)
+and the same publisher (bench/pubgen), prints one table and writes
+docs/performance.md.  Every scenario is bounded in time.
+
+Measurements:
+  server CPU   utime+stime of the server process(es) from /proc/PID/stat over
+               the measured window (the edge alone; the writer shown apart;
+               nginx: its single worker).
+  memory       VmRSS of the server before the streams connect and after N are
+               open: per stream = delta / N.  Kernel socket buffers are not in
+               VmRSS; /proc/net/sockstat is reported beside it.
+  latency      e2e: the publisher's CLOCK_MONOTONIC stamp in the data -> the
+               client reading the frame.  edge: loadgen's own nng sub on the
+               writer's publish socket stamps each message's arrival; the same
+               event read from the edge gives edge-added time (see
+               docs/performance.md, "Method").
+
+Environment: STUDIO_TEST_PG_DSN (an admin DSN), STUDIO_BIN_DIR (build/bin of a
+RelWithDebInfo build), BENCH_TOOLS (the bench build dir), BENCH_NGINX (nginx
+binary, empty = skip nchan), BENCH_NCHAN_MODULE (path of ngx_nchan_module.so).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+import harness  # noqa: E402  (read-only use: Env, start_writer, start_edge, psql)
+
+TOOLS = os.environ.get("BENCH_TOOLS", os.path.join(ROOT, "build-bench"))
+LOADGEN = os.path.join(TOOLS, "loadgen")
+PUBGEN = os.path.join(TOOLS, "pubgen")
+NGINX = os.environ.get("BENCH_NGINX", "")
+NCHAN_MODULE = os.environ.get("BENCH_NCHAN_MODULE", "/usr/lib/nginx/modules/ngx_nchan_module.so")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def log(*a):
+    print("[bench %s]" % time.strftime("%H:%M:%S"), *a, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- /proc
+
+def cpu_s(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def sockstat_tcp_pages():
+    with open("/proc/net/sockstat") as f:
+        for line in f:
+            if line.startswith("TCP:"):
+                m = re.search(r"mem (\d+)", line)
+                return int(m.group(1)) if m else 0
+    return 0
+
+
+def nofile_hard():
+    import resource
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+
+
+def raise_nofile():
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 200000)), hard))
+    except (ValueError, OSError):
+        pass
+
+
+# ---------------------------------------------------------------- processes
+
+class Tool:
+    """A bench tool process with its output captured in tmp."""
+
+    def __init__(self, name, args, tmp):
+        self.name = name
+        self.out = os.path.join(tmp, name + ".out")
+        self.err = os.path.join(tmp, name + ".err")
+        self.p = subprocess.Popen(args, stdout=open(self.out, "wb"), stderr=open(self.err, "wb"),
+                                  stdin=subprocess.DEVNULL)
+
+    def wait(self, timeout):
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait(10)
+            return None
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            self.wait(10)
+
+    def json(self):
+        with open(self.out) as f:
+            lines = [ln for ln in f.read().splitlines() if ln.startswith("{")]
+        if not lines:
+            with open(self.err) as f:
+                raise RuntimeError("%s printed no report: %s" % (self.name, f.read()[-2000:]))
+        return json.loads(lines[-1])
+
+
+def wait_file(path, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(path) and os.path.getsize(path) > 0:
+            with open(path) as f:
+                return f.read().split()
+        time.sleep(0.05)
+    raise RuntimeError("timed out waiting for " + what)
+
+
+class Loadgen:
+    def __init__(self, tmp, name, addr, path, streams, rate=4000, sub=None, until_close=False,
+                 max_seconds=600):
+        self.ready = os.path.join(tmp, name + ".ready")
+        self.report = os.path.join(tmp, name + ".report")
+        args = [LOADGEN, "--connect", addr, "--path", path, "--streams", str(streams),
+                "--rate", str(rate), "--ready-file", self.ready, "--out", self.report,
+                "--max-seconds", str(max_seconds), "--src-addrs", str(max(1, streams // 20000 + 1))]
+        if sub:
+            args += ["--sub", sub]
+        if until_close:
+            args.append("--until-close")
+        self.tool = Tool(name, args, tmp)
+
+    def wait_ready(self, timeout):
+        connected, failed = wait_file(self.ready, timeout, "streams to connect")
+        return int(connected), int(failed)
+
+    def start_window(self):
+        self.tool.p.send_signal(signal.SIGUSR1)
+
+    def end_window(self):
+        if os.path.exists(self.report):
+            os.unlink(self.report)
+        self.tool.p.send_signal(signal.SIGUSR2)
+        wait_file(self.report, 20, "loadgen report")
+        time.sleep(0.1)
+        with open(self.report) as f:
+            return json.loads(f.read())
+
+    def stop(self):
+        self.tool.stop()
+
+
+class Nginx:
+    """A private nginx + nchan: 127.0.0.1 only, worker_processes 1, own prefix."""
+
+    def __init__(self, tmp, port, workers=1, buffer_len=1000):
+        self.dir = os.path.join(tmp, "nginx-%d" % port)
+        os.makedirs(os.path.join(self.dir, "logs"), exist_ok=True)
+        self.addr = "127.0.0.1:%d" % port
+        conf = os.path.join(self.dir, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write("""load_module %(mod)s;
+worker_processes %(workers)s;
+worker_rlimit_nofile %(nofile)d;
+error_log %(dir)s/logs/error.log warn;
+pid %(dir)s/nginx.pid;
+events { worker_connections %(conns)d; use epoll; multi_accept on; }
+http {
+    access_log off;
+    client_body_temp_path %(dir)s/body;
+    nchan_shared_memory_size 256m;
+    server {
+        listen %(addr)s backlog=65535;
+        location = /sub {
+            nchan_subscriber eventsource;
+            nchan_channel_id $arg_id;
+        }
+        location = /pub {
+            nchan_publisher;
+            nchan_channel_id $arg_id;
+            nchan_message_buffer_length %(buf)d;
+            nchan_message_timeout 60s;
+        }
+    }
+}
+""" % {"mod": NCHAN_MODULE, "workers": workers, "dir": self.dir, "addr": self.addr, "buf": buffer_len,
+       "nofile": min(nofile_hard(), 200000), "conns": min(nofile_hard(), 200000) - 100})
+        self.p = subprocess.Popen([NGINX, "-p", self.dir, "-c", conf, "-g", "daemon off;"],
+                                  stdout=open(os.path.join(self.dir, "stdout"), "wb"),
+                                  stderr=open(os.path.join(self.dir, "stderr"), "wb"))
+        deadline = time.monotonic() + 15
+        self.worker = None
+        while time.monotonic() < deadline and self.worker is None:
+            time.sleep(0.1)
+            if self.p.poll() is not None:
+                raise RuntimeError("nginx exited: " + open(os.path.join(self.dir, "stderr")).read())
+            kids = self.children()
+            if len(kids) >= workers:
+                self.worker = kids[0]
+        if self.worker is None:
+            raise RuntimeError("nginx worker did not start")
+        time.sleep(0.3)
+
+    def children(self):
+        kids = []
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open("/proc/%s/stat" % d) as f:
+                        st = f.read().rsplit(")", 1)[1].split()
+                    if int(st[1]) == self.p.pid:
+                        kids.append(int(d))
+                except OSError:
+                    pass
+        return sorted(kids)
+
+    def pids(self):
+        return self.children()
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGQUIT)
+            try:
+                self.p.wait(10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(5)
+
+
+def pubgen(tmp, name, *args):
+    return Tool(name, [PUBGEN] + [str(a) for a in args], tmp)
+
+
+# ---------------------------------------------------------------- studio
+
+class Studio:
+    """One database, writer(s) and an edge through harness.Env."""
+
+    def __init__(self, writers=1, edge=True, flush_ms=10, **edge_flags):
+        self.env = harness.Env()
+        self.env.__enter__()
+        self.writers = [self.env.start_writer(flush_interval_ms=flush_ms, retention="0")
+                        for _ in range(writers)]
+        for w in self.writers:
+            w.wait_ready(30)
+        self.edge = None
+        if edge:
+            self.edge = self.env.start_edge(self.writers, flush_interval_ms=flush_ms, **edge_flags)
+            self.edge.wait_ready(30)
+            self.addr = self.edge.listen
+
+    def close(self):
+        self.env.__exit__(None, None, None)
+
+
+# ---------------------------------------------------------------- scenarios
+
+def idle(args, tmp, n, system):
+    raise_nofile()
+    path_s = "/v1/stream?topic=idle"
+    path_n = "/sub?id=idle"
+    if system == "studio":
+        s = Studio()
+        pid, addr, path = s.edge.pid, s.addr, path_s
+        closer = s.close
+    else:
+        ng = Nginx(tmp, harness.free_port())
+        pid, addr, path = ng.worker, ng.addr, path_n
+        closer = ng.stop
+    try:
+        time.sleep(0.5)
+        rss0, sock0 = rss_kb(pid), sockstat_tcp_pages()
+        lg = Loadgen(tmp, "idle-%s-%d" % (system, n), addr, path, n, rate=args.connect_rate,
+                     max_seconds=240)
+        t0 = time.monotonic()
+        connected, failed = lg.wait_ready(200)
+        up_s = time.monotonic() - t0
+        time.sleep(2)
+        rss1, sock1 = rss_kb(pid), sockstat_tcp_pages()
+        lg.stop()
+        return {"system": system, "streams": n, "connected": connected, "failed": failed,
+                "rss0_kb": rss0, "rss1_kb": rss1,
+                "per_stream_b": (rss1 - rss0) * 1024 / max(1, connected),
+                "kernel_tcp_per_stream_b": (sock1 - sock0) * 4096 / max(1, connected) / 2,
+                "connect_s": up_s}
+    finally:
+        closer()
+
+
+def fanout(args, tmp, n, rate, system):
+    raise_nofile()
+    dur = args.window
+    if system == "studio":
+        s = Studio()
+        srv_pids, addr, path = [s.edge.pid], s.addr, "/v1/stream?topic=fan"
+        writer_pid = s.writers[0].pid
+        sub = s.writers[0].publish
+        pub_args = ["--mode", "nng", "--url", s.writers[0].ingest, "--topic", "fan", "--rate", rate,
+                    "--duration", dur + args.warmup + 3, "--batch", 1000, "--inflight", 64, "--pad", 64]
+        closer = s.close
+    else:
+        ng = Nginx(tmp, harness.free_port(), buffer_len=max(100, int(rate * 5)))
+        srv_pids, addr, path = [ng.worker], ng.addr, "/sub?id=fan"
+        writer_pid = None
+        sub = None
+        pub_args = ["--mode", "http", "--url", ng.addr, "--path", "/pub?id=fan", "--rate", rate,
+                    "--duration", dur + args.warmup + 3, "--pad", 64]
+        closer = ng.stop
+    name = "fan-%s-%d" % (system, n)
+    try:
+        lg = Loadgen(tmp, name, addr, path, n, rate=args.connect_rate, sub=sub,
+                     max_seconds=dur + args.warmup + 200)
+        connected, failed = lg.wait_ready(120)
+        pg = pubgen(tmp, name + "-pub", *pub_args)
+        time.sleep(args.warmup)
+        c0 = sum(cpu_s(p) for p in srv_pids)
+        w0 = cpu_s(writer_pid) if writer_pid else 0
+        lg.start_window()
+        t0 = time.monotonic()
+        time.sleep(dur)
+        rep = lg.end_window()
+        el = time.monotonic() - t0
+        c1 = sum(cpu_s(p) for p in srv_pids)
+        w1 = cpu_s(writer_pid) if writer_pid else 0
+        pg.wait(dur + 30)
+        lg.stop()
+        items = rep["items"]
+        res = {"system": system, "streams": n, "rate": rate, "connected": connected, "failed": failed,
+               "window_s": el, "items": items, "expected": int(n * rate * el),
+               "server_cpu_s": c1 - c0, "writer_cpu_s": w1 - w0,
+               "cpu_s_per_mframe": (c1 - c0) / items * 1e6 if items else None,
+               "writer_cpu_s_per_mframe": (w1 - w0) / items * 1e6 if items and writer_pid else None,
+               "e2e": rep["e2e_us"], "edge": rep.get("edge_us"),
+               "unmatched": rep.get("unmatched"), "resyncs": rep["resyncs"],
+               "streams_without_items": rep["streams_without_items"], "reordered": rep["reordered"],
+               "pub": pg.json()}
+        return res
+    finally:
+        closer()
+
+
+def copy_rows_file(tmp, rows, pad):
+    path = os.path.join(tmp, "copy-%d.csv" % rows)
+    p = "x" * pad
+    with open(path, "w") as f:
+        for i in range(rows):
+            f.write('ingest,{},"{""n"":%d,""t"":%d,""p"":""%s""}"\n' % (i, time.monotonic_ns(), p))
+    return path
+
+
+def psql_time(dsn, sql):
+    t0 = time.monotonic()
+    subprocess.run([harness.PSQL, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-c", sql],
+                   check=True, stdout=subprocess.DEVNULL)
+    return time.monotonic() - t0
+
+
+def ingest(args, tmp, writers):
+    s = Studio(writers=writers, edge=False, flush_ms=args.ingest_flush_ms)
+    try:
+        tools = []
+        for i, w in enumerate(s.writers):
+            tools.append(pubgen(tmp, "ingest%d-%d" % (writers, i), "--mode", "nng", "--url", w.ingest,
+                                "--topic", "ingest", "--rate", 0, "--duration", args.ingest_s,
+                                "--batch", 2000, "--inflight", 96, "--pad", 16,
+                                "--n-base", i * 100000000))
+        for t in tools:
+            t.wait(args.ingest_s + 60)
+        reps = [t.json() for t in tools]
+        ok = sum(r["ok"] for r in reps)
+        el = max(r["elapsed_s"] for r in reps)
+        rows = int(harness.psql_one(s.env.dsn, "SELECT count(*) FROM broker_event"))
+        res = {"writers": writers, "committed": ok, "rows": rows, "elapsed_s": el, "rate": ok / el,
+               "busy": sum(r["busy"] for r in reps), "errors": sum(r["errors"] for r in reps)}
+        if writers == 1:
+            n = min(max(ok, 100000), 1000000)
+            f = copy_rows_file(tmp, n, 16)
+            secs = psql_time(s.env.dsn, "\\copy broker_event (topic, about, data) FROM '%s' CSV" % f)
+            res["copy_rows"], res["copy_s"], res["copy_rate"] = n, secs, n / secs
+            os.unlink(f)
+        return res
+    finally:
+        s.close()
+
+
+def replay(args, tmp):
+    n = args.replay_n
+    s = Studio(replay_cap=max(200000, n * 2), flush_ms=1000)
+    try:
+        pg = pubgen(tmp, "replay-fill", "--mode", "nng", "--url", s.writers[0].ingest, "--topic",
+                    "replay", "--rate", 0, "--total", n, "--batch", 5000, "--inflight", 40, "--pad", 64)
+        pg.wait(120)
+        fill = pg.json()
+        runs, copies = [], []
+        for i in range(3):
+            lg = Loadgen(tmp, "replay-%d" % i, s.addr, "/v1/stream?topic=replay&until=head", 1,
+                         until_close=True, max_seconds=120)
+            lg.tool.wait(130)
+            with open(lg.report) as f:
+                rep = json.loads(f.read())
+            runs.append({"items": rep["items"], "s": rep["last_close_s"],
+                         "rate": rep["items"] / rep["last_close_s"] if rep["last_close_s"] > 0 else 0,
+                         "terminal": rep["terminal"], "resyncs": rep["resyncs"]})
+            copies.append(psql_time(s.env.dsn, "COPY (SELECT seq, topic, about, data FROM broker_event "
+                                    "WHERE topic = 'replay' AND seq > 0 ORDER BY seq) TO STDOUT"))
+        best = max(runs, key=lambda r: r["rate"])
+        csec = min(copies)
+        return {"events": n, "filled": fill["ok"], "runs": runs, "rate": best["rate"],
+                "items": best["items"], "copy_s": csec, "copy_rate": fill["ok"] / csec}
+    finally:
+        s.close()
+
+
+# ---------------------------------------------------------------- report
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception:
+        return ""
+
+
+def machine():
+    cpu = sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2").strip()
+    mem = sh("awk '/MemTotal/ {printf \"%.1f GiB\", $2/1048576}' /proc/meminfo")
+    return {
+        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M %Z").strip(),
+        "host": "%s, %d CPUs (nproc), %s, %s RAM, kernel %s" % (cpu, os.cpu_count(), platform.machine(),
+                                                              mem, platform.release()),
+        "nginx": sh("dpkg-query -W -f='${Version}' nginx-light nginx-core 2>/dev/null | head -c 40") or "-",
+        "nchan": sh("dpkg-query -W -f='${Version}' libnginx-mod-nchan 2>/dev/null") or "-",
+        "postgresql": sh("%s -X -A -t -d '%s' -c 'show server_version'" % (
+            harness.PSQL, os.environ.get("STUDIO_TEST_PG_DSN", ""))) or "-",
+        "nng": sh("dpkg-query -W -f='${Version}' libnng1 2>/dev/null") or "-",
+        "libevent": sh("dpkg-query -W -f='${Version}' libevent-2.1-7 2>/dev/null") or "-",
+        "msgpack": sh("dpkg-query -W -f='${Version}' libmsgpackc2 2>/dev/null") or "-",
+        "nofile_hard": nofile_hard(),
+    }
+
+
+def fmt(v, spec="%.0f", none="-"):
+    return none if v is None else spec % v
+
+
+def ratio(a, b):
+    return "-" if not a or not b else "%.2f" % (a / b)
+
+
+def table(R, quick):
+    m = R["machine"]
+    L = []
+    L.append("Machine: %s" % m["host"])
+    L.append("Versions: nginx %s, nchan %s, PostgreSQL %s, nng %s, libevent %s, msgpack-c %s" % (
+        m["nginx"], m["nchan"], m["postgresql"], m["nng"], m["libevent"], m["msgpack"]))
+    L.append("Date: %s%s" % (m["date"], " (--quick: shorter windows)" if quick else ""))
+    L.append("")
+    L.append("| scenario | metric | studio | nchan (1 worker) | ratio studio/peer | limit | ratio studio/limit | target | met |")
+    L.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in R.get("idle", []):
+        s, n = r.get("studio"), r.get("nchan")
+        sv = s["per_stream_b"] if s else None
+        nv = n["per_stream_b"] if n else None
+        label = "idle %d streams" % r["n"]
+        if r.get("note"):
+            label += " (%s)" % r["note"]
+        L.append("| %s | RSS per open stream (bytes) | %s | %s | %s | - | - | <= 4096 B, <= nchan | %s |" % (
+            label, fmt(sv), fmt(nv), ratio(sv, nv),
+            "-" if sv is None else ("yes" if sv <= 4096 and (nv is None or sv <= nv) else "no")))
+        if s and n:
+            L.append("| %s | connected / failed | %d / %d | %d / %d | | | | | |" % (
+                label, s["connected"], s["failed"], n["connected"], n["failed"]))
+    for r in R.get("fanout", []):
+        s, n = r.get("studio"), r.get("nchan")
+        label = "fan-out %d x %d/s" % (r["n"], r["rate"])
+        sv = s["cpu_s_per_mframe"] if s else None
+        nv = n["cpu_s_per_mframe"] if n else None
+        L.append("| %s | server CPU-s per 1M frames | %s | %s | %s | - | - | <= 1/3 of nchan | %s |" % (
+            label, fmt(sv, "%.2f"), fmt(nv, "%.2f"), ratio(sv, nv),
+            "-" if not (sv and nv) else ("yes" if sv <= nv / 3 else "no")))
+        if s:
+            L.append("| %s | writer CPU-s per 1M frames (not in the above) | %s | - | | | | | |" % (
+                label, fmt(s["writer_cpu_s_per_mframe"], "%.2f")))
+        L.append("| %s | frames delivered / expected | %s | %s | | | | | |" % (
+            label, "%d / %d" % (s["items"], s["expected"]) if s else "-",
+            "%d / %d" % (n["items"], n["expected"]) if n else "-"))
+        L.append("| %s | e2e latency p50 / p99 (ms) | %s | %s | | | | | |" % (
+            label, "%.2f / %.2f" % (s["e2e"]["p50"] / 1e3, s["e2e"]["p99"] / 1e3) if s else "-",
+            "%.2f / %.2f" % (n["e2e"]["p50"] / 1e3, n["e2e"]["p99"] / 1e3) if n else "-"))
+        if s and s.get("edge"):
+            p99 = s["edge"]["p99"] / 1e3
+            L.append("| %s | edge-added latency p50 / p99 (ms) | %.2f / %.2f | - | | | | p99 < 5 ms (10,000 streams) | %s |" % (
+                label, s["edge"]["p50"] / 1e3, p99, ("yes" if p99 < 5 else "no") if r["n"] >= 10000 else "-"))
+    for r in R.get("ingest", []):
+        lim = R.get("copy_rate")
+        tgt = ">= 100,000/s and >= 60% of COPY" if r["writers"] == 1 else "-"
+        met = "-"
+        if r["writers"] == 1:
+            met = "yes" if r["rate"] >= 100000 and lim and r["rate"] >= 0.6 * lim else "no"
+        L.append("| ingest, %d writer%s | events/s committed | %s | - | - | %s (COPY) | %s | %s | %s |" % (
+            r["writers"], "s" if r["writers"] > 1 else "", fmt(r["rate"]), fmt(lim), ratio(r["rate"], lim),
+            tgt, met))
+    rp = R.get("replay")
+    if rp:
+        met = "yes" if rp["rate"] >= 200000 and rp["rate"] >= 0.5 * rp["copy_rate"] else "no"
+        L.append("| replay %d events, 1 stream | rows/s | %s | - | - | %s (COPY TO STDOUT) | %s | >= 200,000/s and >= 50%% of COPY | %s |" % (
+            rp["events"], fmt(rp["rate"]), fmt(rp["copy_rate"]), ratio(rp["rate"], rp["copy_rate"]), met))
+    return "\n".join(L)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", default="idle,fanout,ingest,replay")
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "performance-results.md"))
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    args.window = 6 if args.quick else 15
+    args.warmup = 2 if args.quick else 3
+    args.ingest_s = 5 if args.quick else 12
+    args.ingest_flush_ms = 1000
+    args.replay_n = 100000
+    args.connect_rate = 5000
+    only = set(args.only.split(","))
+    systems = ["studio"] + (["nchan"] if NGINX else [])
+    tmp = tempfile.mkdtemp(prefix="studio-bench-")
+    R = {"machine": machine()}
+    t_start = time.monotonic()
+    try:
+        if "idle" in only:
+            R["idle"] = []
+            hard = nofile_hard()
+            for n in ([10000] if args.quick else [10000, 50000]):
+                row = {"n": n}
+                if n + 200 > hard:
+                    # The server and the client each hold n descriptors.
+                    m = (hard - 500) // 1000 * 1000
+                    row["note"] = "%d wanted; RLIMIT_NOFILE hard limit %d here, ran %d" % (n, hard, m)
+                    row["n"] = n = m
+                for sysname in systems:
+                    log("idle %d streams: %s" % (n, sysname))
+                    row[sysname] = idle(args, tmp, n, sysname)
+                    log(json.dumps(row[sysname]))
+                R["idle"].append(row)
+        if "fanout" in only:
+            R["fanout"] = []
+            for n, rate in [(1000, 200), (10000, 20)]:
+                row = {"n": n, "rate": rate}
+                for sysname in systems:
+                    log("fan-out %d x %d/s: %s" % (n, rate, sysname))
+                    row[sysname] = fanout(args, tmp, n, rate, sysname)
+                    log(json.dumps(row[sysname]))
+                R["fanout"].append(row)
+        if "ingest" in only:
+            R["ingest"] = []
+            for w in (1, 2):
+                log("ingest, %d writer(s)" % w)
+                r = ingest(args, tmp, w)
+                log(json.dumps(r))
+                if "copy_rate" in r:
+                    R["copy_rate"] = r["copy_rate"]
+                R["ingest"].append(r)
+        if "replay" in only:
+            log("replay")
+            R["replay"] = replay(args, tmp)
+            log(json.dumps(R["replay"]))
+    finally:
+        R["elapsed_s"] = time.monotonic() - t_start
+        t = table(R, args.quick)
+        print(t)
+        with open(args.out, "w") as f:
+            f.write("# Benchmark results (generated by scripts/bench.sh)\n\n")
+            f.write("Method and discussion: [performance.md](performance.md).\n\n")
+            f.write(t + "\n\n")
+            f.write("Suite time: %.0f s.\n\n<details><summary>raw results (JSON)</summary>\n\n```json\n%s\n```\n\n</details>\n"
+                    % (R["elapsed_s"], json.dumps(R, indent=1)))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(R, f, indent=1)
+        if not os.environ.get("BENCH_KEEP"):
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            log("kept " + tmp)
+
+
+if __name__ == "__main__":
+    main()
