@@ -676,12 +676,6 @@ main(int argc, char **argv)
 		die("malloc");
 	for (unsigned i = 0; i < opt.streams; i++)
 		conns[i].fd = -1;
-	if (opt.sub_url != NULL) {
-		if ((ring = calloc(RING, sizeof(*ring))) == NULL)
-			die("malloc");
-		if (pthread_create(&th, NULL, sub_main, NULL) != 0)
-			die("pthread_create");
-	}
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGUSR1);
 	sigaddset(&mask, SIGUSR2);
@@ -689,6 +683,13 @@ main(int argc, char **argv)
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
+	/* After the mask: the sub thread inherits it, so signals reach only signalfd. */
+	if (opt.sub_url != NULL) {
+		if ((ring = calloc(RING, sizeof(*ring))) == NULL)
+			die("malloc");
+		if (pthread_create(&th, NULL, sub_main, NULL) != 0)
+			die("pthread_create");
+	}
 	if ((epfd = epoll_create1(EPOLL_CLOEXEC)) == -1 || (sfd = signalfd(-1, &mask, SFD_CLOEXEC)) == -1 ||
 	    (tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK)) == -1)
 		die("epoll/signalfd/timerfd");

@@ -308,11 +308,11 @@ def idle(args, tmp, n, system):
         closer()
 
 
-def fanout(args, tmp, n, rate, system):
+def fanout(args, tmp, n, rate, system, flush_ms=1000):
     raise_nofile()
     dur = args.window
     if system == "studio":
-        s = Studio()
+        s = Studio(flush_ms=flush_ms)
         srv_pids, addr, path = [s.edge.pid], s.addr, "/v1/stream?topic=fan"
         writer_pid = s.writers[0].pid
         sub = s.writers[0].publish
@@ -336,6 +336,7 @@ def fanout(args, tmp, n, rate, system):
         time.sleep(args.warmup)
         c0 = sum(cpu_s(p) for p in srv_pids)
         w0 = cpu_s(writer_pid) if writer_pid else 0
+        l0 = cpu_s(lg.tool.p.pid)
         lg.start_window()
         t0 = time.monotonic()
         time.sleep(dur)
@@ -343,10 +344,12 @@ def fanout(args, tmp, n, rate, system):
         el = time.monotonic() - t0
         c1 = sum(cpu_s(p) for p in srv_pids)
         w1 = cpu_s(writer_pid) if writer_pid else 0
+        l1 = cpu_s(lg.tool.p.pid)
         pg.wait(dur + 30)
         lg.stop()
         items = rep["items"]
-        res = {"system": system, "streams": n, "rate": rate, "connected": connected, "failed": failed,
+        res = {"system": system, "streams": n, "rate": rate, "flush_ms": flush_ms if writer_pid else None,
+               "client_cpu_s": l1 - l0, "connected": connected, "failed": failed,
                "window_s": el, "items": items, "expected": int(n * rate * el),
                "server_cpu_s": c1 - c0, "writer_cpu_s": w1 - w0,
                "cpu_s_per_mframe": (c1 - c0) / items * 1e6 if items else None,
@@ -493,6 +496,8 @@ def table(R, quick):
     for r in R.get("fanout", []):
         s, n = r.get("studio"), r.get("nchan")
         label = "fan-out %d x %d/s" % (r["n"], r["rate"])
+        if s:
+            label += " (flush %d ms%s)" % (s["flush_ms"], ", latency probe" if r.get("probe") else "")
         sv = s["cpu_s_per_mframe"] if s else None
         nv = n["cpu_s_per_mframe"] if n else None
         L.append("| %s | server CPU-s per 1M frames | %s | %s | %s | - | - | <= 1/3 of nchan | %s |" % (
@@ -501,6 +506,8 @@ def table(R, quick):
         if s:
             L.append("| %s | writer CPU-s per 1M frames (not in the above) | %s | - | | | | | |" % (
                 label, fmt(s["writer_cpu_s_per_mframe"], "%.2f")))
+        L.append("| %s | client (loadgen) CPU-s in the window | %s | %s | | | | | |" % (
+            label, fmt(s["client_cpu_s"], "%.1f") if s else "-", fmt(n["client_cpu_s"], "%.1f") if n else "-"))
         L.append("| %s | frames delivered / expected | %s | %s | | | | | |" % (
             label, "%d / %d" % (s["items"], s["expected"]) if s else "-",
             "%d / %d" % (n["items"], n["expected"]) if n else "-"))
@@ -528,11 +535,28 @@ def table(R, quick):
     return "\n".join(L)
 
 
+BEGIN = "<!-- bench:results:begin (written by scripts/bench.sh; edit outside these markers) -->"
+END = "<!-- bench:results:end -->"
+
+
+def write_results(path, t, R):
+    """Replaces the results section of docs/performance.md (kept text around it)."""
+    block = "%s\n\n%s\n\nSuite time: %.0f s.\n\n<details><summary>raw results (JSON)</summary>\n\n```json\n%s\n```\n\n</details>\n\n%s" % (
+        BEGIN, t, R["elapsed_s"], json.dumps(R, indent=1), END)
+    old = open(path).read() if os.path.exists(path) else "# Performance\n\n"
+    if BEGIN in old and END in old:
+        new = old[:old.index(BEGIN)] + block + old[old.index(END) + len(END):]
+    else:
+        new = old.rstrip("\n") + "\n\n## Results\n\n" + block + "\n"
+    with open(path, "w") as f:
+        f.write(new)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="idle,fanout,ingest,replay")
-    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "performance-results.md"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "performance.md"))
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     args.window = 6 if args.quick else 15
@@ -571,6 +595,14 @@ def main():
                     row[sysname] = fanout(args, tmp, n, rate, sysname)
                     log(json.dumps(row[sysname]))
                 R["fanout"].append(row)
+            # Latency probe: a load the edge is not saturated by, with the
+            # shortest flush interval, so edge-added latency is the time to
+            # sweep the streams, not a queue growing.
+            row = {"n": 10000, "rate": 2, "probe": True}
+            log("latency probe 10000 x 2/s, flush 10 ms: studio")
+            row["studio"] = fanout(args, tmp, 10000, 2, "studio", flush_ms=10)
+            log(json.dumps(row["studio"]))
+            R["fanout"].append(row)
         if "ingest" in only:
             R["ingest"] = []
             for w in (1, 2):
@@ -588,12 +620,7 @@ def main():
         R["elapsed_s"] = time.monotonic() - t_start
         t = table(R, args.quick)
         print(t)
-        with open(args.out, "w") as f:
-            f.write("# Benchmark results (generated by scripts/bench.sh)\n\n")
-            f.write("Method and discussion: [performance.md](performance.md).\n\n")
-            f.write(t + "\n\n")
-            f.write("Suite time: %.0f s.\n\n<details><summary>raw results (JSON)</summary>\n\n```json\n%s\n```\n\n</details>\n"
-                    % (R["elapsed_s"], json.dumps(R, indent=1)))
+        write_results(args.out, t, R)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(R, f, indent=1)

@@ -253,6 +253,8 @@ conn_destroy(http_stream *c, bool force_abrupt)
 {
 	http_server *s = c->srv;
 	http_req *r = c->req;
+	/* An end whose bytes did not all leave (the 5 s cap) was cut off: abrupt. */
+	bool unsent = c->bev && evbuffer_get_length(bufferevent_get_output(c->bev)) > 0;
 
 	q_leave(c);
 	if (c->in_kick)
@@ -275,7 +277,7 @@ conn_destroy(http_stream *c, bool force_abrupt)
 			r->gone(r->gone_arg);
 		req_free(r);
 	} else if (c->is_stream && c->on_close) {
-		c->on_close(c->arg, force_abrupt || c->aborted || !c->end_called);
+		c->on_close(c->arg, force_abrupt || c->aborted || !c->end_called || unsent);
 	}
 	s->cb_depth--;
 	free(c);

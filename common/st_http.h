@@ -108,7 +108,8 @@ typedef struct http_stream_cbs {
 	void (*on_writable)(void *arg);
 	/* The connection is gone (peer closed, error, server freed, or the end
 	 * finished draining).  The stream is already freed when this returns;
-	 * never touch it again.  abrupt is true unless it followed http_stream_end. */
+	 * never touch it again.  abrupt is false only when http_stream_end
+	 * came first and everything queued was handed to the kernel. */
 	void (*on_close)(void *arg, bool abrupt);
 } http_stream_cbs;
 

@@ -87,6 +87,7 @@ struct streams {
 	struct event *ev_drain_done;
 	stream *hb_cursor;       /* where the heartbeat sweep goes on */
 	stream *behind_head;     /* live streams holding the intake back (flow control) */
+	stream *until_head;      /* streams with an until bound: visited when the head moves */
 	bool hb_sweeping;
 	frame *heartbeat;        /* one shared heartbeat frame */
 	subq_counters dropped;
@@ -103,6 +104,7 @@ struct stream {
 	streams *ss;
 	stream *prev, *next;     /* registry links */
 	stream *bprev, *bnext;   /* behind-list links, valid while behind */
+	stream *uprev, *unext;   /* until-list links, valid while has_until and linked */
 	bool behind;
 	uint64_t behind_since;   /* ms, when it joined the behind list */
 	uint64_t honour_start;   /* ms, start of its current honour window */
@@ -122,6 +124,7 @@ struct stream {
 	enum frame_format fmt;
 	enum stream_state state;
 	enum stream_outcome outcome;
+	enum stream_outcome handed;  /* the terminal envelope handed to the connection, if any */
 	bool is_head;            /* HEAD request: headers only, not counted */
 	bool has_after, has_until;
 	bool until_head;         /* until=head: resolved to the check's database head */
@@ -241,6 +244,7 @@ stream_write_frame(stream *s, frame *f)
 	enum frame_type t = frame_type(f);
 	const char *bytes;
 	size_t len;
+	bool term;
 
 	if (s->hs == NULL || s->state == ST_ENDING) {
 		frame_unref(f);
@@ -257,11 +261,14 @@ stream_write_frame(stream *s, frame *f)
 		}
 		s->last_id = id;
 	}
+	/* Read before the hand-over: a failed reference frees f at once. */
+	term = frame_is_terminal(f);
 	bytes = frame_bytes(f, s->fmt, &len);
 	http_stream_write_ref(s->hs, bytes, len, frame_release_cb, f);
 	st_counter_inc(s->ss->m_frames);
-	if (frame_is_terminal(f)) {
-		stream_finish(s, t == FRAME_COMPLETE ? OUT_COMPLETE : t == FRAME_FAILURE ? OUT_FAILURE : OUT_RECONNECT);
+	if (term) {
+		/* Counted when the bytes have left (on_close), not on hand-over. */
+		s->handed = t == FRAME_COMPLETE ? OUT_COMPLETE : t == FRAME_FAILURE ? OUT_FAILURE : OUT_RECONNECT;
 		s->state = ST_ENDING;
 		stream_cancel_job(s);
 		stream_leave_hub(s);
@@ -479,9 +486,8 @@ on_close(void *arg, bool abrupt)
 	streams *ss = s->ss;
 
 	s->hs = NULL;
-	/* A terminal envelope recorded its outcome already; anything else was cut off. */
-	(void)abrupt;
-	stream_finish(s, OUT_ABRUPT);
+	/* A terminal envelope counts once all of it left; anything else was cut off. */
+	stream_finish(s, !abrupt && s->handed != OUT_NONE ? s->handed : OUT_ABRUPT);
 	stream_unlink(s);
 	stream_free(s);
 	streams_check_drained(ss);
@@ -533,10 +539,19 @@ on_rows(void *arg, st_err err, frame *const *frames, size_t n, bool done)
 	}
 	chunk_clear(s);
 	if (n) {
-		s->chunk = st_xcalloc(n, sizeof(*s->chunk));
-		for (size_t i = 0; i < n; i++)
+		size_t bytes = 0, keep = 0;
+
+		/*
+		 * ADR-0197 bounds what a stream holds: keep at most 1 MiB of the
+		 * rows (at least one); the rest is fetched again from the cursor.
+		 */
+		while (keep < n && (keep == 0 || bytes + frame_cost(frames[keep]) <= SUBQ_MAX_BYTES))
+			bytes += frame_cost(frames[keep++]);
+		s->chunk = st_xcalloc(keep, sizeof(*s->chunk));
+		for (size_t i = 0; i < keep; i++)
 			s->chunk[i] = frame_ref(frames[i]);
-		s->chunk_n = n;
+		s->chunk_n = keep;
+		done = done && keep == n;
 	}
 	s->chunk_done = done;
 	stream_pump(s);
@@ -693,6 +708,9 @@ query_item(const char *key, size_t klen, const char *val, size_t vlen, void *arg
 			qs->error = "topic must be 1..200 bytes of [A-Za-z0-9._:/-]";
 			return ST_EINVAL;
 		}
+		for (size_t i = 0; i < s->n_topics; i++)
+			if (s->topic_lens[i] == vlen && memcmp(s->topics[i], val, vlen) == 0)
+				return ST_OK; /* a repeated topic counts once */
 		if (s->n_topics == STREAM_MAX_TOPICS) {
 			qs->error = "at most 64 topics";
 			return ST_EINVAL;
@@ -823,8 +841,13 @@ stream_link(streams *ss, stream *s)
 		ss->head_stream->prev = s;
 	ss->head_stream = s;
 	ss->n_streams++;
-	if (s->has_until)
+	if (s->has_until) {
 		ss->n_until++;
+		s->unext = ss->until_head;
+		if (ss->until_head)
+			ss->until_head->uprev = s;
+		ss->until_head = s;
+	}
 	st_gauge_set(ss->m_open, (int64_t)ss->n_streams);
 }
 
@@ -843,8 +866,16 @@ stream_unlink(stream *s)
 		s->next->prev = s->prev;
 	s->prev = s->next = NULL;
 	ss->n_streams--;
-	if (s->has_until)
+	if (s->has_until) {
 		ss->n_until--;
+		if (s->uprev)
+			s->uprev->unext = s->unext;
+		else if (ss->until_head == s)
+			ss->until_head = s->unext;
+		if (s->unext)
+			s->unext->uprev = s->uprev;
+		s->uprev = s->unext = NULL;
+	}
 	st_gauge_set(ss->m_open, (int64_t)ss->n_streams);
 }
 
@@ -869,6 +900,7 @@ streams_handle(streams *ss, http_req *req)
 	s = st_xcalloc(1, sizeof(*s));
 	s->ss = ss;
 	s->outcome = OUT_NONE;
+	s->handed = OUT_NONE;
 	s->topics = st_xcalloc(STREAM_MAX_TOPICS, sizeof(*s->topics));
 	s->topic_lens = st_xcalloc(STREAM_MAX_TOPICS, sizeof(*s->topic_lens));
 	s->is_head = strcmp(http_req_method(req), "HEAD") == 0;
@@ -903,16 +935,20 @@ streams_handle(streams *ss, http_req *req)
 		s->after = qs.qid;
 		s->has_after = true;
 	}
-	if (s->is_head) {
-		/* The headers a GET would get; no body, so no stream to keep. */
-		static const http_stream_cbs none = { head_noop_writable, head_noop_close };
-
-		(void)http_stream_start(req, 200, format_content_type(s->fmt), NULL, &none, NULL);
-		goto refuse;
-	}
 	if (ss->cfg.max_streams && ss->n_streams >= ss->cfg.max_streams) {
 		http_reply_problem(req, 429, NULL, "Too Many Requests", "this edge serves its maximum of streams",
 		                   "Retry-After: 5\r\n");
+		goto refuse;
+	}
+	if (s->is_head) {
+		/*
+		 * The headers a GET would get after the same checks (the resume
+		 * check against the database is not run for a HEAD); no body, so
+		 * no stream to keep and no outcome to count.
+		 */
+		static const http_stream_cbs none = { head_noop_writable, head_noop_close };
+
+		(void)http_stream_start(req, 200, format_content_type(s->fmt), NULL, &none, NULL);
 		goto refuse;
 	}
 	s->q = subq_new(ss->clock, &ss->dropped, false);
@@ -949,15 +985,14 @@ refuse:
 
 /* ---- fan-out, heartbeats, drain ------------------------------------------ */
 
+/* Only bounded streams are visited, not the registry. */
 static void
 streams_visit_until(streams *ss)
 {
 	stream *s, *next;
 
-	if (ss->n_until == 0)
-		return;
-	for (s = ss->head_stream; s; s = next) {
-		next = s->next;
+	for (s = ss->until_head; s; s = next) {
+		next = s->unext;
 		stream_maybe_complete(s);
 	}
 }
@@ -996,6 +1031,7 @@ static void
 heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 {
 	streams *ss = arg;
+	uint64_t now = st_clock_now(ss->clock);
 	size_t visited = 0;
 	stream *s;
 
@@ -1010,19 +1046,33 @@ heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 		visited++;
 		if (s->hs == NULL || s->state == ST_ENDING)
 			continue;
-		if (s->state == ST_LIVE) {
+		if (s->state == ST_LIVE && subq_is_closed(s->q)) {
+			/*
+			 * A terminal frame waits behind a socket that takes nothing:
+			 * the queue refuses pushes now, so the blocked rule is applied
+			 * here.  Closed without its terminal: abrupt_close.
+			 */
+			if (http_stream_blocked_ms(s->hs, now) > SUBQ_BLOCKED_MS) {
+				st_counter_add(ss->dropped.blocked, subq_count(s->q));
+				http_stream_abort(s->hs);
+			}
+		} else if (s->state == ST_LIVE) {
 			stream_push_live(s, ss->heartbeat);
 			stream_pump(s);
-		} else if (s->state == ST_REPLAYING &&
-		           http_stream_blocked_ms(s->hs, st_clock_now(ss->clock)) > SUBQ_BLOCKED_MS) {
-			/* A replay paced by a socket that takes nothing: the same rule. */
-			stream_push_live(s, ss->heartbeat);
+		} else if (s->state == ST_REPLAYING) {
+			if (http_stream_blocked_ms(s->hs, now) > SUBQ_BLOCKED_MS) {
+				/* A replay paced by a socket that takes nothing: the same rule. */
+				stream_push_live(s, ss->heartbeat);
+			} else if (http_stream_backlog(s->hs) <= http_stream_low_watermark(s->hs)) {
+				/* A replay waiting on the database still heartbeats (proxies' idle timeouts). */
+				stream_write_frame(s, frame_ref(ss->heartbeat));
+			}
 		}
 	}
 	if (ss->hb_cursor != NULL) {
-		struct timeval now = { 0, 0 };
+		struct timeval at_once = { 0, 0 };
 
-		event_add(ss->ev_heartbeat, &now);
+		event_add(ss->ev_heartbeat, &at_once);
 		return;
 	}
 	ss->hb_sweeping = false;

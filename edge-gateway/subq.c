@@ -326,7 +326,6 @@ enum subq_result
 subq_push(subq *q, frame *f, uint64_t blocked_ms)
 {
 	size_t cost = frame_cost(f);
-	int at;
 
 	if (q->closed)
 		return SUBQ_DROP;
@@ -337,15 +336,15 @@ subq_push(subq *q, frame *f, uint64_t blocked_ms)
 	}
 	if (!q->hold && blocked_ms > SUBQ_BLOCKED_MS)
 		return drop(q, C_BLOCKED, "blocked");
-	if (frame_is_signal(f) && (at = idx_find(q, f)) >= 0) {
-		frame *old = q->ring[at];
-		size_t bytes = q->bytes - frame_cost(old) + cost;
-
-		if (!fits(q->count, bytes))
-			return overflow(q, f);
-		q->ring[at] = frame_ref(f); /* same hash: the index entry stays valid */
-		q->bytes = bytes;
-		frame_unref(old);
+	if (frame_is_signal(f) && idx_find(q, f) >= 0) {
+		/*
+		 * The queued signal stands for the newer one: it keeps its place
+		 * and its id.  Putting the newer id in the older slot would put a
+		 * higher id before the items queued between the two, and the
+		 * stream's last step refuses a regressing id - those items would
+		 * be lost.  A signal carries no data, and the client that acts on
+		 * the queued one refetches state that already holds the newer change.
+		 */
 		count_drop(ctr_of(q, C_COALESCED), 1);
 		return SUBQ_COALESCED;
 	}

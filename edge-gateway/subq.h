@@ -20,11 +20,14 @@
  *     pushed one count as dropped 'blocked'.  The caller passes how long the
  *     write in progress has been blocked (0 if none) on EVERY push; the
  *     heartbeat guarantees one push per heartbeat interval.
- *  4. A change signal (frame_is_signal) replaces, in place, a queued signal
- *     for the same resource (frame_same_resource): the queue keeps the first
- *     one's position and the replaced frame counts as dropped 'coalesced'
- *     -> SUBQ_COALESCED.  O(1): a hash index of the queued signals.  Data
- *     frames are never coalesced; signals for other resources are kept.
+ *  4. A change signal (frame_is_signal) for a resource (frame_same_resource)
+ *     that already has a signal queued is absorbed by it: the queued one
+ *     keeps the first position AND its id, the pushed one counts as dropped
+ *     'coalesced' -> SUBQ_COALESCED.  (ADR-0197 says "replaced in place by
+ *     a newer one"; a signal is only "this changed, refetch", so the queued
+ *     one stands for both, and keeping its id keeps ids increasing past the
+ *     items queued behind it.)  O(1): a hash index of the queued signals.
+ *     Data frames are never coalesced; signals for other resources are kept.
  *  5. A frame that fits is appended -> SUBQ_QUEUED.
  *  6. A heartbeat that does not fit is discarded, nothing else changes
  *     -> SUBQ_COALESCED (a full queue already keeps the connection busy, and

@@ -754,7 +754,8 @@ def check_problem(c, status):
     """Errors (list of str) of a response that must be an RFC 9457 problem."""
     errs = []
     if c.status != status:
-        errs.append("status %r, want %d" % (c.status, status))
+        errs.append("status %r, want %d%s" % (c.status, status, "" if c.status else
+                                              " (outcome %s, %s)" % (c.outcome, c.error)))
     ct = (c.header("content-type") or "").split(";")[0].strip().lower()
     if ct != "application/problem+json":
         errs.append("content-type %r, want application/problem+json" % ct)
@@ -1006,9 +1007,11 @@ class Streamload:
             args += ["--header", h]
         if per_stream:
             args.append("--per-stream")
+        self.err_path = self.out_path + ".stderr"
         self._out = open(self.out_path, "wb")
+        self._err = open(self.err_path, "wb")
         self.t0 = time.monotonic()
-        self.p = subprocess.Popen(args, stdout=self._out, stderr=subprocess.PIPE,
+        self.p = subprocess.Popen(args, stdout=self._out, stderr=self._err,
                                   stdin=subprocess.DEVNULL)
 
     def ready(self):
@@ -1019,8 +1022,10 @@ class Streamload:
         import harness
         harness.wait_until(lambda: self.ready() or self.p.poll() is not None, timeout,
                            "streamload streams open")
-        harness.check(self.ready(), "streamload exited before its streams were open: %s"
-                      % self.p.stderr.read().decode(errors="replace")[-500:])
+        if not self.ready():
+            with open(self.err_path, "rb") as f:
+                err = f.read().decode(errors="replace")[-500:]
+            raise harness.TestFailure("streamload exited before its streams were open: %s" % err)
 
     def result(self, timeout):
         import subprocess
@@ -1030,6 +1035,7 @@ class Streamload:
             self.p.terminate()   # streamload prints its stats on SIGTERM too
             self.p.wait(10)
         self._out.close()
+        self._err.close()
         with open(self.out_path) as f:
             return json.loads(f.read())
 

@@ -795,7 +795,8 @@ main(int argc, char **argv)
 		}
 		if (!ready_written && opened == opt.n && settled == opt.n) {
 			ready_written = 1;
-			fprintf(stderr, "streamload: READY %d streams at %.3f\n", opt.n, now_s());
+			fprintf(stderr, "streamload: READY %d streams %.3f s after start\n", opt.n,
+			        now_s() - t_start);
 			if (opt.ready_file != NULL) {
 				FILE *f = fopen(opt.ready_file, "w");
 				if (f != NULL) {

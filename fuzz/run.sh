@@ -1,0 +1,60 @@
+#!/bin/sh
+# run.sh TARGET SECONDS: builds (if needed) and runs one libFuzzer target for
+# SECONDS; exits non-zero on a finding (crash, broken check, leak, timeout,
+# out of memory) and names the reproducer.  For CI: one line per target,
+#   fuzz/run.sh json_compact 30
+# Environment: FUZZ_BUILD_DIR (default <repo>/build-fuzz), FUZZ_CC (default
+# clang-14, else clang), FUZZ_JOBS (build parallelism, default 2).
+# New corpus entries go to $FUZZ_BUILD_DIR/fuzz-work/TARGET/corpus (the
+# checked-in seeds under fuzz/corpus/TARGET are only read), reproducers to
+# $FUZZ_BUILD_DIR/fuzz-work/TARGET/artifacts/.
+set -eu
+
+TARGETS="proto_request_decode proto_pub_decode proto_reply_decode json_compact json_parse
+http_query_each http_head parse_u64 replay_text_array_parse"
+
+usage() {
+	echo "usage: $0 TARGET SECONDS" >&2
+	echo "targets: $(echo $TARGETS)" >&2
+	exit 2
+}
+
+[ $# -eq 2 ] || usage
+target=$1
+secs=$2
+case " $(echo $TARGETS) " in *" $target "*) ;; *) usage ;; esac
+case "$secs" in '' | *[!0-9]*) usage ;; esac
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
+cc=${FUZZ_CC:-}
+if [ -z "$cc" ]; then
+	if command -v clang-14 >/dev/null 2>&1; then cc=clang-14; else cc=clang; fi
+fi
+
+if [ ! -f "$build/CMakeCache.txt" ]; then
+	cmake -S "$here" -B "$build" -DCMAKE_C_COMPILER="$cc" -DSTUDIO_FUZZ=ON \
+		-DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+fi
+cmake --build "$build" --target "fuzz_$target" -j"${FUZZ_JOBS:-2}" >/dev/null
+
+work=$build/fuzz-work/$target
+mkdir -p "$work/corpus" "$work/artifacts"
+extra=""
+case "$target" in
+http_head) extra="-max_len=12288" ;; # past the 8 KiB head limit (431)
+esac
+
+rc=0
+# shellcheck disable=SC2086
+"$build/fuzz/fuzz_$target" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=25 \
+	-print_final_stats=1 -artifact_prefix="$work/artifacts/" $extra \
+	"$work/corpus" "$here/corpus/$target" || rc=$?
+if [ "$rc" -ne 0 ]; then
+	echo "run.sh: $target FOUND A PROBLEM (exit $rc); reproducer(s):" >&2
+	ls -1 "$work/artifacts/" >&2 || true
+	echo "replay one with: $build/fuzz/fuzz_$target FILE" >&2
+	exit 1
+fi
+echo "run.sh: $target: no finding in ${secs}s"
