@@ -409,7 +409,10 @@ t_index_model(void)
 			if (mn == 0) {
 				ST_CHECK(got == UINT64_MAX);
 			} else {
-				ST_CHECK_EQ_U64(got, model[0].seq);
+				if (got != model[0].seq) {
+					ST_CHECK_EQ_U64(got, model[0].seq);
+					break;
+				}
 				memmove(model, model + 1, (mn - 1) * sizeof(model[0]));
 				mn--;
 			}
@@ -423,7 +426,7 @@ t_index_model(void)
 				if (model[i].sig && model[i].res == res)
 					break;
 			if (sig && i < mn) {
-				model[i].seq = seq;
+				/* the queued signal keeps its place and its id */
 				want = SUBQ_COALESCED;
 				coalesced++;
 			} else {
