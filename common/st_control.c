@@ -30,7 +30,6 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,7 +119,6 @@ on_readable(evutil_socket_t fd, short what, void *arg)
 	for (int i = 0; i < MAX_PER_CALLBACK; i++) {
 		nng_msg *msg = NULL;
 		int rv = nng_recvmsg(c->sock, &msg, NNG_FLAG_NONBLOCK);
-		fprintf(stderr, "DBG recv i=%d rv=%d\n", i, rv);
 
 		if (rv == NNG_EAGAIN || rv == NNG_ECLOSED)
 			return;
@@ -135,7 +133,6 @@ on_readable(evutil_socket_t fd, short what, void *arg)
 		if ((rv = nng_msg_append(msg, c->reply.p, c->reply.len)) != 0 ||
 		    (rv = nng_sendmsg(c->sock, msg, NNG_FLAG_NONBLOCK)) != 0) {
 			st_warn("control: reply dropped: %s", nng_strerror(rv));
-			fprintf(stderr, "DBG dropped\n");
 			nng_msg_free(msg); /* still ours on failure */
 		}
 	}

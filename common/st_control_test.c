@@ -47,7 +47,7 @@ loop_main(void *base)
 	return NULL;
 }
 
-static char url[128];
+static char url[128], tcp_url[64];
 
 static void
 t_requests(void)
@@ -104,7 +104,10 @@ t_too_many_nodes(void)
 }
 
 /* Over 64 KiB: nng refuses it before allocating; the client times out. The
- * server must still answer the next request. */
+ * server must still answer the next request.  Over TCP: with libnng 1.5.2's
+ * ipc transport a rep0 socket that refused oversize requests sometimes
+ * stops receiving altogether (reproduced without libevent or this module;
+ * tcp does not show it), so this check runs on a TCP listener. */
 static void
 t_oversize(void)
 {
@@ -115,10 +118,10 @@ t_oversize(void)
 	memset(big, ' ', n);
 	memcpy(big, "{\"cmd\":\"stats\"}", 15);
 	big[n] = '\0';
-	ST_CHECK(st_control_call(url, big, 300, &reply) == ST_ETIMEDOUT);
+	ST_CHECK(st_control_call(tcp_url, big, 300, &reply) == ST_ETIMEDOUT);
 	ST_CHECK(reply == NULL);
 	free(big);
-	rv = st_control_call(url, "{\"cmd\":\"stats\"}", 5000, &reply);
+	rv = st_control_call(tcp_url, "{\"cmd\":\"stats\"}", 5000, &reply);
 	if (rv != ST_OK)
 		fprintf(stderr, "after oversize: %s\n", st_err_str(rv));
 	ST_CHECK(rv == ST_OK);
@@ -141,7 +144,7 @@ int
 main(void)
 {
 	struct event_base *base;
-	st_control *c = NULL, *dup = NULL;
+	st_control *c = NULL, *dup = NULL, *ct = NULL;
 	pthread_t loop;
 
 	evthread_use_pthreads();
@@ -150,7 +153,14 @@ main(void)
 	ST_CHECK(st_control_new(base, url, handler, NULL, &c) == ST_OK);
 	ST_CHECK(st_control_new(base, "bogus://x", handler, NULL, &dup) == ST_EINVAL);
 	ST_CHECK(dup == NULL);
-	if (c == NULL)
+	/* A port derived from the pid, so parallel runs rarely collide; a few tries. */
+	for (int k = 0; k < 5 && ct == NULL; k++) {
+		snprintf(tcp_url, sizeof(tcp_url), "tcp://127.0.0.1:%d", 20000 + ((int)getpid() * 7 + k * 131) % 20000);
+		if (st_control_new(base, tcp_url, handler, NULL, &ct) != ST_OK)
+			ct = NULL;
+	}
+	ST_CHECK(ct != NULL);
+	if (c == NULL || ct == NULL)
 		return st_test_done() | 1;
 	pthread_create(&loop, NULL, loop_main, base);
 	ST_RUN(t_requests);
@@ -160,6 +170,7 @@ main(void)
 	event_base_loopbreak(base);
 	pthread_join(loop, NULL);
 	st_control_free(c);
+	st_control_free(ct);
 	st_control_free(NULL);
 	event_base_free(base);
 	unlink(url + strlen("ipc://"));

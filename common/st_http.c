@@ -556,7 +556,9 @@ conn_fail(http_stream *c, int status, const char *detail)
 
 	st_buf_init(&b);
 	problem_render(&b, status, NULL, NULL, detail);
-	conn_put_head(c, status, "application/problem+json", HEAD_PLAIN, b.len, false, NULL, NULL, NULL);
+	/* RFC 9110: a 405 names the methods that are allowed. */
+	conn_put_head(c, status, "application/problem+json", HEAD_PLAIN, b.len, false, NULL,
+	              status == 405 ? "Allow: GET, HEAD, OPTIONS\r\n" : NULL, NULL);
 	evbuffer_add(bufferevent_get_output(c->bev), b.p, b.len);
 	st_buf_fini(&b);
 	conn_drain(c);
@@ -737,14 +739,21 @@ req_parse(http_req *r, size_t len, const char **detail)
 		r->nh++;
 	}
 
-	/* no bodies: any Content-Length > 0 or any Transfer-Encoding */
+	/*
+	 * No bodies: any Content-Length > 0 or any Transfer-Encoding.  Only GET,
+	 * HEAD and OPTIONS are served, so a request with a body that uses
+	 * another method gets the more useful 405 (the connection closes either
+	 * way, the body unread).
+	 */
 	for (uint16_t i = 0; i < r->nh; i++) {
 		const char *name = r->buf + r->h[i].name, *val = r->buf + r->h[i].value;
+		bool served = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0 ||
+		              strcmp(r->method, "OPTIONS") == 0;
 		uint64_t n;
 
 		if (strcasecmp(name, "Transfer-Encoding") == 0) {
-			*detail = "request bodies are not accepted";
-			return 413;
+			*detail = served ? "request bodies are not accepted" : "this server serves GET, HEAD and OPTIONS";
+			return served ? 413 : 405;
 		}
 		if (strcasecmp(name, "Content-Length") == 0) {
 			if (st_parse_u64(val, strlen(val), &n) != ST_OK) {
@@ -752,8 +761,9 @@ req_parse(http_req *r, size_t len, const char **detail)
 				return 400;
 			}
 			if (n > 0) {
-				*detail = "request bodies are not accepted";
-				return 413;
+				*detail = served ? "request bodies are not accepted" :
+				                   "this server serves GET, HEAD and OPTIONS";
+				return served ? 413 : 405;
 			}
 		}
 	}

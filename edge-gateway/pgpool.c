@@ -34,6 +34,7 @@
 
 #include <event2/event.h>
 
+#include "st_clock.h"
 #include "st_log.h"
 #include "st_util.h"
 
@@ -60,6 +61,7 @@ struct pgpool_query {
 	int binary;
 	pgpool_fn fn;
 	void *arg;
+	uint64_t queued_at;      /* monotonic ms of the submit */
 };
 
 typedef struct conn {
@@ -91,6 +93,7 @@ struct pgpool {
 	size_t queued;
 	size_t inflight;
 	struct event *kick;
+	struct event *sweep;     /* fails queries that waited too long for any connection */
 };
 
 static void conn_start(conn *c);
@@ -456,6 +459,52 @@ dispatch(pgpool *p)
 	}
 }
 
+/*
+ * While no connection is up, a query waits at most PGPOOL_WAIT_MS and then
+ * fails with ST_EUNAVAIL: a stream answers 503 (or a failure envelope)
+ * instead of hanging while the database is gone.  Expired queries are
+ * unlinked first and called back afterwards, since a callback may submit
+ * or cancel.
+ */
+static void
+on_sweep(evutil_socket_t fd, short what, void *arg)
+{
+	pgpool *p = arg;
+	uint64_t now = st_clock_now(st_clock_system());
+	pgpool_query *expired = NULL, *q, *next;
+
+	(void)fd;
+	(void)what;
+	if (pgpool_ready(p))
+		return;
+	for (int i = 0; i < 2; i++) {
+		qlist *l = &p->queue[i];
+
+		for (q = l->head; q != NULL; q = next) {
+			next = q->next;
+			if (now - q->queued_at < PGPOOL_WAIT_MS)
+				continue;
+			if (q->prev != NULL)
+				q->prev->next = q->next;
+			else
+				l->head = q->next;
+			if (q->next != NULL)
+				q->next->prev = q->prev;
+			else
+				l->tail = q->prev;
+			p->queued--;
+			q->prev = NULL;
+			q->next = expired;
+			expired = q;
+		}
+	}
+	for (q = expired; q != NULL; q = next) {
+		next = q->next;
+		q->next = NULL;
+		deliver(q, ST_EUNAVAIL, NULL);
+	}
+}
+
 static void
 on_kick(evutil_socket_t fd, short what, void *arg)
 {
@@ -488,7 +537,13 @@ pgpool_new(struct event_base *base, const char *dsn, unsigned n, pgpool **out)
 	p->n = n;
 	p->conns = st_xcalloc(n, sizeof(conn));
 	p->kick = event_new(base, -1, 0, on_kick, p);
-	ST_ASSERT(p->kick != NULL);
+	p->sweep = event_new(base, -1, EV_PERSIST, on_sweep, p);
+	ST_ASSERT(p->kick != NULL && p->sweep != NULL);
+	{
+		struct timeval tv = { 0, 500 * 1000 };
+
+		event_add(p->sweep, &tv);
+	}
 	for (unsigned i = 0; i < n; i++) {
 		conn *c = &p->conns[i];
 		c->pool = p;
@@ -538,6 +593,7 @@ pgpool_submit(pgpool *p, enum pgpool_prio prio, const char *sql, int nparams, co
 	q->binary = result_binary ? 1 : 0;
 	q->fn = fn;
 	q->arg = arg;
+	q->queued_at = st_clock_now(st_clock_system());
 	q->vals = (const char **)(q + 1);
 	q->lens = (int *)(q->vals + nparams);
 	q->fmts = q->lens + nparams;
@@ -652,6 +708,8 @@ pgpool_free(pgpool *p)
 		query_free(q);
 	if (p->kick != NULL)
 		event_free(p->kick);
+	if (p->sweep != NULL)
+		event_free(p->sweep);
 	free(p->conns);
 	free(p->dsn);
 	free(p);

@@ -31,6 +31,8 @@ typedef struct pgpool_query pgpool_query;
 #define PGPOOL_MAX_QUEUED 10000u /* queued (not yet sent) queries */
 #define PGPOOL_MAX_PARAMS 1024u
 #define PGPOOL_MAX_PARAM_BYTES (16u * 1024 * 1024) /* all parameters of one query together */
+/* A query waits at most this long while no connection is up (then ST_EUNAVAIL). */
+#define PGPOOL_WAIT_MS 5000u
 
 /* Priorities: every queued PGPOOL_PRIO_FILL query is sent before any PGPOOL_PRIO_REPLAY one. */
 enum pgpool_prio { PGPOOL_PRIO_FILL = 0, PGPOOL_PRIO_REPLAY = 1 };
@@ -39,7 +41,9 @@ enum pgpool_prio { PGPOOL_PRIO_FILL = 0, PGPOOL_PRIO_REPLAY = 1 };
  * The end of a query, called exactly once unless the query was cancelled.
  * err ST_OK: res is the PGRES_TUPLES_OK / PGRES_COMMAND_OK result.
  * err ST_EDB: the query failed (res is the error result: PQresultErrorField
- * works) or the connection died while it was in flight (res NULL).  A query
+ * works) or the connection died while it was in flight (res NULL).
+ * err ST_EUNAVAIL: no connection was up for PGPOOL_WAIT_MS while it waited
+ * in the queue (res NULL).  A query
  * in flight when the connection dies is failed, never resent: the caller
  * decides.  The message has been logged.  res is valid only during the
  * call (the pool clears it).  The handle is freed when the callback
@@ -64,7 +68,7 @@ st_err pgpool_new(struct event_base *base, const char *dsn, unsigned n, pgpool *
  * result_binary: 1 asks for binary results.  Returns NULL (and calls
  * nothing) when the queue holds PGPOOL_MAX_QUEUED queries or the parameters
  * are over their bounds.  Queries wait in the queue while no connection is
- * up; the caller bounds that wait itself (pgpool_cancel).
+ * up, at most PGPOOL_WAIT_MS (then ST_EUNAVAIL).
  */
 pgpool_query *pgpool_submit(pgpool *p, enum pgpool_prio prio, const char *sql, int nparams,
                             const char *const *vals, const int *lens, const int *fmts, int result_binary,

@@ -733,7 +733,7 @@ cmd_control(const char *cmd)
 int
 main(int argc, char **argv)
 {
-	int first = argc;
+	int first = argc, rc;
 	const char *cmd;
 
 	st_log_init(PROG);
@@ -744,10 +744,15 @@ main(int argc, char **argv)
 		st_config_fail(PROG, "unexpected argument \"%s\" (see --help)", argv[first + 1]);
 	cmd = argv[first];
 	if (strcmp(cmd, "publish") == 0)
-		return cmd_publish();
-	if (strcmp(cmd, "tail") == 0)
-		return cmd_tail();
-	if (strcmp(cmd, "stats") == 0 || strcmp(cmd, "drain") == 0)
-		return cmd_control(cmd);
-	st_config_fail(PROG, "unknown command \"%s\": publish, tail, stats or drain", cmd);
+		rc = cmd_publish();
+	else if (strcmp(cmd, "tail") == 0)
+		rc = cmd_tail();
+	else if (strcmp(cmd, "stats") == 0 || strcmp(cmd, "drain") == 0)
+		rc = cmd_control(cmd);
+	else
+		st_config_fail(PROG, "unknown command \"%s\": publish, tail, stats or drain", cmd);
+	/* nng reaps closed sockets on its own threads; let it finish so a
+	 * sanitizer build does not report what is merely in flight. */
+	nng_fini();
+	return rc;
 }

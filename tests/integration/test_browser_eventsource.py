@@ -69,7 +69,7 @@ with harness.Env() as env:
         listen = edge.listen
         port = sc.edge_port(edge)
         src = "http://%s/v1/stream?topic=%s" % (listen, TOPIC)
-        b = driver.Browser(page.page_url(src, budget_ms=90000), logdir=env.tmp)
+        b = driver.Browser(page.page_url(src, budget_ms=50000), logdir=env.tmp)
         try:
             harness.wait_until(lambda: sc.metric(sc.get_metrics(port), "studio_streams_open") == 1.0,
                                30, "the browser's stream open on the edge")
@@ -95,6 +95,7 @@ with harness.Env() as env:
             rows = [r[0] for r in sc.table_rows(env.dsn, [TOPIC])]
             page.target = rows[-1]
             got = page.done.wait(60)
+            log("FIGURE page result: why=%s" % (page.result or {}).get("why"))
             check(got, "the page reported its ids (chromium log tail:\n%s)" % b.log_tail())
         finally:
             b.close()

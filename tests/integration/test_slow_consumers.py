@@ -29,6 +29,10 @@ rc = 1
 STALLED = 200
 READERS = 20
 MARGIN_KIB = 64 * 1024
+# events per ingest request; each waits for its flush, so about 2 requests a
+# second: a few hundred events a second to each of 224 streams
+RATE_BATCH = int(os.environ.get("G2_SLOW_BATCH", "300"))
+PAD = int(os.environ.get("G2_SLOW_PAD", "1000"))   # bytes of padding per event: 300 KB a request
 # ASan's quarantine keeps freed memory resident; keep it small for the RSS bound.
 EDGE_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:quarantine_size_mb=8:malloc_context_size=5"}
 
@@ -65,14 +69,19 @@ with harness.Env() as env:
             evs = [{"topic": "s.sig", "about": ["res%d" % (i % 3)]} for i in range(1500)]
             published += sc.publish_batch(writer, evs)
             sc.run_clients([c], 0.8)
-        sc.run_clients([c], 4.0)
+        sc.run_clients([c], 2.0)
+        slow_items = c.n_items
+        slow_bytes = c.bytes_in
+        c.read_rate = None     # now read what is left at full speed
+        sc.run_clients([c], 3.0)
         c.close()
         m1 = sc.get_metrics(port)
         co = (sc.metric(m1, "studio_sse_dropped_total", reason="coalesced") or 0) - \
             (sc.metric(m0, "studio_sse_dropped_total", reason="coalesced") or 0)
         items = c.items()
-        log("FIGURE %d signals published, %d delivered to the slow reader, coalesced counter +%d"
-            % (len(published), len(items), co))
+        log("FIGURE %d signals published, %d delivered to the slow reader while it read slowly "
+            "(%d bytes), %d in all; coalesced counter +%d"
+            % (len(published), slow_items, slow_bytes, len(items), co))
         check_eq(sc.check_envelopes(c), [], "well formed")
         check_eq(c.of_type("resync"), [], "never a resync")
         check(c.outcome == "client_closed", "no terminal envelope (outcome %r)" % c.outcome)
@@ -103,7 +112,7 @@ with harness.Env() as env:
         sc.run_clients(late + [full], 1.0)
         stop = threading.Event()
         seqs, errors = [], []
-        pub = threading.Thread(target=flow, args=(writer, "s.hot", 12, 1000, 0.05, 300, stop, seqs, errors),
+        pub = threading.Thread(target=flow, args=(writer, "s.hot", 12, RATE_BATCH, 0.05, PAD, stop, seqs, errors),
                                daemon=True)
         peak = [idle]
 
@@ -164,8 +173,8 @@ with harness.Env() as env:
         check(set(sr["reasons"]) <= {"slow_consumer", "blocked"}, "reconnect reasons %r" % sr["reasons"])
         check_eq((sr["frames_after_terminal"], sr["id_regressions"]), (0, 0), "stalled streams well formed")
         ends = [p["t_end"] - sr["t_start"] for p in per]
-        log("FIGURE stalled streams ended %.1f..%.1f s after they connected (read from 50 s)" % (min(ends), max(ends)))
-        check(max(ends) < 50 + 5, "once read, the stalled streams end at once (already closed by the edge)")
+        log("FIGURE stalled streams: reading from 50 s, all %d bytes read by %.1f..%.1f s after they connected"
+            % (sr["bytes"], min(ends), max(ends)))
         for c in late:
             check_eq(sc.check_envelopes(c), [], "late reader well formed")
             check_eq((c.outcome, c.terminal and c.terminal["env"].get("reason")), ("reconnect", "slow_consumer"),
