@@ -84,6 +84,8 @@
 /* Stop parsing pipelined requests while this much reply output is unread. */
 #define HTTP_PLAIN_OUT_MAX (64 * 1024)
 #define HTTP_DRAIN_CAP_MS 5000
+/* An ending stream's output may stand still this long before it is cut. */
+#define HTTP_STREAM_STALL_MS 30000
 #define HTTP_QUERY_ITEM_MAX 1024
 #define HTTP_QUERY_PAIRS_MAX 256
 
@@ -318,14 +320,27 @@ conn_kick(http_stream *c)
 	defer_kick(c->srv);
 }
 
+/*
+ * Closes what is due.  With stream_grace, an ending stream whose output is
+ * still moving (the kernel took bytes within HTTP_STREAM_STALL_MS) waits
+ * another round instead: a slow reader gets its terminal envelope; only a
+ * socket that takes nothing for that long is cut (ADR-0197's blocked write).
+ */
 static void
-fifo_expire(struct conn_list *l, struct event *ev)
+fifo_expire(struct conn_list *l, struct event *ev, bool stream_grace)
 {
 	uint64_t now = now_ms();
 	http_stream *c;
 
-	while ((c = l->head) != NULL && c->deadline_ms <= now)
+	while ((c = l->head) != NULL && c->deadline_ms <= now) {
+		if (stream_grace && c->is_stream && c->bev &&
+		    evbuffer_get_length(bufferevent_get_output(c->bev)) > 0 &&
+		    now - c->progress_ms < HTTP_STREAM_STALL_MS) {
+			fifo_push(c, l, ev, HTTP_DRAIN_CAP_MS);
+			continue;
+		}
 		conn_close(c);
+	}
 	if (l->head)
 		timer_arm(ev, l->head->deadline_ms);
 }
@@ -337,7 +352,7 @@ head_timer_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	fifo_expire(&s->headwait, s->head_ev);
+	fifo_expire(&s->headwait, s->head_ev, false);
 }
 
 static void
@@ -347,7 +362,7 @@ end_timer_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	fifo_expire(&s->endwait, s->end_ev);
+	fifo_expire(&s->endwait, s->end_ev, true);
 }
 
 /* ------------------------------------------------------------- writing */
@@ -450,7 +465,8 @@ conn_shut(http_stream *c)
 		conn_close(c);
 }
 
-/* Flush, shut the write side, wait for the peer's EOF; at most 5 s in all. */
+/* Flush, shut the write side, wait for the peer's EOF; at most 5 s in all,
+ * longer for a stream whose output is still moving (see fifo_expire). */
 static void
 conn_drain(http_stream *c)
 {

@@ -147,7 +147,9 @@ size_t http_stream_low_watermark(const http_stream *s);
  * CLOCK_MONOTONIC ms (st_clock_system()).
  */
 uint64_t http_stream_blocked_ms(const http_stream *s, uint64_t now_ms);
-/* Finishes: sends what is queued, then closes (at most 5 s later), then on_close(abrupt=false). */
+/* Finishes: sends what is queued, then closes, then on_close.  The output may
+ * take as long as it keeps moving; a socket that takes nothing for 30 s (or
+ * a peer that does not close within 5 s of the last byte) is cut. */
 void http_stream_end(http_stream *s);
 /* Closes now, dropping the backlog; on_close(abrupt=true) is called before this returns? NO: it is
  * called from the loop shortly after (deferred), never under the caller's feet. */

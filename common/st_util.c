@@ -70,8 +70,14 @@ st_parse_u64(const char *s, size_t len, uint64_t *out)
 {
 	uint64_t v = 0;
 
-	if (len == 0 || len > 20)
-		return len > 20 ? ST_ERANGE : ST_EINVAL;
+	if (len == 0)
+		return ST_EINVAL;
+	/* Anything but digits is EINVAL, however long; only a long number is ERANGE. */
+	for (size_t i = 0; i < len; i++)
+		if (s[i] < '0' || s[i] > '9')
+			return ST_EINVAL;
+	if (len > 20)
+		return ST_ERANGE;
 	for (size_t i = 0; i < len; i++) {
 		unsigned d;
 

@@ -20,6 +20,8 @@ t_parse_u64(void)
 	ST_CHECK(st_parse_u64("+1", 2, &v) == ST_EINVAL);
 	ST_CHECK(st_parse_u64("1 ", 2, &v) == ST_EINVAL);
 	ST_CHECK(st_parse_u64("0x10", 4, &v) == ST_EINVAL);
+	/* found by fuzz/fuzz_parse_u64.c: long non-numbers are EINVAL, not ERANGE */
+	ST_CHECK(st_parse_u64("aaaaaaaaaaaaaaaaaaaaa", 21, &v) == ST_EINVAL);
 }
 
 static void

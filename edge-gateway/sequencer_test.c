@@ -98,10 +98,10 @@ batch(sequencer *s, uint64_t prev, uint64_t from, uint64_t to)
 static void
 fill_answer(sequencer *s, uint64_t from, uint64_t to, uint64_t upto, const uint64_t *holes, size_t n_holes)
 {
-	frame *f[200];
+	frame *f[200] = { 0 };
 	size_t n = 0;
 
-	for (uint64_t q = from; q <= to && from != 0; q++) {
+	for (uint64_t q = from; q <= to && from != 0 && n < ST_ARRAY_LEN(f); q++) {
 		bool hole = false;
 		for (size_t i = 0; i < n_holes; i++)
 			hole |= holes[i] == q;

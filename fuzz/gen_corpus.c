@@ -176,6 +176,15 @@ texts(void)
 		put_s("http_query_each", (int)i, queries[i]);
 	for (size_t i = 0; i < sizeof(heads) / sizeof(heads[0]); i++)
 		put_s("http_head", (int)i, heads[i]);
+	{
+		/* one head just over the 8 KiB limit: the 431 path */
+		static char big[9000];
+		size_t o = (size_t)snprintf(big, sizeof(big), "GET /big HTTP/1.1\r\nX-Fuzz: ");
+
+		memset(big + o, 'a', sizeof(big) - o - 4);
+		memcpy(big + sizeof(big) - 4, "\r\n\r\n", 4);
+		put("http_head", (int)(sizeof(heads) / sizeof(heads[0])), big, sizeof(big));
+	}
 	for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++)
 		put_s("parse_u64", (int)i, nums[i]);
 }

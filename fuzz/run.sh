@@ -43,7 +43,7 @@ work=$build/fuzz-work/$target
 mkdir -p "$work/corpus" "$work/artifacts"
 extra=""
 case "$target" in
-http_head) extra="-max_len=12288" ;; # past the 8 KiB head limit (431)
+http_head) extra="-max_len=12288 -len_control=0" ;; # past the 8 KiB head limit (431)
 esac
 
 rc=0

@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$ST_ROOT"
 
 t0=$(date +%s)
-st_install "${ST_BUILD_PKGS[@]}" chromium
+st_install "${ST_BUILD_PKGS[@]}" chromium clang libclang-rt-14-dev
 st_build "$ST_ROOT/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 if [ "${STUDIO_TEST_ONLY_PLAIN:-0}" != 1 ]; then
 	st_build "$ST_ROOT/build-asan" -DCMAKE_BUILD_TYPE=Debug -DSTUDIO_SANITIZE=ON
@@ -38,6 +38,18 @@ st_log "ctest on build/ (all tests)"
 if [ "${STUDIO_TEST_ONLY_PLAIN:-0}" != 1 ]; then
 	st_log "ctest on build-asan/ (all but label measure)"
 	(cd build-asan && ctest --output-on-failure -j2 -LE measure "${extra[@]}") || status=1
+fi
+# Coverage-guided fuzzing of every parser that takes outside input (fuzz/,
+# clang + libFuzzer): a short run per target; a finding fails the run.
+if [ "${STUDIO_TEST_FUZZ_S:-20}" != 0 ]; then
+	st_log "fuzzing each parser for ${STUDIO_TEST_FUZZ_S:-20}s"
+	for t in proto_request_decode proto_pub_decode proto_reply_decode json_compact json_parse \
+	         http_query_each http_head parse_u64 replay_text_array_parse; do
+		bash fuzz/run.sh "$t" "${STUDIO_TEST_FUZZ_S:-20}" >"build/fuzz-$t.log" 2>&1 ||
+			{ status=1; st_log "fuzz $t FAILED (build/fuzz-$t.log)"; tail -20 "build/fuzz-$t.log"; }
+	done
+	# Read by CI as the closing count of this step.
+	st_log "fuzz: done"
 fi
 st_log "tests $([ $status -eq 0 ] && echo passed || echo FAILED) in $(($(date +%s) - t0))s"
 exit $status
