@@ -1,19 +1,31 @@
 /*
  * batch: requests accumulated between two flushes.
  *
- * Three growable arrays: reqs (owner, first event, count) in arrival order;
- * ev_row, the SQL row of every accepted event; rows, the distinct events
- * sent to SQL with the seq/fresh answer beside them.  An event with a key
- * already seen in this batch does not get a row of its own: its ev_row
- * points at the first one's row, so both receive the same seq (a producer
- * retrying within one flush interval gets the seq stored first, just as it
- * would for a key committed earlier).  The key index is an open-addressing
- * table of row numbers, at most half full, rebuilt on growth.
+ * Three growable arrays: reqs (owner, first event, count, bytes) in arrival
+ * order; evs, every accepted event with its SQL row; rows, the distinct
+ * events sent to SQL with the seq/fresh answer beside them.  An event with
+ * a key already seen in this batch does not get a row of its own: its row
+ * is the first one's, so both receive the same seq (a producer retrying
+ * within one flush interval gets the seq stored first, just as it would for
+ * a key committed earlier).  The key index is an open-addressing table of
+ * row numbers, at most half full, rebuilt on growth.
  *
  * A request is checked against the bounds before anything is appended, and
  * its keys are only inserted after the check, so a refused request leaves no
  * trace.  All sizes are bounded by max_events, so the arrays never grow
  * past what the bounds allow.
+ *
+ * batch_take splits by whole requests.  The taken ones are re-added to the
+ * destination and the rest to a fresh batch, so the folding is recomputed
+ * on each side: an event whose first key occurrence went to the earlier
+ * flush becomes a row of the later one, and SQL (which runs it after the
+ * earlier commit) answers with the stored seq.  Each event keeps its own
+ * pointer for that reason, not only its row's.
+ *
+ * SQL's answer is compact (broker_append2): prev, the first seq, the number
+ * of fresh rows and the (ordinal, seq) of rows whose key was stored; fresh
+ * row k (in row order) gets first + k - 1.  It is checked whole before any
+ * row is touched.
  */
 #include "batch.h"
 
@@ -25,9 +37,15 @@
 
 typedef struct batch_req {
 	void *owner;
-	uint32_t first; /* index into ev_row */
+	uint32_t first; /* index into evs */
 	uint32_t n;
+	size_t bytes;
 } batch_req;
+
+typedef struct batch_ev {
+	const proto_event *ev; /* the event itself (its row may be an earlier one with its key) */
+	uint32_t row;
+} batch_ev;
 
 typedef struct batch_rowinfo {
 	const proto_event *ev;
@@ -40,7 +58,7 @@ struct batch {
 	size_t bytes;
 	batch_req *reqs;
 	size_t n_reqs, cap_reqs;
-	uint32_t *ev_row;
+	batch_ev *evs;
 	size_t n_ev, cap_ev;
 	batch_rowinfo *rows;
 	size_t n_rows, cap_rows;
@@ -126,7 +144,7 @@ batch_free(batch *b)
 	if (b == NULL)
 		return;
 	free(b->reqs);
-	free(b->ev_row);
+	free(b->evs);
 	free(b->rows);
 	free(b->keys);
 	free(b);
@@ -142,9 +160,10 @@ batch_add(batch *b, void *owner, size_t n, size_t bytes, batch_event_fn at, cons
 		return ST_EBUSY; /* larger than any batch: a caller bug, but never crash */
 
 	b->reqs = grow(b->reqs, &b->cap_reqs, b->n_reqs + 1, sizeof(*b->reqs));
-	b->ev_row = grow(b->ev_row, &b->cap_ev, b->n_ev + n, sizeof(*b->ev_row));
+	b->evs = grow(b->evs, &b->cap_ev, b->n_ev + n, sizeof(*b->evs));
 	b->rows = grow(b->rows, &b->cap_rows, b->n_rows + n, sizeof(*b->rows));
-	b->reqs[b->n_reqs++] = (batch_req){ .owner = owner, .first = (uint32_t)b->n_ev, .n = (uint32_t)n };
+	b->reqs[b->n_reqs++] = (batch_req){ .owner = owner, .first = (uint32_t)b->n_ev, .n = (uint32_t)n,
+		                             .bytes = bytes };
 	for (size_t i = 0; i < n; i++) {
 		const proto_event *ev = at(src, i);
 		size_t slot = 0;
@@ -154,7 +173,7 @@ batch_add(batch *b, void *owner, size_t n, size_t bytes, batch_event_fn at, cons
 				keys_rehash(b, b->cap_keys ? b->cap_keys * 2 : 256);
 			slot = key_slot(b, ev->key.p, ev->key.len);
 			if (b->keys[slot] != 0) {
-				b->ev_row[b->n_ev++] = b->keys[slot] - 1;
+				b->evs[b->n_ev++] = (batch_ev){ .ev = ev, .row = b->keys[slot] - 1 };
 				continue;
 			}
 		}
@@ -163,7 +182,7 @@ batch_add(batch *b, void *owner, size_t n, size_t bytes, batch_event_fn at, cons
 			b->keys[slot] = (uint32_t)b->n_rows + 1;
 			b->n_keys++;
 		}
-		b->ev_row[b->n_ev++] = (uint32_t)b->n_rows++;
+		b->evs[b->n_ev++] = (batch_ev){ .ev = ev, .row = (uint32_t)b->n_rows++ };
 	}
 	b->bytes += bytes;
 	return ST_OK;
@@ -207,66 +226,154 @@ batch_row(const batch *b, size_t i)
 }
 
 void
-batch_json_string(st_buf *out, const char *s, size_t len)
+batch_about_literal(st_buf *out, const proto_str *about, uint32_t n)
 {
-	static const char hex[] = "0123456789abcdef";
-	size_t run = 0;
+	st_buf_putc(out, '{');
+	for (uint32_t j = 0; j < n; j++) {
+		const char *p = about[j].p;
+		size_t len = about[j].len, run = 0;
 
-	st_buf_putc(out, '"');
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
-		if (c >= 0x20 && c != '"' && c != '\\')
-			continue;
-		st_buf_append(out, s + run, i - run);
-		run = i + 1;
-		if (c == '"' || c == '\\') {
+		if (j > 0)
+			st_buf_putc(out, ',');
+		/* quoted, so that NULL, braces, commas and blanks are plain text */
+		st_buf_putc(out, '"');
+		for (size_t i = 0; i < len; i++) {
+			if (p[i] != '"' && p[i] != '\\')
+				continue;
+			st_buf_append(out, p + run, i - run);
 			st_buf_putc(out, '\\');
-			st_buf_putc(out, (char)c);
-		} else {
-			char e[6] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15] };
-			st_buf_append(out, e, sizeof(e));
+			run = i;
 		}
+		st_buf_append(out, p + run, len - run);
+		st_buf_putc(out, '"');
 	}
-	st_buf_append(out, s + run, len - run);
-	st_buf_putc(out, '"');
+	st_buf_putc(out, '}');
+}
+
+bool
+batch_has_keys(const batch *b)
+{
+	return b->n_keys > 0;
 }
 
 void
 batch_encode(const batch *b, st_buf *topics, st_buf *abouts, st_buf *datas, st_buf *keys)
 {
 	pgarray_writer wt, wa, wd, wk;
+	bool with_keys = batch_has_keys(b);
 	st_buf one;
 
 	st_buf_init(&one);
 	pgarray_begin(&wt, topics, (uint32_t)b->n_rows);
 	pgarray_begin(&wa, abouts, (uint32_t)b->n_rows);
 	pgarray_begin(&wd, datas, (uint32_t)b->n_rows);
-	pgarray_begin(&wk, keys, (uint32_t)b->n_rows);
+	if (with_keys)
+		pgarray_begin(&wk, keys, (uint32_t)b->n_rows);
 	for (size_t i = 0; i < b->n_rows; i++) {
 		const proto_event *ev = b->rows[i].ev;
 
 		pgarray_add(&wt, ev->topic.p, ev->topic.len);
-		st_buf_reset(&one);
-		st_buf_putc(&one, '[');
-		for (uint32_t j = 0; j < ev->n_about; j++) {
-			if (j > 0)
-				st_buf_putc(&one, ',');
-			batch_json_string(&one, ev->about[j].p, ev->about[j].len);
+		if (ev->n_about == 0) {
+			pgarray_add(&wa, "{}", 2);
+		} else {
+			st_buf_reset(&one);
+			batch_about_literal(&one, ev->about, ev->n_about);
+			pgarray_add(&wa, one.p, one.len);
 		}
-		st_buf_putc(&one, ']');
-		pgarray_add(&wa, one.p, one.len);
 		if (ev->has_data)
 			pgarray_add(&wd, ev->data.p, ev->data.len);
 		else
 			pgarray_add_null(&wd);
+		if (!with_keys)
+			continue;
 		if (ev->has_key)
 			pgarray_add(&wk, ev->key.p, ev->key.len);
 		else
 			pgarray_add_null(&wk);
 	}
 	ST_ASSERT(pgarray_end(&wt) == ST_OK && pgarray_end(&wa) == ST_OK && pgarray_end(&wd) == ST_OK &&
-	          pgarray_end(&wk) == ST_OK);
+	          (!with_keys || pgarray_end(&wk) == ST_OK));
 	st_buf_fini(&one);
+}
+
+st_err
+batch_apply(batch *b, uint64_t prev, uint64_t first, uint64_t n_fresh, const uint64_t *dup_ords,
+            const uint64_t *dup_seqs, size_t n_dup)
+{
+	uint64_t next = first;
+	size_t d = 0;
+
+	/* the whole answer is checked before any row changes */
+	if (n_dup > b->n_rows || n_fresh != b->n_rows - n_dup)
+		return ST_EINVAL;
+	if (n_fresh > 0 && (first <= prev || first > INT64_MAX - n_fresh))
+		return ST_EINVAL;
+	for (size_t i = 0; i < n_dup; i++) {
+		if (dup_ords[i] < 1 || dup_ords[i] > b->n_rows || (i > 0 && dup_ords[i] <= dup_ords[i - 1]))
+			return ST_EINVAL;
+		/* a stored key's event was committed before this flush read prev */
+		if (dup_seqs[i] < 1 || dup_seqs[i] > prev)
+			return ST_EINVAL;
+	}
+	for (size_t i = 0; i < b->n_rows; i++) {
+		if (d < n_dup && dup_ords[d] == i + 1) {
+			b->rows[i].seq = dup_seqs[d++];
+			b->rows[i].fresh = false;
+		} else {
+			b->rows[i].seq = next++;
+			b->rows[i].fresh = true;
+		}
+	}
+	return ST_OK;
+}
+
+static const proto_event *
+at_ev(const void *src, size_t i)
+{
+	return ((const batch_ev *)src)[i].ev;
+}
+
+static void
+swap(batch *a, batch *b)
+{
+	batch t = *a;
+	size_t me = a->max_events, mb = a->max_bytes;
+
+	*a = *b;
+	*b = t;
+	/* the bounds belong to the object, the contents move */
+	b->max_events = a->max_events;
+	b->max_bytes = a->max_bytes;
+	a->max_events = me;
+	a->max_bytes = mb;
+}
+
+void
+batch_take(batch *dst, batch *src, size_t max_events, size_t max_bytes)
+{
+	size_t k = 0, n = 0, bytes = 0;
+
+	ST_ASSERT(batch_empty(dst) && max_events > 0);
+	if (src->n_ev <= max_events && src->bytes <= max_bytes) {
+		swap(dst, src);
+		return;
+	}
+	/* whole requests, in arrival order, at least one */
+	while (k < src->n_reqs &&
+	       (k == 0 || (n + src->reqs[k].n <= max_events && bytes + src->reqs[k].bytes <= max_bytes))) {
+		n += src->reqs[k].n;
+		bytes += src->reqs[k++].bytes;
+	}
+	batch *rest = batch_new(src->max_events, src->max_bytes);
+
+	for (size_t i = 0; i < src->n_reqs; i++) {
+		const batch_req *r = &src->reqs[i];
+		/* cannot fail: each side holds a prefix or a suffix of what src accepted */
+		st_err rv = batch_add(i < k ? dst : rest, r->owner, r->n, r->bytes, at_ev, &src->evs[r->first]);
+		ST_ASSERT(rv == ST_OK);
+	}
+	swap(src, rest);
+	batch_free(rest);
 }
 
 void
@@ -312,7 +419,7 @@ batch_req_seqs(const batch *b, size_t i, uint64_t *seqs)
 	const batch_req *r = &b->reqs[i];
 
 	for (uint32_t j = 0; j < r->n; j++)
-		seqs[j] = b->rows[b->ev_row[r->first + j]].seq;
+		seqs[j] = b->rows[b->evs[r->first + j].row].seq;
 }
 
 void
@@ -321,7 +428,7 @@ batch_reset(batch *b)
 	size_t me = b->max_events, mb = b->max_bytes;
 
 	free(b->reqs);
-	free(b->ev_row);
+	free(b->evs);
 	free(b->rows);
 	free(b->keys);
 	memset(b, 0, sizeof(*b));

@@ -55,14 +55,29 @@ bool batch_empty(const batch *b);
 /* The event behind SQL row i (input ordinal i + 1). */
 const proto_event *batch_row(const batch *b, size_t i);
 
+/* Whether some row has a key (otherwise broker_append2 gets keys = NULL). */
+bool batch_has_keys(const batch *b);
+
 /*
- * Encodes the four binary text[] parameters of broker_append: topics,
- * abouts (each a JSON array text), datas (NULL = signal), keys (NULL = none),
- * one element per row.  Appends to the four (reset) buffers.
+ * Encodes the binary text[] parameters of broker_append2, one element per
+ * row: topics, abouts (each a PostgreSQL array literal, batch_about_literal),
+ * datas (NULL = signal) and, only when batch_has_keys, keys (NULL = none;
+ * keys is left untouched otherwise).  Appends to the (reset) buffers.
  */
 void batch_encode(const batch *b, st_buf *topics, st_buf *abouts, st_buf *datas, st_buf *keys);
 
-/* Records SQL's answer for row i. */
+/*
+ * Records broker_append2's compact answer: rows whose ordinal (1-based) is
+ * in dup_ords (ascending) get the stored seq beside it, not fresh; the
+ * n_fresh others, in row order, get first, first + 1, ... and are fresh.
+ * ST_EINVAL (nothing changed) when the answer does not fit the batch: the
+ * counts disagree, the ordinals are not ascending within 1..rows, a stored
+ * seq is not in 1..prev, or first is not above prev.
+ */
+st_err batch_apply(batch *b, uint64_t prev, uint64_t first, uint64_t n_fresh, const uint64_t *dup_ords,
+                   const uint64_t *dup_seqs, size_t n_dup);
+
+/* Records an answer for row i directly (tests). */
 void batch_row_set(batch *b, size_t i, uint64_t seq, bool fresh);
 uint64_t batch_row_seq(const batch *b, size_t i);
 bool batch_row_fresh(const batch *b, size_t i);
@@ -76,7 +91,20 @@ void batch_req_seqs(const batch *b, size_t i, uint64_t *seqs);
 /* Empties the batch (back to the state of batch_new; large arrays are released). */
 void batch_reset(batch *b);
 
-/* Appends s as a JSON string literal (for the abouts' JSON array texts); s is valid UTF-8. */
-void batch_json_string(st_buf *out, const char *s, size_t len);
+/*
+ * Moves whole requests from the front of src (arrival order) into the empty
+ * dst: all of them when src holds at most max_events events and max_bytes
+ * request bytes, else the longest prefix within both (at least one
+ * request).  Key folding is recomputed on both sides (see batch.c).  Each
+ * batch keeps its own bounds.  O(1) when everything moves, else O(events).
+ */
+void batch_take(batch *dst, batch *src, size_t max_events, size_t max_bytes);
+
+/*
+ * Appends the PostgreSQL array literal of n about entries: {} or
+ * {"a","b\"c"}, every element quoted, '"' and '\' escaped with '\'
+ * (entries are valid UTF-8 without NUL, checked by the protocol).
+ */
+void batch_about_literal(st_buf *out, const proto_str *about, uint32_t n);
 
 #endif

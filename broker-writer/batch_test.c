@@ -1,4 +1,5 @@
-/* batch_test: bounds (busy), key folding, seqs in request order, parameter encoding. */
+/* batch_test: bounds (busy), key folding, seqs in request order, parameter encoding,
+ * the compact answer of broker_append2, splitting a backlog into flushes. */
 #include "batch.h"
 
 #include <stdlib.h>
@@ -170,9 +171,9 @@ t_encode(void)
 	batch_encode(b, &t, &a, &d, &k);
 	ST_CHECK_EQ_U64(t.len, 20 + 4 + 2 + 4 + 2);
 	ST_CHECK(t.p[7] == 0);
-	/* abouts: ["x\"y","z"] and [] */
-	ST_CHECK_MEM(a.p + 24, 12, "[\"x\\\"y\",\"z\"]");
-	ST_CHECK_MEM(a.p + 24 + 12 + 4, 2, "[]");
+	/* abouts: {"x\"y","z"} and {} */
+	ST_CHECK_MEM(a.p + 24, 12, "{\"x\\\"y\",\"z\"}");
+	ST_CHECK_MEM(a.p + 24 + 12 + 4, 2, "{}");
 	/* data: NULL then the text */
 	ST_CHECK(d.p[7] == 1);
 	ST_CHECK((unsigned char)d.p[20] == 0xff);
@@ -187,14 +188,143 @@ t_encode(void)
 }
 
 static void
-t_json_string_controls(void)
+t_encode_no_keys(void)
 {
+	batch *b = batch_new(10, 1000);
+	proto_event e[2] = { ev("t1", NULL), ev("t2", NULL) };
+	st_buf t, a, d, k;
+	int o;
+
+	st_buf_init(&t);
+	st_buf_init(&a);
+	st_buf_init(&d);
+	st_buf_init(&k);
+	ST_CHECK(batch_add(b, &o, 2, 1, at, e) == ST_OK);
+	ST_CHECK(!batch_has_keys(b));
+	batch_encode(b, &t, &a, &d, &k);
+	ST_CHECK_EQ_U64(k.len, 0); /* the keys parameter is NULL */
+	ST_CHECK_EQ_U64(t.len, 20 + 4 + 2 + 4 + 2);
+	st_buf_fini(&t);
+	st_buf_fini(&a);
+	st_buf_fini(&d);
+	st_buf_fini(&k);
+	batch_free(b);
+}
+
+static void
+t_about_literal(void)
+{
+	static const proto_str ab[4] = { { "NULL", 4 }, { "a\\\"", 3 }, { "{x, y}", 6 }, { "\"", 1 } };
 	st_buf s;
 
 	st_buf_init(&s);
-	batch_json_string(&s, "a\nb\x01\\", 5);
-	ST_CHECK_MEM(s.p, s.len, "\"a\\u000ab\\u0001\\\\\"");
+	batch_about_literal(&s, ab, 0);
+	ST_CHECK_MEM(s.p, s.len, "{}");
+	st_buf_reset(&s);
+	batch_about_literal(&s, ab, 4);
+	ST_CHECK_MEM(s.p, s.len, "{\"NULL\",\"a\\\\\\\"\",\"{x, y}\",\"\\\"\"}");
 	st_buf_fini(&s);
+}
+
+static void
+t_apply(void)
+{
+	batch *b = batch_new(100, 1 << 20);
+	proto_event r1[3] = { ev("t", "k1"), ev("t", NULL), ev("t", "k2") };
+	proto_event r2[3] = { ev("t", "k2"), ev("t", "k3"), ev("t", "k1") };
+	static const uint64_t ords[2] = { 1, 4 }, dseq[2] = { 7, 9 };
+	static const uint64_t bad_ords[2] = { 4, 1 }, hi_seq[2] = { 7, 51 };
+	int o1, o2;
+	uint64_t s[3];
+
+	ST_CHECK(batch_add(b, &o1, 3, 1, at, r1) == ST_OK);
+	ST_CHECK(batch_add(b, &o2, 3, 1, at, r2) == ST_OK);
+	ST_CHECK(batch_has_keys(b));
+	ST_CHECK_EQ_U64(batch_rows(b), 4); /* k1, -, k2, k3 */
+	/* malformed answers change nothing */
+	ST_CHECK(batch_apply(b, 50, 51, 3, ords, dseq, 2) == ST_EINVAL);   /* 3 + 2 != 4 */
+	ST_CHECK(batch_apply(b, 50, 51, 2, bad_ords, dseq, 2) == ST_EINVAL); /* not ascending */
+	ST_CHECK(batch_apply(b, 50, 51, 2, ords, hi_seq, 2) == ST_EINVAL); /* a stored seq above prev */
+	ST_CHECK(batch_apply(b, 50, 50, 2, ords, dseq, 2) == ST_EINVAL);   /* first not above prev */
+	ST_CHECK_EQ_U64(batch_row_seq(b, 0), 0);
+	/* k1 (row 1) and k3 (row 4) were stored; rows 2 and 3 get 51 and 52 */
+	ST_CHECK(batch_apply(b, 50, 51, 2, ords, dseq, 2) == ST_OK);
+	batch_req_seqs(b, 0, s);
+	ST_CHECK(s[0] == 7 && s[1] == 51 && s[2] == 52);
+	batch_req_seqs(b, 1, s);
+	ST_CHECK(s[0] == 52 && s[1] == 9 && s[2] == 7);
+	ST_CHECK(!batch_row_fresh(b, 0) && batch_row_fresh(b, 1) && batch_row_fresh(b, 2) && !batch_row_fresh(b, 3));
+	/* nothing fresh: first is not looked at */
+	batch_reset(b);
+	ST_CHECK(batch_add(b, &o1, 1, 1, at, r1) == ST_OK);
+	ST_CHECK(batch_apply(b, 50, 0, 0, ords, dseq, 1) == ST_OK);
+	ST_CHECK(batch_row_seq(b, 0) == 7 && !batch_row_fresh(b, 0));
+	batch_free(b);
+}
+
+static void
+t_take_split(void)
+{
+	batch *cur = batch_new(100, 1000), *fl = batch_new(100, 1000);
+	proto_event r1[2] = { ev("t", "k1"), ev("t", NULL) };
+	proto_event r2[2] = { ev("t", "k2"), ev("t", "k1") };
+	proto_event r3[3] = { ev("t", "k2"), ev("t", "k4"), ev("t", "k4") };
+	int o1, o2, o3;
+	uint64_t s[3];
+
+	ST_CHECK(batch_add(cur, &o1, 2, 10, at, r1) == ST_OK);
+	ST_CHECK(batch_add(cur, &o2, 2, 10, at, r2) == ST_OK);
+	ST_CHECK(batch_add(cur, &o3, 3, 10, at, r3) == ST_OK);
+	ST_CHECK_EQ_U64(batch_rows(cur), 4); /* k1, -, k2, k4 */
+	/* at most 5 events: r1 and r2 (4), r3 stays */
+	batch_take(fl, cur, 5, 1000);
+	ST_CHECK_EQ_U64(batch_requests(fl), 2);
+	ST_CHECK_EQ_U64(batch_events(fl), 4);
+	ST_CHECK_EQ_U64(batch_rows(fl), 3); /* k1, -, k2: k1 still folded */
+	ST_CHECK_EQ_U64(batch_bytes(fl), 20);
+	ST_CHECK(batch_req_owner(fl, 0) == &o1 && batch_req_owner(fl, 1) == &o2);
+	ST_CHECK_EQ_U64(batch_requests(cur), 1);
+	ST_CHECK_EQ_U64(batch_bytes(cur), 10);
+	/* r3's k2 lost its first occurrence to fl: a row of its own now */
+	ST_CHECK_EQ_U64(batch_rows(cur), 2);
+	ST_CHECK(batch_row(cur, 0) == &r3[0] && batch_row(cur, 1) == &r3[1]);
+	ST_CHECK(batch_req_owner(cur, 0) == &o3);
+	ST_CHECK(batch_apply(fl, 0, 1, 3, NULL, NULL, 0) == ST_OK);
+	batch_req_seqs(fl, 1, s);
+	ST_CHECK(s[0] == 3 && s[1] == 1);
+	/* the next flush: k2 is stored (seq 3) */
+	batch_reset(fl);
+	{
+		static const uint64_t o[1] = { 1 }, q[1] = { 3 };
+		batch_take(fl, cur, 5, 1000);
+		ST_CHECK(batch_empty(cur));
+		ST_CHECK(batch_apply(fl, 3, 4, 1, o, q, 1) == ST_OK);
+		batch_req_seqs(fl, 0, s);
+		ST_CHECK(s[0] == 3 && s[1] == 4 && s[2] == 4);
+	}
+	/* the bounds stay with each batch after a whole move */
+	ST_CHECK(batch_add(cur, &o1, 2, 10, at, r1) == ST_OK);
+	ST_CHECK(batch_add(cur, &o2, 2, 10, at, r2) == ST_OK);
+	batch_reset(fl);
+	batch_take(fl, cur, 5, 1000);
+	ST_CHECK_EQ_U64(batch_requests(fl), 2);
+	ST_CHECK(batch_empty(cur));
+	/* one request larger than the flush bound still goes, alone; bytes split too */
+	batch_reset(fl);
+	ST_CHECK(batch_add(cur, &o3, 3, 10, at, r3) == ST_OK);
+	ST_CHECK(batch_add(cur, &o1, 2, 10, at, r1) == ST_OK);
+	batch_take(fl, cur, 2, 1000);
+	ST_CHECK_EQ_U64(batch_requests(fl), 1);
+	ST_CHECK_EQ_U64(batch_events(fl), 3);
+	ST_CHECK_EQ_U64(batch_requests(cur), 1);
+	batch_reset(fl);
+	ST_CHECK(batch_add(cur, &o2, 2, 10, at, r2) == ST_OK);
+	batch_take(fl, cur, 100, 15);
+	ST_CHECK_EQ_U64(batch_requests(fl), 1);
+	ST_CHECK(batch_req_owner(fl, 0) == &o1);
+	ST_CHECK_EQ_U64(batch_requests(cur), 1);
+	batch_free(cur);
+	batch_free(fl);
 }
 
 int
@@ -206,6 +336,9 @@ main(void)
 	ST_RUN(t_refused_request_leaves_no_key);
 	ST_RUN(t_many_keys_rehash);
 	ST_RUN(t_encode);
-	ST_RUN(t_json_string_controls);
+	ST_RUN(t_encode_no_keys);
+	ST_RUN(t_about_literal);
+	ST_RUN(t_apply);
+	ST_RUN(t_take_split);
 	return st_test_done();
 }

@@ -8,9 +8,16 @@
  * callbacks, which decode and validate on nng threads and hand valid
  * requests over through ingest's one mailbox.  Two batches exist: `cur`
  * accumulates accepted requests, `fl` is the flush in progress (sent, or
- * waiting for its retry after a failure).  The flush timer moves cur into
- * an empty fl, names the flush "<instance>:<counter>", encodes the four
- * binary text[] parameters once and sends one broker_append statement.  A
+ * waiting for its retry after a failure).  The flush timer moves the
+ * oldest requests of cur, at most FLUSH_MAX_EVENTS / FLUSH_MAX_BYTES (at
+ * least one request), into an empty fl, names the flush
+ * "<instance>:<counter>", encodes the binary text[] parameters once and
+ * sends one broker_append2 statement.  When requests that were already due
+ * are left in cur (the bound split them off, or a tick found the previous
+ * flush in flight), the next flush starts as soon as this one committed,
+ * not at the next tick: a backlog drains as back-to-back flushes, still one
+ * at a time and in arrival order, while a light load keeps one flush per
+ * interval (larger publish batches for the edges).  A
  * failure (SQL error or lost connection: the outcome is then unknown) keeps
  * fl, its parameters and its flush_id, and resends after a backoff of
  * 100 ms doubling to 5 s; broker_append returns the recorded result if the
@@ -68,6 +75,10 @@
 #define RETRY_MIN_MS 100
 #define RETRY_MAX_MS 5000
 #define EXIT_LINGER_MS 300
+/* One flush transaction: the first producers' wait and the statement's
+ * memory stay bounded; a backlog goes out as back-to-back flushes. */
+#define FLUSH_MAX_EVENTS 20000u
+#define FLUSH_MAX_BYTES (32u * 1024 * 1024)
 
 static st_opt opts[] = {
 	{ .name = "pg-dsn", .kind = ST_OPT_STR, .help = "PostgreSQL connection string (libpq DSN or URI)",
@@ -102,6 +113,7 @@ typedef struct writer {
 	char flush_id[160];
 	st_buf p_topics, p_abouts, p_datas, p_keys;
 	bool fl_sent;     /* statement outstanding for fl */
+	bool due;         /* cur holds requests that were due at a flush tick already */
 	bool tick_sent;
 	uint32_t retry_ms;
 	uint64_t fail_since; /* 0 = the database answered last time */
@@ -287,23 +299,24 @@ parse_u64(const char *s, uint64_t *out)
 	return st_parse_u64(s, strlen(s), out) == ST_OK;
 }
 
-/* Records broker_append's rows in fl; returns prev, or false on a malformed answer. */
+/* Records broker_append2's one-row answer in fl; returns prev, or false on a malformed answer. */
 static bool
 read_result(writer *w, PGresult *res, uint64_t *prev)
 {
-	size_t n = batch_rows(w->fl);
+	size_t n = batch_rows(w->fl), n_o = 0, n_s = 0;
+	uint64_t first, n_fresh, *ords = NULL, *seqs = NULL;
+	bool ok;
 
-	if (PQntuples(res) < 0 || (size_t)PQntuples(res) != n || PQnfields(res) != 4)
+	if (PQntuples(res) != 1 || PQnfields(res) != 5)
 		return false;
-	for (size_t i = 0; i < n; i++) {
-		uint64_t ord, seq, p;
-		if (!parse_u64(PQgetvalue(res, (int)i, 0), &ord) || ord < 1 || ord > n ||
-		    !parse_u64(PQgetvalue(res, (int)i, 1), &seq) || !parse_u64(PQgetvalue(res, (int)i, 3), &p))
-			return false;
-		batch_row_set(w->fl, ord - 1, seq, PQgetvalue(res, (int)i, 2)[0] == 't');
-		*prev = p;
-	}
-	return true;
+	ok = parse_u64(PQgetvalue(res, 0, 0), prev) && parse_u64(PQgetvalue(res, 0, 1), &first) &&
+	     parse_u64(PQgetvalue(res, 0, 2), &n_fresh) &&
+	     pgarray_parse_u64s(PQgetvalue(res, 0, 3), n, &ords, &n_o) == ST_OK &&
+	     pgarray_parse_u64s(PQgetvalue(res, 0, 4), n, &seqs, &n_s) == ST_OK && n_o == n_s &&
+	     batch_apply(w->fl, *prev, first, n_fresh, ords, seqs, n_o) == ST_OK;
+	free(ords);
+	free(seqs);
+	return ok;
 }
 
 static void
@@ -325,7 +338,7 @@ committed(writer *w, uint64_t prev)
 		pe[n_fresh++] = (proto_pub_event){ .seq = batch_row_seq(b, i), .topic = ev->topic, .about = ev->about,
 			                           .n_about = ev->n_about, .data = ev->data, .has_data = ev->has_data };
 	}
-	/* already ascending (allocated in input order); sorting keeps that a checked property */
+	/* already ascending (consecutive in row order); sorting keeps that a checked property */
 	qsort(pe, n_fresh, sizeof(*pe), cmp_seq);
 	if (n_fresh > 0)
 		publish_batch(w->pub, prev, pe, n_fresh);
@@ -366,15 +379,22 @@ on_flush_result(void *arg, PGresult *res, const char *err)
 	w->last_flush_ms = now_ms(w) - w->flush_start_ms;
 	st_histogram_observe(w->flush_seconds, (double)w->last_flush_ms / 1000.0);
 	committed(w, prev);
-	if (w->stopping)
-		flush_start(w); /* do not wait for the timer: drain what is left */
+	/* do not wait for the timer when stopping (drain what is left), when
+	 * what is left was due already (a split, or a tick that found this
+	 * flush in flight), or when a whole flush is waiting anyway */
+	if (w->stopping || w->due || batch_events(w->cur) >= FLUSH_MAX_EVENTS ||
+	    batch_bytes(w->cur) >= FLUSH_MAX_BYTES)
+		flush_start(w);
 	maybe_finish(w);
 }
 
 static void
 flush_send(writer *w)
 {
-	const char *vals[6] = { w->lock_key, w->flush_id, w->p_topics.p, w->p_abouts.p, w->p_datas.p, w->p_keys.p };
+	bool keys = batch_has_keys(w->fl);
+	/* no key at all (the common case): NULL, broker_append2's join-free path */
+	const char *vals[6] = { w->lock_key, w->flush_id, w->p_topics.p, w->p_abouts.p, w->p_datas.p,
+		                keys ? w->p_keys.p : NULL };
 	int lens[6] = { 0, 0, (int)w->p_topics.len, (int)w->p_abouts.len, (int)w->p_datas.len, (int)w->p_keys.len };
 	int fmts[6] = { 0, 0, 1, 1, 1, 1 };
 	Oid types[6] = { 20, 25, PGARRAY_TEXT_OID, PGARRAY_TEXT_OID, PGARRAY_TEXT_OID, PGARRAY_TEXT_OID };
@@ -383,8 +403,9 @@ flush_send(writer *w)
 		return;
 	w->flush_start_ms = now_ms(w);
 	w->fl_sent = true; /* before the call: a broken connection calls back from inside it */
-	if (pgsink_query(w->db, "SELECT ord, seq, fresh, prev FROM broker_append($1, $2, $3, $4, $5, $6)", 6, types,
-	                 vals, lens, fmts, on_flush_result, w) != ST_OK) {
+	if (pgsink_query(w->db,
+	                 "SELECT prev, first_seq, n_fresh, dup_ords, dup_seqs FROM broker_append2($1, $2, $3, $4, $5, $6)",
+	                 6, types, vals, lens, fmts, on_flush_result, w) != ST_OK) {
 		w->fl_sent = false;
 		if (!pgsink_up(w->db)) {
 			db_failed(w);
@@ -424,10 +445,13 @@ on_tick_result(void *arg, PGresult *res, const char *err)
 static void
 flush_start(writer *w)
 {
-	batch *t;
-
-	if (!batch_empty(w->fl))
-		return; /* at most one flush in flight (or waiting for its retry) */
+	if (!batch_empty(w->fl)) {
+		/* at most one flush in flight (or waiting for its retry); what
+		 * this tick would have sent goes right after its commit */
+		if (!batch_empty(w->cur))
+			w->due = true;
+		return;
+	}
 	if (batch_empty(w->cur)) {
 		if (!w->stopping && !w->tick_sent && pgsink_idle(w->db)) {
 			w->tick_sent = true;
@@ -437,9 +461,8 @@ flush_start(writer *w)
 		}
 		return;
 	}
-	t = w->fl;
-	w->fl = w->cur;
-	w->cur = t;
+	batch_take(w->fl, w->cur, FLUSH_MAX_EVENTS, FLUSH_MAX_BYTES);
+	w->due = !batch_empty(w->cur);
 	snprintf(w->flush_id, sizeof(w->flush_id), "%s:%" PRIu64, w->instance, ++w->flush_counter);
 	st_buf_reset(&w->p_topics);
 	st_buf_reset(&w->p_abouts);

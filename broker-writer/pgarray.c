@@ -7,9 +7,13 @@
  * The bytes follow array_recv() in src/backend/utils/adt/arrayfuncs.c:
  * ndim, flags, element OID, then (dim, lbound) per dimension, then
  * (int32 length | -1, bytes) per element.
+ *
+ * The text parser counts the commas first, so it allocates once and never
+ * more than max + 1 values, whatever the server sent.
  */
 #include "pgarray.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "st_util.h"
@@ -66,4 +70,40 @@ st_err
 pgarray_end(pgarray_writer *w)
 {
 	return w->added == w->n ? ST_OK : ST_EINVAL;
+}
+
+st_err
+pgarray_parse_u64s(const char *s, size_t max, uint64_t **out, size_t *n)
+{
+	size_t len = strlen(s), count = 1, k = 0;
+	uint64_t *v;
+
+	*out = NULL;
+	*n = 0;
+	if (len < 2 || s[0] != '{' || s[len - 1] != '}')
+		return ST_EINVAL;
+	if (len == 2) {
+		*out = st_xmalloc(sizeof(**out));
+		return ST_OK;
+	}
+	for (size_t i = 1; i + 1 < len; i++)
+		count += s[i] == ',';
+	if (count > max)
+		return ST_EINVAL;
+	v = st_xmalloc(count * sizeof(*v));
+	for (size_t i = 1; i < len;) {
+		size_t j = i;
+		while (s[j] >= '0' && s[j] <= '9')
+			j++;
+		if (j == i || (s[j] != ',' && j != len - 1) || st_parse_u64(s + i, j - i, &v[k]) != ST_OK) {
+			free(v);
+			return ST_EINVAL;
+		}
+		k++;
+		i = j + 1;
+	}
+	ST_ASSERT(k == count);
+	*out = v;
+	*n = count;
+	return ST_OK;
 }

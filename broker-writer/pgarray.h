@@ -12,6 +12,10 @@
  * Usage: pgarray_begin(&w, &buf, n); n times pgarray_add or pgarray_add_null;
  * pgarray_end(&w) checks the count.  The writer appends to a caller-owned
  * st_buf; it holds no memory of its own.  Any thread (no shared state).
+ *
+ * pgarray_parse_u64s reads the other direction: the TEXT output of an
+ * int[] / bigint[] result without NULLs ("{}", "{1,22,333}"), as
+ * broker_append2 returns its duplicate ordinals and seqs.
  */
 #ifndef BW_PGARRAY_H
 #define BW_PGARRAY_H
@@ -40,5 +44,13 @@ void pgarray_add(pgarray_writer *w, const void *p, size_t len);
 void pgarray_add_null(pgarray_writer *w);
 /* ST_OK when exactly n elements were added; ST_EINVAL otherwise (a bug in the caller). */
 st_err pgarray_end(pgarray_writer *w);
+
+/*
+ * Parses the NUL-terminated text s of a one-dimensional array of
+ * non-negative integers.  ST_OK: *out (malloc'd, free it; never NULL) holds
+ * *n values.  ST_EINVAL: not such an array (signs, NULL, blanks, nested,
+ * a value above UINT64_MAX), or more than max elements; *out is NULL.
+ */
+st_err pgarray_parse_u64s(const char *s, size_t max, uint64_t **out, size_t *n);
 
 #endif

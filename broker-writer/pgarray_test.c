@@ -1,5 +1,7 @@
-/* pgarray_test: the exact bytes of binary text[] parameters. */
+/* pgarray_test: the exact bytes of binary text[] parameters; parsing int[] result texts. */
 #include "pgarray.h"
+
+#include <stdlib.h>
 
 #include "st_test.h"
 
@@ -80,6 +82,28 @@ t_appends_after_existing_bytes(void)
 	st_buf_fini(&b);
 }
 
+static void
+t_parse_u64s(void)
+{
+	uint64_t *v;
+	size_t n;
+	static const char *const bad[] = { "", "{", "}", "{,}", "{1,}", "{,1}", "{-1}", "{1 ,2}", "{NULL}",
+		                           "{{1}}", "{18446744073709551616}", "1,2", "{1,2}x" };
+
+	ST_CHECK(pgarray_parse_u64s("{}", 10, &v, &n) == ST_OK && n == 0 && v != NULL);
+	free(v);
+	ST_CHECK(pgarray_parse_u64s("{7}", 10, &v, &n) == ST_OK && n == 1 && v[0] == 7);
+	free(v);
+	ST_CHECK(pgarray_parse_u64s("{1,22,18446744073709551615}", 3, &v, &n) == ST_OK && n == 3 && v[0] == 1 &&
+	         v[1] == 22 && v[2] == UINT64_MAX);
+	free(v);
+	ST_CHECK(pgarray_parse_u64s("{1,2,3}", 2, &v, &n) == ST_EINVAL && v == NULL); /* above max */
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ST_CHECK(pgarray_parse_u64s(bad[i], 100, &v, &n) == ST_EINVAL);
+		ST_CHECK(v == NULL);
+	}
+}
+
 int
 main(void)
 {
@@ -87,5 +111,6 @@ main(void)
 	ST_RUN(t_no_null_flag_clear);
 	ST_RUN(t_empty_and_count_mismatch);
 	ST_RUN(t_appends_after_existing_bytes);
+	ST_RUN(t_parse_u64s);
 	return st_test_done();
 }

@@ -1,20 +1,63 @@
 /*
  * schema: the schema script and its blocking migration.
  *
- * Everything is CREATE ... IF NOT EXISTS or CREATE OR REPLACE, so the
- * script is its own upgrade: running it again on a current database is a
- * no-op, and on an older one adds what is missing.  broker_meta's single
- * row records the schema version (never lowered by an older binary).
+ * Everything is CREATE ... IF NOT EXISTS, ADD COLUMN IF NOT EXISTS or
+ * CREATE OR REPLACE, so the script is its own upgrade: running it again on a
+ * current database is a no-op, and on an older one adds what is missing.
+ * broker_meta's single row records the schema version (never lowered by an
+ * older binary).
  *
- * broker_append is the whole flush (see docs/writer.md): it is set-based
- * (one statement for the lookup, the allocation and the insert, one for the
- * record), because a per-row plpgsql loop costs a round of the executor per
- * event, and a flush can hold 200,000 events.  Fresh seqs are allocated
- * with nextval in input order and inserted with OVERRIDING SYSTEM VALUE, so
- * each input ordinal knows its seq without relying on the (undocumented)
- * order of RETURNING.  A recorded flush returns fresh = (seq > prev): every
- * seq allocated by the flush is above the prev it read under the lock, and
- * every seq of an already stored key is at or below it.
+ * broker_append2 is the whole flush (docs/writer.md).  It replaces version
+ * 1's broker_append, which this script no longer creates but does not drop:
+ * a version-1 writer still running during a rolling upgrade keeps its own
+ * function (its migration re-creates it), takes the same advisory lock and
+ * allocates with nextval under it, so both kinds of flush stay serial and
+ * their seqs consecutive.  broker_flush records the compact answer: seqs
+ * is now the fresh range {first, last} ('{}' when nothing was fresh; in a
+ * version-1 row it was every row's seq, so seqs[1] > prev is the first
+ * fresh seq in both), and the new nullable columns dup_ords / dup_seqs hold
+ * the rows whose key was stored (nullable: version 1's INSERT still works).
+ *
+ * Why broker_append2 is fast (each step checked with EXPLAIN ANALYZE, see
+ * docs/performance.md):
+ *
+ * - O(1) sequence work.  Under pg_advisory_xact_lock(lock_key) the flush is
+ *   the only inserter: only broker-writer inserts into broker_event, every
+ *   writer takes the lock before it allocates, and the identity sequence
+ *   has CACHE 1 (no session holds pre-allocated values).  So the n fresh
+ *   events of one flush can take n CONSECUTIVE values: one nextval() for the
+ *   first, setval(first + n - 1) for the rest, and row k of the fresh rows
+ *   (in input order) is first + k - 1, inserted with OVERRIDING SYSTEM
+ *   VALUE.  setval is not transactional: a flush that rolls back leaves a
+ *   hole of n values, which the protocol already allows (a hole between
+ *   prev and the first seq is a rolled-back identity value).  An inserter
+ *   that does not take the lock (a manual INSERT, a COPY) would break this
+ *   -- it could take a value inside [first, first + n - 1] and make the
+ *   flush fail on the primary key -- just as it would break "commit order =
+ *   seq order" anyway.
+ * - No keys (the common case): the caller passes keys = NULL, and the flush
+ *   is one INSERT ... SELECT first - 1 + o ... FROM unnest(...) WITH
+ *   ORDINALITY: no join, no sort, no per-row nextval.
+ * - Keys: one probe of the unique key index per keyed row finds the stored
+ *   ones (returned, not inserted).  The LATERAL ... LIMIT 1 forces that
+ *   nested loop: a plain join was planned as a hash or merge join over a
+ *   sequential scan of the whole table, which grows with the table (154 ms
+ *   at 370,000 rows, against 7 us a probe).  The others are found by ordinal (a hash
+ *   anti-join of two in-memory lists, never a second look at broker_event:
+ *   a NOT EXISTS on broker_event was planned as a sequential scan of the
+ *   whole table) and ranked with row_number() over the ordinal.  Keys repeated
+ *   within one call must already be folded by the caller (batch.c); a call
+ *   that breaks this fails on the count check instead of storing twice.
+ * - about arrives as a PostgreSQL array literal per row ('{}', '{"a","b"}')
+ *   and becomes text[] through array_in, instead of a JSON parse and a
+ *   subquery per row.
+ * - The answer is one row: prev, first_seq, n_fresh and the (ord, seq) of
+ *   the rows whose key was stored; the caller derives every other seq.  The
+ *   same compact form is recorded in broker_flush, so a retried flush_id
+ *   (an earlier attempt committed, the connection died around COMMIT)
+ *   rebuilds exactly the same answer and stores nothing.
+ * - SET jit = off (compiling the statement cost more than running it) and
+ *   work_mem = 64MB (the dup ranking sort never spills) for the call only.
  */
 #include "schema.h"
 
@@ -39,47 +82,66 @@ const char schema_sql[] =
     "INSERT INTO broker_meta (id, horizon, schema_version) VALUES (1, 0, " STR(SCHEMA_VERSION) ")\n"
     "  ON CONFLICT (id) DO UPDATE SET schema_version = greatest(broker_meta.schema_version, EXCLUDED.schema_version);\n"
     "CREATE TABLE IF NOT EXISTS broker_flush (id text PRIMARY KEY, prev bigint NOT NULL,\n"
-    "  seqs bigint[] NOT NULL, created_at timestamptz NOT NULL DEFAULT now());\n"
+    "  seqs bigint[] NOT NULL DEFAULT '{}', created_at timestamptz NOT NULL DEFAULT now());\n"
+    "ALTER TABLE broker_flush ALTER COLUMN seqs SET DEFAULT '{}';\n"
+    "ALTER TABLE broker_flush ADD COLUMN IF NOT EXISTS dup_ords int[];\n"
+    "ALTER TABLE broker_flush ADD COLUMN IF NOT EXISTS dup_seqs bigint[];\n"
     "\n"
-    "CREATE OR REPLACE FUNCTION broker_append(lock_key bigint, flush_id text, topics text[],\n"
+    "CREATE OR REPLACE FUNCTION broker_append2(lock_key bigint, flush_id text, topics text[],\n"
     "    abouts text[], datas text[], keys text[])\n"
-    "  RETURNS TABLE(ord int, seq bigint, fresh boolean, prev bigint)\n"
-    "  LANGUAGE plpgsql AS $fn$\n"
+    "  RETURNS TABLE(prev bigint, first_seq bigint, n_fresh int, dup_ords int[], dup_seqs bigint[])\n"
+    "  LANGUAGE plpgsql SET jit = off SET work_mem = '64MB' AS $fn$\n"
     "DECLARE\n"
     "  v_prev bigint;\n"
-    "  v_seqs bigint[];\n"
+    "  v_first bigint := 0;\n"
+    "  v_n int;\n"
+    "  v_do int[] := '{}';\n"
+    "  v_ds bigint[] := '{}';\n"
     "  v_seq regclass;\n"
+    "  v_ins bigint;\n"
+    "  r record;\n"
     "BEGIN\n"
     "  PERFORM pg_advisory_xact_lock(lock_key);\n"
-    "  SELECT f.prev, f.seqs INTO v_prev, v_seqs FROM broker_flush f WHERE f.id = flush_id;\n"
+    "  SELECT f.prev, f.seqs, f.dup_ords, f.dup_seqs INTO r FROM broker_flush f WHERE f.id = flush_id;\n"
     "  IF FOUND THEN\n"
-    "    RETURN QUERY SELECT u.o::int, u.s, u.s > v_prev, v_prev\n"
-    "      FROM unnest(v_seqs) WITH ORDINALITY AS u(s, o) ORDER BY u.o;\n"
+    "    RETURN QUERY SELECT r.prev, coalesce(r.seqs[1], 0), coalesce(r.seqs[2] - r.seqs[1] + 1, 0)::int,\n"
+    "      coalesce(r.dup_ords, '{}'), coalesce(r.dup_seqs, '{}');\n"
     "    RETURN;\n"
     "  END IF;\n"
     "  SELECT coalesce(max(e.seq), 0) INTO v_prev FROM broker_event e;\n"
-    "  v_seq := pg_get_serial_sequence('broker_event', 'seq')::regclass;\n"
-    "  WITH inp AS (\n"
-    "    SELECT i.o::int AS o, i.t, i.a, i.d, i.k\n"
-    "      FROM unnest(topics, abouts, datas, keys) WITH ORDINALITY AS i(t, a, d, k, o)\n"
-    "  ), old AS (\n"
-    "    SELECT inp.o, e.seq AS s FROM inp JOIN broker_event e ON e.key = inp.k\n"
-    "  ), neu AS (\n"
-    "    SELECT n.o, nextval(v_seq) AS s\n"
-    "      FROM (SELECT inp.o FROM inp WHERE NOT EXISTS (SELECT 1 FROM old WHERE old.o = inp.o)\n"
-    "            ORDER BY inp.o) n\n"
-    "  ), ins AS (\n"
-    "    INSERT INTO broker_event (seq, topic, about, data, key) OVERRIDING SYSTEM VALUE\n"
-    "    SELECT neu.s, inp.t, ARRAY(SELECT json_array_elements_text(inp.a::json)), inp.d::json, inp.k\n"
-    "      FROM neu JOIN inp ON inp.o = neu.o ORDER BY neu.s\n"
-    "    RETURNING 1\n"
-    "  )\n"
-    "  SELECT array_agg(coalesce(neu.s, old.s) ORDER BY inp.o) INTO v_seqs\n"
-    "    FROM inp LEFT JOIN old ON old.o = inp.o LEFT JOIN neu ON neu.o = inp.o;\n"
-    "  v_seqs := coalesce(v_seqs, '{}');\n"
-    "  INSERT INTO broker_flush (id, prev, seqs) VALUES (flush_id, v_prev, v_seqs);\n"
-    "  RETURN QUERY SELECT u.o::int, u.s, u.s > v_prev, v_prev\n"
-    "    FROM unnest(v_seqs) WITH ORDINALITY AS u(s, o) ORDER BY u.o;\n"
+    "  IF keys IS NOT NULL THEN\n"
+    "    SELECT coalesce(array_agg(i.o::int ORDER BY i.o), '{}'), coalesce(array_agg(e.seq ORDER BY i.o), '{}')\n"
+    "      INTO v_do, v_ds\n"
+    "      FROM unnest(keys) WITH ORDINALITY AS i(k, o)\n"
+    "      CROSS JOIN LATERAL (SELECT e.seq FROM broker_event e WHERE e.key = i.k LIMIT 1) e;\n"
+    "  END IF;\n"
+    "  v_n := coalesce(cardinality(topics), 0) - cardinality(v_do);\n"
+    "  IF v_n > 0 THEN\n"
+    "    v_seq := pg_get_serial_sequence('broker_event', 'seq')::regclass;\n"
+    "    v_first := nextval(v_seq);\n"
+    "    IF v_n > 1 THEN\n"
+    "      PERFORM setval(v_seq, v_first + v_n - 1);\n"
+    "    END IF;\n"
+    "    IF cardinality(v_do) = 0 THEN\n"
+    "      INSERT INTO broker_event (seq, topic, about, data, key) OVERRIDING SYSTEM VALUE\n"
+    "      SELECT v_first - 1 + i.o, i.t, i.a::text[], i.d::json, i.k\n"
+    "        FROM unnest(topics, abouts, datas, keys) WITH ORDINALITY AS i(t, a, d, k, o);\n"
+    "    ELSE\n"
+    "      INSERT INTO broker_event (seq, topic, about, data, key) OVERRIDING SYSTEM VALUE\n"
+    "      SELECT v_first - 1 + row_number() OVER (ORDER BY i.o), i.t, i.a::text[], i.d::json, i.k\n"
+    "        FROM unnest(topics, abouts, datas, keys) WITH ORDINALITY AS i(t, a, d, k, o)\n"
+    "       WHERE NOT EXISTS (SELECT 1 FROM unnest(v_do) AS s(o) WHERE s.o = i.o);\n"
+    "    END IF;\n"
+    "    GET DIAGNOSTICS v_ins = ROW_COUNT;\n"
+    "    IF v_ins <> v_n THEN\n"
+    "      RAISE EXCEPTION 'broker_append2: % rows inserted, % expected (a key repeated in one call?)',\n"
+    "        v_ins, v_n;\n"
+    "    END IF;\n"
+    "  END IF;\n"
+    "  INSERT INTO broker_flush (id, prev, seqs, dup_ords, dup_seqs)\n"
+    "    VALUES (flush_id, v_prev, CASE WHEN v_n > 0 THEN ARRAY[v_first, v_first + v_n - 1] ELSE '{}' END,\n"
+    "            v_do, v_ds);\n"
+    "  RETURN QUERY SELECT v_prev, v_first, v_n, v_do, v_ds;\n"
     "END\n"
     "$fn$;\n"
     "\n"

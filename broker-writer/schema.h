@@ -2,7 +2,7 @@
  * schema: the PostgreSQL schema of docs/architecture.md and its migration.
  *
  * schema_migrate runs the whole schema script (tables, indexes, the
- * broker_append and broker_retain functions) in one transaction under the
+ * broker_append2 and broker_retain functions) in one transaction under the
  * session advisory lock SCHEMA_MIGRATE_LOCK_KEY, so replicas starting
  * together migrate one at a time and a second run changes nothing.  It
  * BLOCKS (plain PQexec): it is for `broker-writer migrate` and for the
@@ -17,7 +17,7 @@
 
 #include "st_err.h"
 
-#define SCHEMA_VERSION 1
+#define SCHEMA_VERSION 2
 /* Fixed; distinct from the default --lock-key (and lock-key + 1). */
 #define SCHEMA_MIGRATE_LOCK_KEY 7450000001
 

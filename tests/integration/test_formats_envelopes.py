@@ -330,6 +330,10 @@ with harness.Env() as env:
 
     @t.case
     def abrupt_close_when_the_edge_dies():
+        # The cases before took the database away: the writer answers unavailable
+        # until it has reconnected (back-off up to 5 s), which /readyz shows.
+        harness.wait_until(lambda: harness.http_get(writer.http_url + "/readyz")[0] == 200, 30,
+                           "the writer is ready again after the database came back")
         c = sc.StreamClient(port2, stream_path([TOPIC], "json-seq"))
         sc.run_clients([c], 1.0)
         check_eq(c.status, 200, "json-seq stream open")
