@@ -80,24 +80,12 @@ grow(void *p, size_t *cap, size_t need, size_t elem)
 	return st_xrealloc(p, c * elem);
 }
 
-static uint64_t
-key_hash(const char *p, size_t len)
-{
-	uint64_t h = 1469598103934665603ull;
-
-	for (size_t i = 0; i < len; i++) {
-		h ^= (unsigned char)p[i];
-		h *= 1099511628211ull;
-	}
-	return h;
-}
-
 /* Returns the slot holding key, or the empty slot where it belongs. */
 static size_t
 key_slot(const batch *b, const char *p, size_t len)
 {
 	size_t mask = b->cap_keys - 1;
-	size_t i = (size_t)key_hash(p, len) & mask;
+	size_t i = (size_t)st_hash_bytes(p, len) & mask;
 
 	for (;;) {
 		uint32_t r = b->keys[i];

@@ -92,6 +92,19 @@ st_parse_u64(const char *s, size_t len, uint64_t *out)
 	return ST_OK;
 }
 
+uint64_t
+st_hash_bytes(const void *p, size_t len)
+{
+	const unsigned char *b = p;
+	uint64_t h = 1469598103934665603ull;
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= b[i];
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
 size_t
 st_fmt_u64(char *buf, uint64_t v)
 {

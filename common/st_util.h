@@ -43,6 +43,9 @@ void st_panic(const char *file, int line, const char *what) __attribute__((noret
 #include "st_err.h"
 st_err st_parse_u64(const char *s, size_t len, uint64_t *out);
 
+/* 64-bit FNV-1a of p[0..len): the hash of every table in the project (keys, topics, resources). */
+uint64_t st_hash_bytes(const void *p, size_t len);
+
 /* Writes the decimal form of v into buf (at least 21 bytes); returns length. */
 size_t st_fmt_u64(char *buf, uint64_t v);
 

@@ -72,18 +72,6 @@ sub_pos(hub_sub *s)
 	return (uint32_t *)(void *)(s->t + s->n);
 }
 
-static uint64_t
-fnv1a(const char *p, size_t len)
-{
-	uint64_t h = 1469598103934665603ull;
-
-	for (size_t i = 0; i < len; i++) {
-		h ^= (unsigned char)p[i];
-		h *= 1099511628211ull;
-	}
-	return h;
-}
-
 /* ---- the topic table ------------------------------------------------------- */
 
 static topic *
@@ -127,7 +115,7 @@ table_grow(hub *h)
 static topic *
 topic_get(hub *h, const char *name, size_t len)
 {
-	uint64_t hash = fnv1a(name, len);
+	uint64_t hash = st_hash_bytes(name, len);
 	topic *t = table_find(h, hash, name, len);
 
 	if (t != NULL)
@@ -334,7 +322,7 @@ hub_publish(hub *h, frame *const *frames, size_t n)
 			continue;
 		/* Batches often repeat a topic: skip the lookup then. */
 		if (t == NULL || t->len != len || memcmp(t->name, name, len) != 0)
-			t = table_find(h, fnv1a(name, len), name, len);
+			t = table_find(h, st_hash_bytes(name, len), name, len);
 		if (t == NULL)
 			continue;
 		/* Unsubscribes are deferred (depth > 0), so t->subs is stable here. */

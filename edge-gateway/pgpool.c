@@ -430,21 +430,34 @@ on_timer(evutil_socket_t fd, short what, void *arg)
 		conn_fail(c, "connect timed out");
 }
 
+/* Takes a queued query out of its list. */
+static void
+queue_unlink(pgpool *p, pgpool_query *q)
+{
+	qlist *l = &p->queue[q->prio];
+
+	if (q->prev != NULL)
+		q->prev->next = q->next;
+	else
+		l->head = q->next;
+	if (q->next != NULL)
+		q->next->prev = q->prev;
+	else
+		l->tail = q->prev;
+	q->next = q->prev = NULL;
+	p->queued--;
+}
+
 static pgpool_query *
 queue_pop(pgpool *p)
 {
 	for (int i = 0; i < 2; i++) {
 		pgpool_query *q = p->queue[i].head;
-		if (q == NULL)
-			continue;
-		p->queue[i].head = q->next;
-		if (q->next != NULL)
-			q->next->prev = NULL;
-		else
-			p->queue[i].tail = NULL;
-		q->next = q->prev = NULL;
-		p->queued--;
-		return q;
+
+		if (q != NULL) {
+			queue_unlink(p, q);
+			return q;
+		}
 	}
 	return NULL;
 }
@@ -484,16 +497,7 @@ on_sweep(evutil_socket_t fd, short what, void *arg)
 			next = q->next;
 			if (now - q->queued_at < PGPOOL_WAIT_MS)
 				continue;
-			if (q->prev != NULL)
-				q->prev->next = q->next;
-			else
-				l->head = q->next;
-			if (q->next != NULL)
-				q->next->prev = q->prev;
-			else
-				l->tail = q->prev;
-			p->queued--;
-			q->prev = NULL;
+			queue_unlink(p, q);
 			q->next = expired;
 			expired = q;
 		}
@@ -637,23 +641,13 @@ void
 pgpool_cancel(pgpool_query *q)
 {
 	pgpool *p;
-	qlist *l;
 
 	if (q == NULL)
 		return;
 	switch (q->state) {
 	case Q_QUEUED:
 		p = q->pool;
-		l = &p->queue[q->prio];
-		if (q->prev != NULL)
-			q->prev->next = q->next;
-		else
-			l->head = q->next;
-		if (q->next != NULL)
-			q->next->prev = q->prev;
-		else
-			l->tail = q->prev;
-		p->queued--;
+		queue_unlink(p, q);
 		query_free(q);
 		return;
 	case Q_INFLIGHT:
