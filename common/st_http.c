@@ -1135,9 +1135,10 @@ listen_addr_parse(const char *listen, struct sockaddr_storage *ss, int *sslen)
 	return ST_OK;
 }
 
-st_err
-http_server_new(struct event_base *base, const char *listen, const http_server_config *cfg, http_handler_fn fn,
-                void *arg, http_server **out)
+/* reuse_port: SO_REUSEPORT, so several servers (one per loop thread) share the address. */
+static st_err
+server_create(struct event_base *base, const char *listen, const http_server_config *cfg, bool reuse_port,
+              http_handler_fn fn, void *arg, http_server **out)
 {
 	struct sockaddr_storage ss;
 	int sslen = (int)sizeof(ss);
@@ -1167,8 +1168,9 @@ http_server_new(struct event_base *base, const char *listen, const http_server_c
 		goto fail;
 	}
 	s->lis = evconnlistener_new_bind(base, accept_cb, s,
-	                                 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 1024,
-	                                 (struct sockaddr *)&ss, sslen);
+	                                 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC |
+	                                     (reuse_port ? LEV_OPT_REUSEABLE_PORT : 0),
+	                                 1024, (struct sockaddr *)&ss, sslen);
 	if (!s->lis) {
 		st_error("http: listen %s: %s", listen, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
 		rv = ST_ESYS;
@@ -1188,6 +1190,20 @@ http_server_new(struct event_base *base, const char *listen, const http_server_c
 fail:
 	http_server_free(s);
 	return rv;
+}
+
+st_err
+http_server_new(struct event_base *base, const char *listen, const http_server_config *cfg, http_handler_fn fn,
+                void *arg, http_server **out)
+{
+	return server_create(base, listen, cfg, false, fn, arg, out);
+}
+
+st_err
+http_server_new_shared(struct event_base *base, const char *listen, const http_server_config *cfg,
+                       http_handler_fn fn, void *arg, http_server **out)
+{
+	return server_create(base, listen, cfg, true, fn, arg, out);
 }
 
 void
@@ -1250,18 +1266,6 @@ http_req_set_gone_cb(http_req *r, void (*gone)(void *arg), void *arg)
 	r->gone_arg = arg;
 }
 
-static int
-hexval(unsigned char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
-}
-
 /* Decodes [p, e) into out (HTTP_QUERY_ITEM_MAX + 1 bytes); ST_EINVAL on a bad escape or overflow. */
 static st_err
 query_decode(const char *p, const char *e, char *out, size_t *outlen)
@@ -1274,7 +1278,7 @@ query_decode(const char *p, const char *e, char *out, size_t *outlen)
 		if (ch == '%') {
 			int hi, lo;
 
-			if (e - p < 3 || (hi = hexval((unsigned char)p[1])) < 0 || (lo = hexval((unsigned char)p[2])) < 0)
+			if (e - p < 3 || (hi = st_hex_digit((unsigned char)p[1])) < 0 || (lo = st_hex_digit((unsigned char)p[2])) < 0)
 				return ST_EINVAL;
 			ch = hi * 16 + lo;
 			p += 3;

@@ -30,6 +30,8 @@
  * body bytes (and, for streams, ends the response after the headers).
  *
  * Threads: everything here runs on the loop thread of the server's base.
+ * A program with several loops makes one server per loop
+ * (http_server_new_shared); servers share nothing.
  */
 #ifndef ST_HTTP_H
 #define ST_HTTP_H
@@ -65,6 +67,16 @@ typedef void (*http_handler_fn)(http_req *req, void *arg);
  * ST_EINVAL for a bad address, ST_ESYS when bind/listen fails (logged). */
 st_err http_server_new(struct event_base *base, const char *listen, const http_server_config *cfg,
                        http_handler_fn fn, void *arg, http_server **out);
+/*
+ * The same, with SO_REUSEPORT on the listener: several servers, each on its
+ * own loop thread, may listen on one address and the kernel spreads new
+ * connections among them.  Every server sharing the address must be made
+ * with this call (a port of 0 binds a fresh port: give the others the port
+ * http_server_port reports).  A separate entry point rather than a field of
+ * http_server_config, so existing positional initializers stay complete.
+ */
+st_err http_server_new_shared(struct event_base *base, const char *listen, const http_server_config *cfg,
+                              http_handler_fn fn, void *arg, http_server **out);
 /* Closes the listener and every connection at once (streams get on_close). NULL-safe. */
 void http_server_free(http_server *s);
 /* The port actually bound (useful with port 0 in tests). */

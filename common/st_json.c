@@ -87,18 +87,6 @@ st_utf8_valid(const char *s, size_t len)
 
 /* ---- the scanner ------------------------------------------------------ */
 
-static int
-hexval(unsigned char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Reads the 4 hex digits after "\u" at p[i..]; -1 if malformed. */
 static long
 hex4(const unsigned char *p, size_t i, size_t len)
@@ -108,7 +96,7 @@ hex4(const unsigned char *p, size_t i, size_t len)
 	if (len - i < 4)
 		return -1;
 	for (int k = 0; k < 4; k++) {
-		int h = hexval(p[i + (size_t)k]);
+		int h = st_hex_digit(p[i + (size_t)k]);
 		if (h < 0)
 			return -1;
 		v = v * 16 + h;

@@ -92,6 +92,18 @@ st_parse_u64(const char *s, size_t len, uint64_t *out)
 	return ST_OK;
 }
 
+int
+st_hex_digit(unsigned char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
 uint64_t
 st_hash_bytes(const void *p, size_t len)
 {

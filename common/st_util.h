@@ -43,6 +43,9 @@ void st_panic(const char *file, int line, const char *what) __attribute__((noret
 #include "st_err.h"
 st_err st_parse_u64(const char *s, size_t len, uint64_t *out);
 
+/* The value of one hex digit (either case), or -1. */
+int st_hex_digit(unsigned char c);
+
 /* 64-bit FNV-1a of p[0..len): the hash of every table in the project (keys, topics, resources). */
 uint64_t st_hash_bytes(const void *p, size_t len);
 

@@ -28,10 +28,14 @@
  * for a topic of the contract's charset); otherwise frame_topic points into
  * the envelope.
  *
- * The reference count is a C11 atomic (frames may be released from another
- * thread's loop); everything else is written once before the first share,
- * except the lazily rendered json-seq bytes, which only the loop thread
- * touches.
+ * Threads.  The reference count is a C11 atomic (an edge with several loop
+ * threads shares one frame among them, and each releases its references on
+ * its own loop); everything else is written once before the first share,
+ * except the lazily rendered json-seq bytes.  Those are published without
+ * a lock: a loop that finds no cached copy renders one into a fresh buffer
+ * and installs it with a compare-and-swap on the cached pointer; the loser
+ * of a race frees its own copy and uses the winner's (both are the same
+ * bytes, so nothing ever sees a half-written buffer and nothing leaks).
  */
 #include "frame.h"
 
@@ -54,7 +58,7 @@ struct frame {
 	uint32_t topic_len;
 	uint64_t seq;
 	uint64_t hash;    /* of the coalescing slice (items) */
-	char *jsonseq;    /* "\x1e" ENVELOPE "\n", rendered on first use */
+	_Atomic(char *) jsonseq; /* "\x1e" ENVELOPE "\n", rendered on first use (CAS-published) */
 	char buf[];
 };
 
@@ -78,18 +82,6 @@ esc_len(const char *s, size_t len)
 			n += 1;
 	}
 	return n;
-}
-
-static uint64_t
-fnv1a(const char *p, size_t len)
-{
-	uint64_t h = 1469598103934665603ull;
-
-	for (size_t i = 0; i < len; i++) {
-		h ^= (unsigned char)p[i];
-		h *= 1099511628211ull;
-	}
-	return h;
 }
 
 /*
@@ -155,7 +147,7 @@ build_end(st_buf *b, enum frame_type type, uint64_t seq, size_t env, const char 
 	f->env_off = (uint8_t)(env - hdr);
 	f->env_len = (uint32_t)env_len;
 	f->seq = seq;
-	f->jsonseq = NULL;
+	atomic_init(&f->jsonseq, NULL);
 	f->res_off = f->res_len = 0;
 	f->topic_off = f->topic_len = 0;
 	f->hash = 0;
@@ -205,7 +197,7 @@ frame_item_new(uint64_t seq, const char *topic, size_t topic_len, const proto_st
 	f->res_len = (uint32_t)(res_end - res);
 	f->topic_off = (uint32_t)topic_at;
 	f->topic_len = (uint32_t)topic_len;
-	f->hash = fnv1a(f->buf + f->env_off + f->res_off, f->res_len);
+	f->hash = st_hash_bytes(f->buf + f->env_off + f->res_off, f->res_len);
 	return f;
 }
 
@@ -312,7 +304,7 @@ frame_unref(frame *f)
 	 * makes every other owner's reads happen before it. */
 	if (atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) != 1)
 		return;
-	free(f->jsonseq);
+	free(atomic_load_explicit(&f->jsonseq, memory_order_acquire));
 	free(f);
 }
 
@@ -396,16 +388,24 @@ frame_bytes(frame *f, enum frame_format fmt, size_t *len)
 	case FRAME_NDJSON:
 		*len = (size_t)f->env_len + 1;
 		return env;
-	case FRAME_JSONSEQ:
-		if (f->jsonseq == NULL) {
+	case FRAME_JSONSEQ: {
+		/* Acquire pairs with the winner's release: its bytes are visible before its pointer. */
+		char *cached = atomic_load_explicit(&f->jsonseq, memory_order_acquire);
+
+		if (cached == NULL) {
 			char *p = st_xmalloc((size_t)f->env_len + 2);
 
 			p[0] = '\x1e';
 			memcpy(p + 1, env, (size_t)f->env_len + 1); /* envelope and its "\n" */
-			f->jsonseq = p;
+			if (atomic_compare_exchange_strong_explicit(&f->jsonseq, &cached, p, memory_order_acq_rel,
+			                                            memory_order_acquire))
+				cached = p;
+			else
+				free(p); /* another loop published the same bytes first; cached is theirs */
 		}
 		*len = (size_t)f->env_len + 2;
-		return f->jsonseq;
+		return cached;
+	}
 	default:
 		ST_ASSERT(!"unknown frame format");
 		*len = 0;

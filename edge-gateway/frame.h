@@ -22,8 +22,9 @@
  *   NDJSON:   "ENVELOPE\n"
  *   json-seq: "\x1eENVELOPE\n" (RFC 7464)
  *
- * Threads: the reference count is atomic; frame_bytes() renders lazily and
- * must only be called on the loop thread.
+ * Threads: the reference count is atomic; frame_bytes() may be called from
+ * any thread (the one lazily rendered form is published with a compare-and-
+ * swap), so one frame is shared by every worker loop of --threads N.
  */
 #ifndef EDGE_FRAME_H
 #define EDGE_FRAME_H

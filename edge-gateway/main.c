@@ -15,11 +15,52 @@
  * Readiness (/readyz): the pool has a connection, the sequencer knows its
  * head, a writer's tick or batch arrived within three flush intervals, and
  * the edge is not draining.  Liveness (/healthz) is just "the loop answers".
+ *
+ * THREADS (--threads N, N > 1).  What is single by nature stays on the
+ * main loop: sub, the sequencer, the head query and gap fills (its own
+ * pool), the control socket, signals, the metrics registry.  Each of N
+ * workers has its own loop thread with its own HTTP server (SO_REUSEPORT on
+ * the same --listen address: the kernel spreads connections), its own
+ * streams registry (hub, heartbeats, drain) and its own small pool for
+ * resume checks and replays.  The history goes main -> workers through one
+ * st_mailbox per worker: every sequencer emit becomes ONE message shared
+ * by every worker (each frame referenced once for all of them, the message
+ * counted by an atomic and freed by the last worker), a head that moved
+ * without frames becomes a head message (posted only when it moved).
+ * Frames are immutable and atomically counted; frame_bytes publishes its
+ * lazy bytes with a compare-and-swap, so workers share frames freely.
+ *
+ * Flow control must see every worker.  Each worker evaluates its own
+ * streams_backpressure on its loop (after each batch, and every
+ * EDGE_FLOW_MS while it is behind) into an atomic flag; main pauses sub
+ * while a flag is set or a worker has EDGE_INFLIGHT_MAX batches not yet
+ * fanned out (with several loops main would otherwise read ahead of the
+ * fan-out, which is what reading one message per turn prevents).  A worker
+ * whose state frees the intake wakes main through main's mailbox, only if
+ * main asked (flow_wait), so the wake-ups cannot flood; the EDGE_FLOW_MS
+ * re-check stays as the safety net.
+ *
+ * Readiness inputs that main owns (database up, draining, last message
+ * time) are atomics, so /readyz, /healthz and /metrics are answered by
+ * whichever worker accepted the connection; the head is the worker's own
+ * registry's (a stream it accepts needs exactly that).  Drain: main posts
+ * drain to every worker; each spreads its own reconnect hints over the
+ * grace (so the union is spread too) and reports "no stream left" back
+ * through main's mailbox; a SIGTERM exits when every worker reported or
+ * after grace + 1 s.  Then each worker's loop is stopped through its
+ * mailbox, the threads are joined, and everything is freed from main with
+ * no loop running, so no callback can follow a free.
+ *
+ * With --threads 1 no thread is started and nothing goes through a
+ * mailbox: the one registry and server run on the main loop, and emits and
+ * heads are handed to it directly, as before.
  */
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <nng/nng.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +74,7 @@
 #include "st_control.h"
 #include "st_http.h"
 #include "st_log.h"
+#include "st_mailbox.h"
 #include "st_metrics.h"
 #include "st_util.h"
 #include "stream.h"
@@ -40,43 +82,162 @@
 #include "wire.h"
 
 #define EDGE_POOL_CONNS 4
+#define EDGE_MAIN_POOL_CONNS 2   /* threads > 1: main serves only the head query and gap fills */
+#define EDGE_WORKER_POOL_CONNS 2 /* threads > 1: resume checks and replays of one worker */
+#define EDGE_MAX_THREADS 64
 #define EDGE_TICK_MS 50
 #define EDGE_FILL_CHUNK 256 /* a fill is fanned out like one published message */
 #define EDGE_HEAD_RETRY_MS 500
 #define EDGE_FLOW_MS 5
+/* threads > 1: batches main may have posted to a worker before it fanned them out. */
+#define EDGE_INFLIGHT_MAX 2
 
-typedef struct edge {
+typedef struct edge edge;
+
+/* What travels between the loops (threads > 1). */
+enum emsg_kind {
+	EMSG_BATCH,   /* main -> workers: frames of the ordered history, head after them */
+	EMSG_HEAD,    /* main -> workers: the head moved without frames */
+	EMSG_DRAIN,   /* main -> workers */
+	EMSG_STOP,    /* main -> workers: leave the loop */
+	EMSG_DRAINED, /* worker -> main: no stream left */
+	EMSG_FLOW     /* worker -> main: re-check flow control */
+};
+
+/* One allocation, shared by every worker it is posted to; the last one frees it. */
+typedef struct emsg {
+	enum emsg_kind kind;
+	atomic_uint refs;
+	uint64_t head;
+	size_t n;
+	frame *frames[];  /* one reference each, for all workers together */
+} emsg;
+
+/* One loop serving HTTP streams.  With one thread it is the main loop. */
+typedef struct worker {
+	edge *e;
+	struct event_base *base;  /* == e->base with one thread; owned otherwise */
+	pgpool *pool;             /* == e->pool with one thread; owned otherwise */
+	streams *streams;
+	http_server *http;
+	st_mailbox *inbox;        /* threads > 1: main -> worker */
+	struct event *ev_flow;    /* threads > 1: re-evaluates backpressure while behind */
+	pthread_t thread;
+	bool started;
+	bool stopped;             /* worker thread: EMSG_STOP seen, only release what follows */
+	atomic_bool behind;       /* streams_backpressure, as of the worker's last look */
+	atomic_uint inflight;     /* batches posted and not yet published */
+} worker;
+
+struct edge {
 	struct event_base *base;
 	st_metrics *metrics;
+	streams_metrics *sm;
 	pgpool *pool;
 	sequencer *seq;
 	sub *sub;
-	streams *streams;
-	http_server *http;
+	worker *w;                 /* n_workers */
+	size_t n_workers;
+	st_mailbox *inbox;         /* threads > 1: workers -> main */
 	st_control *control;
 	struct event *ev_tick, *ev_head_retry, *ev_term, *ev_int, *ev_exit, *ev_flow;
 	pgpool_query *head_query;
 	replay_job *fill_job;
-	uint64_t last_msg_ms;      /* monotonic ms of the last batch or tick, 0 = never */
+	_Atomic uint64_t last_msg_ms; /* monotonic ms of the last batch or tick, 0 = never */
+	atomic_bool db_up;         /* threads > 1: main's pool is up (updated on the tick) */
+	atomic_bool draining_flag; /* set once by main; read by every loop */
+	atomic_bool flow_wait;     /* main paused sub and wants a wake-up */
+	uint64_t posted_head;      /* threads > 1: the last head posted to the workers */
+	bool head_posted;
+	size_t n_drained;          /* workers that reported no stream left */
+	bool draining;
+	bool stopping;             /* main's loop has ended: mailbox items are only freed */
 	uint64_t flush_interval_ms;
 	uint32_t drain_grace_ms;
 	bool exiting;
 	st_counter *m_msgs, *m_bad_msgs, *m_gap_fills, *m_filled, *m_dups, *m_fill_errors, *m_held_dropped;
 	st_gauge *m_held, *m_head;
 	sequencer_stats seen;      /* the sequencer's counters already exported */
-} edge;
+};
 
 /* ---- the history ------------------------------------------------------ */
 
 static void edge_flow_check(edge *e);
 static void edge_export_stats(edge *e);
 
+static bool
+edge_threaded(const edge *e)
+{
+	return e->n_workers > 1;
+}
+
+static emsg *
+emsg_new(enum emsg_kind kind, uint64_t head, size_t n)
+{
+	emsg *m = st_xmalloc(sizeof(*m) + n * sizeof(m->frames[0]));
+
+	m->kind = kind;
+	atomic_init(&m->refs, 1);
+	m->head = head;
+	m->n = n;
+	return m;
+}
+
+static void
+emsg_release(emsg *m)
+{
+	if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	for (size_t i = 0; i < m->n; i++)
+		frame_unref(m->frames[i]);
+	free(m);
+}
+
+/* One message for every worker: each worker's mailbox owns one count. */
+static void
+edge_post_all(edge *e, emsg *m)
+{
+	atomic_store_explicit(&m->refs, (unsigned)e->n_workers, memory_order_relaxed);
+	for (size_t i = 0; i < e->n_workers; i++) {
+		if (m->kind == EMSG_BATCH)
+			atomic_fetch_add(&e->w[i].inflight, 1);
+		st_mailbox_post(e->w[i].inbox, m);
+	}
+}
+
 static void
 on_emit(void *arg, frame *const *frames, size_t n)
 {
 	edge *e = arg;
+	emsg *m;
 
-	streams_publish(e->streams, frames, n, sequencer_head(e->seq));
+	if (!edge_threaded(e)) {
+		streams_publish(e->w[0].streams, frames, n, sequencer_head(e->seq));
+		return;
+	}
+	m = emsg_new(EMSG_BATCH, sequencer_head(e->seq), n);
+	for (size_t i = 0; i < n; i++)
+		m->frames[i] = frame_ref(frames[i]);
+	e->posted_head = m->head;
+	e->head_posted = true;
+	edge_post_all(e, m);
+}
+
+/* streams_set_head for every registry; with threads, posted only when it moved. */
+static void
+edge_set_head(edge *e)
+{
+	uint64_t head = sequencer_head(e->seq);
+
+	if (!edge_threaded(e)) {
+		streams_set_head(e->w[0].streams, head);
+		return;
+	}
+	if (e->head_posted && head <= e->posted_head)
+		return;
+	e->posted_head = head;
+	e->head_posted = true;
+	edge_post_all(e, emsg_new(EMSG_HEAD, head, 0));
 }
 
 static void
@@ -90,7 +251,7 @@ on_fill_rows(void *arg, st_err err, frame *const *frames, size_t n, uint64_t upt
 		st_counter_add(e->m_filled, n);
 	}
 	sequencer_fill_done(e->seq, err, frames, n, upto);
-	streams_set_head(e->streams, sequencer_head(e->seq));
+	edge_set_head(e);
 }
 
 static st_err
@@ -113,10 +274,10 @@ on_pub(void *arg, const void *data, size_t len)
 		return;
 	}
 	st_counter_inc(e->m_msgs);
-	e->last_msg_ms = st_clock_now(st_clock_system());
+	atomic_store_explicit(&e->last_msg_ms, st_clock_now(st_clock_system()), memory_order_relaxed);
 	(void)sequencer_push(e->seq, m);
 	proto_pub_free(m);
-	streams_set_head(e->streams, sequencer_head(e->seq));
+	edge_set_head(e);
 	edge_flow_check(e);
 }
 
@@ -128,8 +289,21 @@ static void
 edge_flow_check(edge *e)
 {
 	struct timeval tv = { 0, EDGE_FLOW_MS * 1000 };
-	bool hold = streams_backpressure(e->streams);
+	bool hold = false;
 
+	if (!edge_threaded(e)) {
+		hold = streams_backpressure(e->w[0].streams);
+	} else {
+		/*
+		 * Ask for a wake-up before looking: a worker that frees the intake
+		 * after our look sees the request (seq_cst), so no wake is lost.
+		 */
+		atomic_store(&e->flow_wait, true);
+		for (size_t i = 0; i < e->n_workers && !hold; i++)
+			hold = atomic_load(&e->w[i].behind) || atomic_load(&e->w[i].inflight) >= EDGE_INFLIGHT_MAX;
+		if (!hold)
+			atomic_store(&e->flow_wait, false);
+	}
 	sub_pause(e->sub, hold);
 	if (hold && !event_pending(e->ev_flow, EV_TIMEOUT, NULL))
 		event_add(e->ev_flow, &tv);
@@ -167,6 +341,8 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	sequencer_on_timer(e->seq);
 	edge_export_stats(e);
+	if (edge_threaded(e))
+		atomic_store(&e->db_up, pgpool_ready(e->pool));
 }
 
 static void head_query_start(edge *e);
@@ -188,7 +364,7 @@ on_head(void *arg, st_err err, const PGresult *res)
 	}
 	st_info("history head is %llu", (unsigned long long)head);
 	sequencer_set_head(e->seq, head);
-	streams_set_head(e->streams, sequencer_head(e->seq));
+	edge_set_head(e);
 }
 
 static void
@@ -212,18 +388,21 @@ head_retry_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- HTTP ------------------------------------------------------------- */
 
+/* On w's loop.  Main's inputs are atomics when w runs on its own thread. */
 static bool
-edge_ready(edge *e, const char **why)
+edge_ready(edge *e, worker *w, const char **why)
 {
 	uint64_t now = st_clock_now(st_clock_system());
+	uint64_t last = atomic_load_explicit(&e->last_msg_ms, memory_order_relaxed);
+	bool db = w->pool == e->pool ? pgpool_ready(e->pool) : atomic_load(&e->db_up) && pgpool_ready(w->pool);
 
-	if (streams_draining(e->streams))
+	if (streams_draining(w->streams) || atomic_load(&e->draining_flag))
 		return *why = "draining", false;
-	if (!pgpool_ready(e->pool))
+	if (!db)
 		return *why = "no database connection", false;
-	if (!streams_ready(e->streams))
+	if (!streams_ready(w->streams))
 		return *why = "history head not known yet", false;
-	if (e->last_msg_ms == 0 || now - e->last_msg_ms > 3 * e->flush_interval_ms)
+	if (last == 0 || now - last > 3 * e->flush_interval_ms)
 		return *why = "no writer tick or batch within 3 flush intervals", false;
 	return *why = "ready", true;
 }
@@ -231,7 +410,8 @@ edge_ready(edge *e, const char **why)
 static void
 http_cb(http_req *req, void *arg)
 {
-	edge *e = arg;
+	worker *w = arg;
+	edge *e = w->e;
 	const char *path = http_req_path(req), *method = http_req_method(req);
 	bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 	const char *why;
@@ -246,11 +426,11 @@ http_cb(http_req *req, void *arg)
 		return;
 	}
 	if (strcmp(path, "/v1/stream") == 0) {
-		streams_handle(e->streams, req);
+		streams_handle(w->streams, req);
 	} else if (strcmp(path, "/healthz") == 0) {
 		http_reply(req, 200, "text/plain; charset=utf-8", "ok\n", 3, NULL);
 	} else if (strcmp(path, "/readyz") == 0) {
-		bool ok = edge_ready(e, &why);
+		bool ok = edge_ready(e, w, &why);
 		char body[128];
 		int n = snprintf(body, sizeof(body), "%s\n", why);
 
@@ -286,6 +466,13 @@ on_drained(void *arg)
 		event_active(e->ev_exit, 0, 0);
 }
 
+/* Streams open in every registry (main thread). */
+static size_t
+edge_streams_count(const edge *e)
+{
+	return edge_threaded(e) ? streams_metrics_open(e->sm) : streams_count(e->w[0].streams);
+}
+
 static void
 edge_drain(edge *e, bool then_exit)
 {
@@ -296,13 +483,19 @@ edge_drain(edge *e, bool then_exit)
 		e->exiting = true;
 		event_add(e->ev_exit, &tv);
 	}
-	if (streams_draining(e->streams)) {
-		if (then_exit && streams_count(e->streams) == 0)
+	if (e->draining) {
+		if (then_exit && (edge_threaded(e) ? e->n_drained == e->n_workers : streams_count(e->w[0].streams) == 0))
 			event_active(e->ev_exit, 0, 0);
 		return;
 	}
-	st_info("draining %zu streams over %u ms", streams_count(e->streams), e->drain_grace_ms);
-	streams_drain(e->streams, on_drained, e);
+	e->draining = true;
+	atomic_store(&e->draining_flag, true);
+	st_info("draining %zu streams over %u ms", edge_streams_count(e), e->drain_grace_ms);
+	if (!edge_threaded(e)) {
+		streams_drain(e->w[0].streams, on_drained, e);
+		return;
+	}
+	edge_post_all(e, emsg_new(EMSG_DRAIN, 0, 0));
 }
 
 static void
@@ -311,6 +504,17 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	(void)what;
 	st_info("signal %d: draining, then exit", (int)sig);
 	edge_drain(arg, true);
+}
+
+/* Readiness as main sees it (control "stats" with threads > 1). */
+static bool
+edge_ready_main(edge *e)
+{
+	uint64_t now = st_clock_now(st_clock_system());
+	uint64_t last = atomic_load_explicit(&e->last_msg_ms, memory_order_relaxed);
+
+	return !e->draining && pgpool_ready(e->pool) && sequencer_has_head(e->seq) && e->head_posted && last != 0 &&
+	       now - last <= 3 * e->flush_interval_ms;
 }
 
 static st_err
@@ -322,18 +526,163 @@ control_cb(const char *cmd, const st_json *req, st_buf *out, void *arg)
 
 	(void)req;
 	if (strcmp(cmd, "stats") == 0) {
-		ready = edge_ready(e, &why);
+		/* With threads, worker 0's registry stands for the head it knows; the rest are main's. */
+		ready = !edge_threaded(e) ? edge_ready(e, &e->w[0], &why) : edge_ready_main(e);
 		st_buf_printf(out, "\"streams\":%zu,\"head\":%llu,\"ready\":%s,\"draining\":%s",
-		              streams_count(e->streams), (unsigned long long)sequencer_head(e->seq),
-		              ready ? "true" : "false", streams_draining(e->streams) ? "true" : "false");
+		              edge_streams_count(e), (unsigned long long)sequencer_head(e->seq),
+		              ready ? "true" : "false", e->draining ? "true" : "false");
 		return ST_OK;
 	}
 	if (strcmp(cmd, "drain") == 0) {
 		edge_drain(e, false);
-		st_buf_printf(out, "\"draining\":true,\"streams\":%zu", streams_count(e->streams));
+		st_buf_printf(out, "\"draining\":true,\"streams\":%zu", edge_streams_count(e));
 		return ST_OK;
 	}
 	return ST_ENOTFOUND;
+}
+
+/* ---- worker loops (threads > 1) ----------------------------------------- */
+
+/* Worker -> main: a small message of its own (refs 1). */
+static void
+worker_tell_main(worker *w, enum emsg_kind kind)
+{
+	st_mailbox_post(w->e->inbox, emsg_new(kind, 0, 0));
+}
+
+/* On the worker's loop: its backpressure into the flag main reads; wake main if it waits. */
+static void
+worker_flow_eval(worker *w)
+{
+	struct timeval tv = { 0, EDGE_FLOW_MS * 1000 };
+	bool behind = streams_backpressure(w->streams);
+
+	atomic_store(&w->behind, behind);
+	if (behind && !event_pending(w->ev_flow, EV_TIMEOUT, NULL))
+		event_add(w->ev_flow, &tv);
+	if (atomic_exchange(&w->e->flow_wait, false))
+		worker_tell_main(w, EMSG_FLOW);
+}
+
+static void
+worker_flow_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	worker_flow_eval(arg);
+}
+
+static void
+worker_drained(void *arg)
+{
+	worker_tell_main(arg, EMSG_DRAINED);
+}
+
+static void
+worker_inbox_cb(void *item, void *arg)
+{
+	worker *w = arg;
+	emsg *m = item;
+
+	switch (w->stopped ? EMSG_STOP : m->kind) {
+	case EMSG_BATCH:
+		streams_publish(w->streams, m->frames, m->n, m->head);
+		atomic_fetch_sub(&w->inflight, 1);
+		worker_flow_eval(w);
+		break;
+	case EMSG_HEAD:
+		streams_set_head(w->streams, m->head);
+		break;
+	case EMSG_DRAIN:
+		streams_drain(w->streams, worker_drained, w);
+		break;
+	case EMSG_STOP:
+		if (!w->stopped) {
+			w->stopped = true;
+			event_base_loopexit(w->base, NULL);
+		}
+		if (m->kind == EMSG_BATCH)
+			atomic_fetch_sub(&w->inflight, 1);
+		break;
+	default:
+		break;
+	}
+	emsg_release(m);
+}
+
+/* Main's mailbox: what the workers report. */
+static void
+main_inbox_cb(void *item, void *arg)
+{
+	edge *e = arg;
+	emsg *m = item;
+
+	if (!e->stopping && m->kind == EMSG_DRAINED) {
+		e->n_drained++;
+		if (e->exiting && e->n_drained == e->n_workers)
+			event_active(e->ev_exit, 0, 0);
+	} else if (!e->stopping && m->kind == EMSG_FLOW) {
+		edge_flow_check(e);
+	}
+	emsg_release(m);
+}
+
+static void *
+worker_main(void *arg)
+{
+	worker *w = arg;
+
+	/* Kept running while idle: the mailbox event is only active when something was posted. */
+	event_base_loop(w->base, EVLOOP_NO_EXIT_ON_EMPTY);
+	return NULL;
+}
+
+/* Main thread, before the worker's thread starts.  listen: the address with a bound port. */
+static st_err
+worker_init(edge *e, worker *w, const char *dsn, const char *listen, const http_server_config *hcfg,
+            const streams_config *scfg)
+{
+	st_err rv;
+
+	w->e = e;
+	atomic_init(&w->behind, false);
+	atomic_init(&w->inflight, 0);
+	w->base = event_base_new();
+	ST_ASSERT(w->base != NULL);
+	if ((rv = pgpool_new(w->base, dsn, EDGE_WORKER_POOL_CONNS, &w->pool)) != ST_OK)
+		return rv;
+	w->streams = streams_new(w->base, w->pool, e->sm, st_clock_system(), scfg);
+	if ((rv = http_server_new_shared(w->base, listen, hcfg, http_cb, w, &w->http)) != ST_OK)
+		return rv;
+	w->inbox = st_mailbox_new(w->base, worker_inbox_cb, w);
+	w->ev_flow = event_new(w->base, -1, 0, worker_flow_cb, w);
+	ST_ASSERT(w->inbox && w->ev_flow);
+	return ST_OK;
+}
+
+/* Main thread, after the worker's thread was joined (or never started): no loop runs it. */
+static void
+worker_fini(worker *w)
+{
+	w->stopped = true;
+	st_mailbox_free(w->inbox); /* releases what was still queued */
+	http_server_free(w->http); /* closes every stream: on_close runs into the registry */
+	streams_free(w->streams);
+	pgpool_free(w->pool);
+	if (w->ev_flow)
+		event_free(w->ev_flow);
+	if (w->base)
+		event_base_free(w->base); /* the last write_ref cleanups release their frames here */
+}
+
+/* "ADDR:PORT" with the port replaced (a --listen of port 0 binds one fresh port for all). */
+static void
+listen_with_port(const char *listen, int port, char *out, size_t cap)
+{
+	const char *colon = strrchr(listen, ':');
+	int hl = colon ? (int)(colon - listen) : (int)strlen(listen);
+
+	snprintf(out, cap, "%.*s:%d", hl, listen, port);
 }
 
 /* ---- main ------------------------------------------------------------- */
@@ -349,8 +698,8 @@ static st_opt opts[] = {
 	{ "heartbeat-s", ST_OPT_INT, "15", "seconds between heartbeats", 1, 3600, false, NULL, 0, false },
 	{ "drain-grace-s", ST_OPT_INT, "25", "seconds a drain spreads reconnects over before closing the rest", 0,
 	  3600, false, NULL, 0, false },
-	{ "threads", ST_OPT_INT, "1", "event loop threads (1 in this version; see docs/edge.md)", 1, 1, false, NULL,
-	  0, false },
+	{ "threads", ST_OPT_INT, "1", "event loop threads serving HTTP streams (see docs/edge.md)", 1,
+	  EDGE_MAX_THREADS, false, NULL, 0, false },
 	{ "max-streams", ST_OPT_INT, "100000", "open streams before new ones get 429", 1, 10000000, false, NULL, 0,
 	  false },
 	{ "cors-origins", ST_OPT_STR, "", "origins allowed by CORS, comma separated, or *", 0, 0, false, NULL, 0,
@@ -371,6 +720,7 @@ main(int argc, char **argv)
 	size_t n_writers;
 	int first_pos, rc = 1;
 	st_err rv;
+	const char *listen;
 
 	st_log_init("edge-gateway");
 	st_config_parse(opts, ST_ARRAY_LEN(opts), argc, argv, "edge-gateway",
@@ -403,19 +753,45 @@ main(int argc, char **argv)
 	e.m_held = st_metrics_gauge(e.metrics, "studio_sequencer_held", NULL, "Events held behind a gap now.");
 	e.m_head = st_metrics_gauge(e.metrics, "studio_history_head", NULL, "The newest seq of the ordered history.");
 
-	if ((rv = pgpool_new(e.base, OPT("pg-dsn")->sval, EDGE_POOL_CONNS, &e.pool)) != ST_OK)
+	e.sm = streams_metrics_new(e.metrics);
+	e.n_workers = (size_t)OPT("threads")->ival;
+	e.w = st_xcalloc(e.n_workers, sizeof(*e.w));
+	listen = OPT("listen")->sval;
+
+	if ((rv = pgpool_new(e.base, OPT("pg-dsn")->sval, edge_threaded(&e) ? EDGE_MAIN_POOL_CONNS : EDGE_POOL_CONNS,
+	                     &e.pool)) != ST_OK)
 		st_config_fail("edge-gateway", "--pg-dsn: %s", st_err_str(rv));
 	(void)sequencer_new(st_clock_system(), on_emit, on_fill, &e, &e.seq);
 	scfg.replay_cap = (uint64_t)OPT("replay-cap")->ival;
 	scfg.heartbeat_ms = (uint32_t)OPT("heartbeat-s")->ival * 1000;
 	scfg.max_streams = (uint32_t)OPT("max-streams")->ival;
 	scfg.drain_grace_ms = e.drain_grace_ms;
-	e.streams = streams_new(e.base, e.pool, e.metrics, st_clock_system(), &scfg);
 
 	hcfg.cors_origins = OPT("cors-origins")->sval;
 	hcfg.max_conns = scfg.max_streams + 1024;
-	if ((rv = http_server_new(e.base, OPT("listen")->sval, &hcfg, http_cb, &e, &e.http)) != ST_OK)
-		st_config_fail("edge-gateway", "--listen %s: %s", OPT("listen")->sval, st_err_str(rv));
+	if (!edge_threaded(&e)) {
+		worker *w = &e.w[0];
+
+		w->e = &e;
+		w->base = e.base;
+		w->pool = e.pool;
+		w->streams = streams_new(e.base, e.pool, e.sm, st_clock_system(), &scfg);
+		if ((rv = http_server_new(e.base, listen, &hcfg, http_cb, w, &w->http)) != ST_OK)
+			st_config_fail("edge-gateway", "--listen %s: %s", listen, st_err_str(rv));
+	} else {
+		char bound[600];
+
+		e.inbox = st_mailbox_new(e.base, main_inbox_cb, &e);
+		ST_ASSERT(e.inbox != NULL);
+		snprintf(bound, sizeof(bound), "%s", listen);
+		for (size_t i = 0; i < e.n_workers; i++) {
+			if ((rv = worker_init(&e, &e.w[i], OPT("pg-dsn")->sval, bound, &hcfg, &scfg)) != ST_OK)
+				st_config_fail("edge-gateway", "--listen %s (loop %zu): %s", bound, i, st_err_str(rv));
+			/* Port 0: the first server picked one; the others share it. */
+			if (i == 0)
+				listen_with_port(listen, http_server_port(e.w[0].http), bound, sizeof(bound));
+		}
+	}
 	if (OPT("control")->sval[0] != '\0' &&
 	    (rv = st_control_new(e.base, OPT("control")->sval, control_cb, &e, &e.control)) != ST_OK)
 		st_config_fail("edge-gateway", "--control %s: %s", OPT("control")->sval, st_err_str(rv));
@@ -434,21 +810,52 @@ main(int argc, char **argv)
 	event_add(e.ev_int, NULL);
 	head_query_start(&e);
 
-	st_info("listening on %s, %zu writer url(s)", OPT("listen")->sval, n_writers);
+	if (edge_threaded(&e)) {
+		sigset_t all, old;
+
+		/* Signals are main's (libevent's handler feeds main's loop): workers block them. */
+		sigemptyset(&all);
+		sigaddset(&all, SIGTERM);
+		sigaddset(&all, SIGINT);
+		pthread_sigmask(SIG_BLOCK, &all, &old);
+		for (size_t i = 0; i < e.n_workers; i++) {
+			if (pthread_create(&e.w[i].thread, NULL, worker_main, &e.w[i]) != 0)
+				st_config_fail("edge-gateway", "--threads: cannot start loop thread %zu", i);
+			e.w[i].started = true;
+		}
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	}
+
+	st_info("listening on %s, %zu writer url(s), %zu loop thread(s)", listen, n_writers, e.n_workers);
 	event_base_dispatch(e.base);
-	st_info("exiting with %zu streams open", streams_count(e.streams));
+	st_info("exiting with %zu streams open", edge_streams_count(&e));
 	rc = 0;
 
+	if (edge_threaded(&e)) {
+		/* Stop every worker loop, join, then free with no loop running. */
+		edge_post_all(&e, emsg_new(EMSG_STOP, 0, 0));
+		for (size_t i = 0; i < e.n_workers; i++)
+			if (e.w[i].started)
+				pthread_join(e.w[i].thread, NULL);
+		e.stopping = true;
+		for (size_t i = 0; i < e.n_workers; i++)
+			worker_fini(&e.w[i]);
+	}
 	sub_free(e.sub);
 	st_control_free(e.control);
-	http_server_free(e.http);
+	if (!edge_threaded(&e))
+		http_server_free(e.w[0].http);
 	if (e.head_query)
 		pgpool_cancel(e.head_query);
 	if (e.fill_job)
 		replay_cancel(e.fill_job);
-	streams_free(e.streams);
+	if (!edge_threaded(&e))
+		streams_free(e.w[0].streams);
 	sequencer_free(e.seq);
 	pgpool_free(e.pool);
+	st_mailbox_free(e.inbox);
+	free(e.w);
+	streams_metrics_free(e.sm);
 	event_free(e.ev_tick);
 	event_free(e.ev_head_retry);
 	event_free(e.ev_exit);

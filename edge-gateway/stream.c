@@ -25,6 +25,12 @@
  * callback of its connection (or, before the response started, to the
  * answer of its request).  Frames are shared: the queue holds a reference,
  * the connection's evbuffer holds it while the bytes are in flight.
+ *
+ * Threads: a registry is confined to its loop.  With several loops
+ * (edge-gateway --threads N) each has its own registry, and only the
+ * metric handles (streams_metrics, atomic) are shared: the open-streams
+ * gauge moves by deltas so it is the total, and --max-streams is checked
+ * against that total.
  */
 #include "stream.h"
 
@@ -90,7 +96,7 @@ struct streams {
 	stream *until_head;      /* streams with an until bound: visited when the head moves */
 	bool hb_sweeping;
 	frame *heartbeat;        /* one shared heartbeat frame */
-	subq_counters dropped;
+	subq_counters dropped;   /* copies of the shared handles (subq keeps a pointer to this) */
 	st_gauge *m_open;
 	st_counter *m_outcome[OUT_COUNT];
 	st_counter *m_replay[RR_COUNT];
@@ -98,6 +104,18 @@ struct streams {
 	st_counter *m_refused;
 	st_counter *m_seam_overlap;
 	st_counter *m_seam_gap;
+};
+
+/* Registered once per process; every registry (one per loop) copies the handles. */
+struct streams_metrics {
+	subq_counters dropped;
+	st_gauge *open;
+	st_counter *outcome[OUT_COUNT];
+	st_counter *replay[RR_COUNT];
+	st_counter *frames;
+	st_counter *refused;
+	st_counter *seam_overlap;
+	st_counter *seam_gap;
 };
 
 struct stream {
@@ -848,7 +866,8 @@ stream_link(streams *ss, stream *s)
 			ss->until_head->uprev = s;
 		ss->until_head = s;
 	}
-	st_gauge_set(ss->m_open, (int64_t)ss->n_streams);
+	/* Deltas, not a set: other loops' registries count into the same gauge. */
+	st_gauge_add(ss->m_open, 1);
 }
 
 static void
@@ -876,7 +895,7 @@ stream_unlink(stream *s)
 			s->unext->uprev = s->uprev;
 		s->uprev = s->unext = NULL;
 	}
-	st_gauge_set(ss->m_open, (int64_t)ss->n_streams);
+	st_gauge_add(ss->m_open, -1);
 }
 
 void
@@ -935,7 +954,8 @@ streams_handle(streams *ss, http_req *req)
 		s->after = qs.qid;
 		s->has_after = true;
 	}
-	if (ss->cfg.max_streams && ss->n_streams >= ss->cfg.max_streams) {
+	/* The shared gauge: the bound is the edge's, whichever loop took the connection. */
+	if (ss->cfg.max_streams && st_gauge_get(ss->m_open) >= (int64_t)ss->cfg.max_streams) {
 		http_reply_problem(req, 429, NULL, "Too Many Requests", "this edge serves its maximum of streams",
 		                   "Retry-After: 5\r\n");
 		goto refuse;
@@ -1193,12 +1213,59 @@ streams_count(const streams *ss)
 	return ss->n_streams;
 }
 
+streams_metrics *
+streams_metrics_new(st_metrics *m)
+{
+	streams_metrics *sm = st_xcalloc(1, sizeof(*sm));
+	char labels[64];
+
+	sm->dropped.coalesced = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"coalesced\"",
+	                                           "Frames dropped from stream queues, by reason (ADR-0197).");
+	sm->dropped.overflow = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"overflow\"", NULL);
+	sm->dropped.replay = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"replay\"", NULL);
+	sm->dropped.blocked = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"blocked\"", NULL);
+	sm->open = st_metrics_gauge(m, "studio_streams_open", NULL, "Streams open now.");
+	for (int i = 0; i < OUT_COUNT; i++) {
+		snprintf(labels, sizeof(labels), "outcome=\"%s\"", outcome_names[i]);
+		sm->outcome[i] = st_metrics_counter(m, "studio_stream_outcomes_total", labels,
+		                                    i == 0 ? "Streams ended, by outcome (ADR-WEB-ADV-001)." : NULL);
+	}
+	for (int i = 0; i < RR_COUNT; i++) {
+		snprintf(labels, sizeof(labels), "result=\"%s\"", replay_result_names[i]);
+		sm->replay[i] = st_metrics_counter(m, "studio_replay_total", labels,
+		                                   i == 0 ? "Resume requests, by result." : NULL);
+	}
+	sm->frames = st_metrics_counter(m, "studio_frames_delivered_total", NULL,
+	                                "Frames handed to client connections.");
+	sm->refused = st_metrics_counter(m, "studio_ids_refused_total", NULL,
+	                                 "Frames refused because their id would repeat or regress.");
+	sm->seam_overlap = st_metrics_counter(m, "studio_seam_overlap_total", NULL,
+	                                      "Live frames dropped at the resume seam because the replay sent them.");
+	sm->seam_gap = st_metrics_counter(m, "studio_seam_gaps_total", NULL,
+	                                  "Resume seams that would have left a hole (answered with resync gap).");
+	return sm;
+}
+
+void
+streams_metrics_free(streams_metrics *sm)
+{
+	free(sm); /* the handles belong to the registry */
+}
+
+size_t
+streams_metrics_open(const streams_metrics *sm)
+{
+	int64_t v = st_gauge_get(sm->open);
+
+	return v > 0 ? (size_t)v : 0;
+}
+
 streams *
-streams_new(struct event_base *base, pgpool *pool, st_metrics *m, const st_clock *clock, const streams_config *cfg)
+streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, const st_clock *clock,
+            const streams_config *cfg)
 {
 	streams *ss = st_xcalloc(1, sizeof(*ss));
 	struct timeval tv;
-	char labels[64];
 
 	ss->base = base;
 	ss->pool = pool;
@@ -1208,30 +1275,16 @@ streams_new(struct event_base *base, pgpool *pool, st_metrics *m, const st_clock
 		ss->cfg.heartbeat_ms = 15000;
 	ss->hub = hub_new(hub_deliver_cb, hub_flush_cb);
 	ss->heartbeat = frame_heartbeat_new();
-	ss->dropped.coalesced = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"coalesced\"",
-	                                           "Frames dropped from stream queues, by reason (ADR-0197).");
-	ss->dropped.overflow = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"overflow\"", NULL);
-	ss->dropped.replay = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"replay\"", NULL);
-	ss->dropped.blocked = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"blocked\"", NULL);
-	ss->m_open = st_metrics_gauge(m, "studio_streams_open", NULL, "Streams open now.");
-	for (int i = 0; i < OUT_COUNT; i++) {
-		snprintf(labels, sizeof(labels), "outcome=\"%s\"", outcome_names[i]);
-		ss->m_outcome[i] = st_metrics_counter(m, "studio_stream_outcomes_total", labels,
-		                                      i == 0 ? "Streams ended, by outcome (ADR-WEB-ADV-001)." : NULL);
-	}
-	for (int i = 0; i < RR_COUNT; i++) {
-		snprintf(labels, sizeof(labels), "result=\"%s\"", replay_result_names[i]);
-		ss->m_replay[i] = st_metrics_counter(m, "studio_replay_total", labels,
-		                                     i == 0 ? "Resume requests, by result." : NULL);
-	}
-	ss->m_frames = st_metrics_counter(m, "studio_frames_delivered_total", NULL,
-	                                  "Frames handed to client connections.");
-	ss->m_refused = st_metrics_counter(m, "studio_ids_refused_total", NULL,
-	                                   "Frames refused because their id would repeat or regress.");
-	ss->m_seam_overlap = st_metrics_counter(m, "studio_seam_overlap_total", NULL,
-	                                        "Live frames dropped at the resume seam because the replay sent them.");
-	ss->m_seam_gap = st_metrics_counter(m, "studio_seam_gaps_total", NULL,
-	                                    "Resume seams that would have left a hole (answered with resync gap).");
+	ss->dropped = sm->dropped;
+	ss->m_open = sm->open;
+	for (int i = 0; i < OUT_COUNT; i++)
+		ss->m_outcome[i] = sm->outcome[i];
+	for (int i = 0; i < RR_COUNT; i++)
+		ss->m_replay[i] = sm->replay[i];
+	ss->m_frames = sm->frames;
+	ss->m_refused = sm->refused;
+	ss->m_seam_overlap = sm->seam_overlap;
+	ss->m_seam_gap = sm->seam_gap;
 	ss->ev_heartbeat = event_new(base, -1, 0, heartbeat_cb, ss);
 	ss->ev_grace = event_new(base, -1, 0, grace_cb, ss);
 	ss->ev_drain_done = event_new(base, -1, 0, drain_done_cb, ss);

@@ -14,7 +14,10 @@
  * The registry (streams) owns the hub: the sequencer's ordered batches come
  * in through streams_publish and fan out to the subscribers' queues.
  *
- * Threads: everything runs on the loop thread.
+ * Threads: a registry and its streams run on the loop thread of its base.
+ * An edge with several loops has one registry per loop (its own hub,
+ * heartbeats, drain); they share one streams_metrics, whose handles are
+ * atomic, so every series exists once and studio_streams_open is the total.
  */
 #ifndef EDGE_STREAM_H
 #define EDGE_STREAM_H
@@ -35,12 +38,25 @@ typedef struct streams streams;
 typedef struct streams_config {
 	uint64_t replay_cap;      /* more events than this to replay -> resync replay_cap */
 	uint32_t heartbeat_ms;    /* heartbeat interval */
-	uint32_t max_streams;     /* 429 beyond */
+	uint32_t max_streams;     /* 429 beyond (counted over every registry sharing the metrics) */
 	uint32_t drain_grace_ms;  /* reconnect hints are spread over this; the rest is closed after it */
 } streams_config;
 
-/* pool and metrics are borrowed and must outlive the registry; the clock too. */
-streams *streams_new(struct event_base *base, pgpool *pool, st_metrics *m, const st_clock *clock,
+/*
+ * The streams' series (outcomes, drops, replay results, streams open...),
+ * registered once in m, which must outlive it.  Main thread, at start.
+ */
+typedef struct streams_metrics streams_metrics;
+streams_metrics *streams_metrics_new(st_metrics *m);
+void streams_metrics_free(streams_metrics *sm); /* after every registry using it; NULL-safe */
+/* Streams open now in every registry using sm (any thread). */
+size_t streams_metrics_open(const streams_metrics *sm);
+
+/*
+ * pool and sm are borrowed and must outlive the registry; the clock too.
+ * cfg->max_streams bounds the streams open in every registry sharing sm.
+ */
+streams *streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, const st_clock *clock,
                      const streams_config *cfg);
 /* Frees the registry.  Call after http_server_free (which closed every
  * started stream); requests still waiting for the database get 503.  NULL-safe. */
