@@ -33,12 +33,20 @@ static const char CHECK_SQL[] =
 	"                       ORDER BY e.seq LIMIT $3::int8) AS x"
 	"   LIMIT $3::int8) AS c)::int8";
 
+/*
+ * The retention horizon comes with every chunk, read in the same snapshot
+ * as the rows: a slow replay whose rows retention deleted meanwhile is told
+ * so (horizon above its cursor) instead of skipping them silently.  The
+ * one-row LEFT JOIN makes an empty chunk still carry it (one row, seq NULL).
+ */
 static const char FETCH_SQL[] =
-	"SELECT x.seq, x.topic, x.about, x.data"
-	" FROM (SELECT DISTINCT u FROM unnest($1::text[]) AS u) AS t(topic)"
-	" CROSS JOIN LATERAL (SELECT e.seq, e.topic, e.about, e.data FROM broker_event e"
-	"   WHERE e.topic = t.topic AND e.seq > $2::int8 AND e.seq <= $3::int8"
-	"   ORDER BY e.seq LIMIT $4::int8) AS x"
+	"SELECT x.seq, x.topic, x.about, x.data, h.horizon"
+	" FROM (SELECT coalesce((SELECT horizon FROM broker_meta WHERE id = 1), 0)::int8 AS horizon) AS h"
+	" LEFT JOIN LATERAL (SELECT y.* FROM (SELECT DISTINCT u FROM unnest($1::text[]) AS u) AS t(topic)"
+	"   CROSS JOIN LATERAL (SELECT e.seq, e.topic, e.about, e.data FROM broker_event e"
+	"     WHERE e.topic = t.topic AND e.seq > $2::int8 AND e.seq <= $3::int8"
+	"     ORDER BY e.seq LIMIT $4::int8) AS y"
+	"   ORDER BY y.seq LIMIT $4::int8) AS x ON true"
 	" ORDER BY x.seq LIMIT $4::int8";
 
 static const char FILL_SQL[] =
@@ -159,22 +167,32 @@ row_frame(const PGresult *r, int row, frame **out)
 	return ST_OK;
 }
 
-/* All rows -> frames (*out malloc'd, *n entries), ascending seqs checked. */
+/*
+ * All rows -> frames (*out malloc'd, *n entries), ascending seqs checked.
+ * With horizon (the fetch), a fifth column carries it, and a single row
+ * whose seq is NULL means "no rows".
+ */
 static st_err
-rows_frames(const PGresult *r, uint32_t limit, frame ***out, size_t *n)
+rows_frames(const PGresult *r, uint32_t limit, frame ***out, size_t *n, uint64_t *horizon)
 {
-	int rows = PQntuples(r);
+	int rows = PQntuples(r), cols = horizon ? 5 : 4;
 	frame **f;
 	st_err rv = ST_OK;
 	int i;
 
 	*out = NULL;
 	*n = 0;
-	if (PQnfields(r) != 4 || rows < 0 || (uint32_t)rows > limit)
+	if (PQnfields(r) != cols || rows < 0 || (uint32_t)rows > limit)
 		return ST_EPROTO;
-	for (int c = 0; c < 4; c++)
+	for (int c = 0; c < cols; c++)
 		if (PQfformat(r, c) != 1)
 			return ST_EPROTO;
+	if (horizon) {
+		if (rows < 1 || !get_i8(r, 0, 4, horizon))
+			return ST_EPROTO;
+		if (rows == 1 && PQgetisnull(r, 0, 0))
+			rows = 0;
+	}
 	if (rows == 0)
 		return ST_OK;
 	f = st_xcalloc((size_t)rows, sizeof(*f));
@@ -205,7 +223,7 @@ on_result(void *arg, st_err err, const PGresult *res)
 	replay_job *j = arg;
 	frame **f = NULL;
 	size_t n = 0;
-	uint64_t d = 0, horizon = 0, count = 0;
+	uint64_t d = 0, horizon = 0, count = 0, fetch_horizon = 0;
 
 	j->q = NULL;
 	j->calling = true;
@@ -221,9 +239,9 @@ on_result(void *arg, st_err err, const PGresult *res)
 	case J_FETCH:
 	case J_FILL:
 		if (err == ST_OK)
-			err = rows_frames(res, j->limit, &f, &n);
+			err = rows_frames(res, j->limit, &f, &n, j->kind == J_FETCH ? &fetch_horizon : NULL);
 		if (j->kind == J_FETCH) {
-			j->rows_fn(j->arg, err, f, n, err == ST_OK && n < j->limit);
+			j->rows_fn(j->arg, err, f, n, err == ST_OK && n < j->limit, fetch_horizon);
 		} else {
 			uint64_t upto = n < j->limit ? j->upto : frame_seq(f[n - 1]);
 			j->fill_fn(j->arg, err, f, n, err == ST_OK ? upto : 0);

@@ -41,9 +41,12 @@ typedef struct replay_job replay_job;
 typedef void (*replay_check_fn)(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count);
 
 /* err ST_OK: frames[0..n) in seq order; done when fewer than limit rows came back (the
- * range is exhausted).  The callee refs what it keeps; the frames are unreferenced after
- * the call.  err ST_EDB: the query failed; ST_EPROTO: a row could not be read (logged). */
-typedef void (*replay_rows_fn)(void *arg, st_err err, frame *const *frames, size_t n, bool done);
+ * range is exhausted); horizon: the retention horizon in the same snapshot (every seq at
+ * or below it may be gone, so a horizon above the cursor means rows were deleted under
+ * the replay).  The callee refs what it keeps; the frames are unreferenced after the
+ * call.  err ST_EDB: the query failed; ST_EPROTO: a row could not be read (logged). */
+typedef void (*replay_rows_fn)(void *arg, st_err err, frame *const *frames, size_t n, bool done,
+                               uint64_t horizon);
 
 /* As replay_rows_fn; upto_reached is the seq up to which (after, upto_reached] is now
  * complete: upto when fewer than limit rows came back, the last row's seq otherwise.

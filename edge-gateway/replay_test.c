@@ -104,10 +104,11 @@ keep(got *g, frame *const *f, size_t n)
 }
 
 static void
-on_rows(void *arg, st_err err, frame *const *f, size_t n, bool done)
+on_rows(void *arg, st_err err, frame *const *f, size_t n, bool done, uint64_t horizon)
 {
 	got *g = arg;
 
+	g->horizon = horizon;
 	g->calls++;
 	g->done_cb = true;
 	g->err = err;
@@ -242,6 +243,16 @@ t_fetch(void)
 	fetch(&g, none, l4, 1, 0, 10, 100);
 	ST_CHECK_EQ_U64(g.n, 0);
 	ST_CHECK(g.done);
+	ST_CHECK_EQ_U64(g.horizon, 0); /* no broker_meta row: 0 */
+	/* Every chunk carries the retention horizon of its snapshot, an empty one too. */
+	ST_CHECK(sql("INSERT INTO broker_meta (id, horizon, schema_version) VALUES (1, 5, 1)"));
+	fetch(&g, t, l, 3, 0, 10, 3);
+	ST_CHECK_EQ_U64(g.n, 3);
+	ST_CHECK_EQ_U64(g.horizon, 5);
+	fetch(&g, none, l4, 1, 0, 10, 100);
+	ST_CHECK_EQ_U64(g.n, 0);
+	ST_CHECK(g.done);
+	ST_CHECK_EQ_U64(g.horizon, 5);
 }
 
 static void

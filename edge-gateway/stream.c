@@ -545,7 +545,7 @@ stream_fail(stream *s, const char *detail)
 }
 
 static void
-on_rows(void *arg, st_err err, frame *const *frames, size_t n, bool done)
+on_rows(void *arg, st_err err, frame *const *frames, size_t n, bool done, uint64_t horizon)
 {
 	stream *s = arg;
 
@@ -556,6 +556,17 @@ on_rows(void *arg, st_err err, frame *const *frames, size_t n, bool done)
 		return;
 	}
 	chunk_clear(s);
+	if (horizon > s->cursor) {
+		/*
+		 * Retention deleted rows after our cursor while we replayed: never
+		 * a silent hole (ADR-WEB-ADV-001).  One resync, then live from d.
+		 */
+		st_counter_inc(s->ss->m_replay[RR_EXPIRED]);
+		stream_write_frame(s, frame_resync_new(s->d, "cursor_expired"));
+		s->chunk_done = true;
+		stream_pump(s);
+		return;
+	}
 	if (n) {
 		size_t bytes = 0, keep = 0;
 

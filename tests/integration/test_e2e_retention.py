@@ -9,6 +9,7 @@ import subprocess
 import time
 
 import harness
+import sse_client as sc
 from harness import check, check_eq, log
 
 LOCK_KEY = 7450001          # the writer's default --lock-key
@@ -92,6 +93,41 @@ def one_replica_at_a_time():
         finally:
             holder.stdin.close()
             holder.wait(10)
+
+
+@t.case
+def rows_deleted_under_a_slow_replay_give_a_resync():
+    # ADR-WEB-ADV-001: never a silent jump.  A replay paced by a slow reader
+    # whose next rows retention deletes meanwhile must say cursor_expired.
+    with harness.Env() as env:
+        w = env.start_writer(flush_interval_ms=100, retention="0")
+        w.wait_ready()
+        pad = "x" * 2000
+        seqs = sc.publish_many(w, [{"topic": "ret3", "data": {"i": i, "p": pad}} for i in range(3000)], batch=500)
+        edge = env.start_edge([w], replay_cap=100000, flush_interval_ms=100)
+        edge.wait_ready()
+        c = sc.StreamClient(sc.edge_port(edge), "/v1/stream?topic=ret3&format=ndjson", rcvbuf=8192,
+                            read_rate=100000, headers={"Last-Event-ID": str(seqs[0] - 1)})
+        sc.run_clients([c], 1.5)
+        check(c.status == 200 and 0 < len(c.items()) < 1500, "the replay is under way (%d items)"
+              % len(c.items()))
+        # What retention does, in one transaction: record the horizon, delete up to it.
+        cut = seqs[2000]
+        env.psql("BEGIN; UPDATE broker_meta SET horizon = %d WHERE id = 1; "
+                 "DELETE FROM broker_event WHERE seq <= %d; COMMIT" % (cut, cut))
+        c.read_rate = None
+        sc.run_clients([c], 20.0, until=lambda: bool(c.of_type("resync")))
+        sc.run_clients([c], 1.0)  # whatever follows the resync
+        resyncs = c.of_type("resync")
+        log("FIGURE slow replay: %d items, then %s" % (len(c.items()), [r["env"] for r in resyncs]))
+        check_eq([r["env"].get("reason") for r in resyncs], ["cursor_expired"], "one resync cursor_expired")
+        ids = c.ids(("item", "resync"))
+        check(all(a < b for a, b in zip(ids, ids[1:])), "ids strictly increase")
+        rid = int(resyncs[0]["env"]["id"])
+        check(rid >= cut, "the resync id (%d) is at or past every deleted seq (%d)" % (rid, cut))
+        after = [int(f["env"]["id"]) for f in c.items() if int(f["env"]["id"]) > rid]
+        check(all(i > cut for i in after), "no deleted row follows the resync")
+        c.close()
 
 
 t.main()
