@@ -18,8 +18,10 @@
  */
 #include "ingest.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
@@ -31,6 +33,7 @@
 
 enum work_state { W_RECV, W_WAIT, W_SEND };
 
+
 struct ingest_work {
 	ingest *in;
 	nng_aio *aio;
@@ -38,6 +41,16 @@ struct ingest_work {
 	enum work_state st;
 	nng_msg *msg;        /* the request message (WAIT), keeps req's strings alive */
 	proto_request *req;
+	/*
+	 * Under in->mu: the request this work waits with, to spot REQ resends.
+	 * rep0 keeps the request id to itself (contexts get no header), and a
+	 * resend is the same bytes on the same pipe, so pipe + length + hash of
+	 * the body name it.
+	 */
+	bool keyed;
+	uint32_t pipe;
+	size_t body_len;
+	uint64_t body_hash;
 };
 
 struct ingest {
@@ -50,7 +63,54 @@ struct ingest {
 	ingest_request_fn fn;
 	void *arg;
 	atomic_bool closing;
+	pthread_mutex_t mu;          /* the works' keys */
+	atomic_size_t waiting;       /* works in WAIT */
+	_Atomic(const char *) refuse; /* set by the loop: answer "unavailable" with this detail */
+	st_counter *refused, *refused_unavail; /* refusals answered by the reserve */
 };
+
+/*
+ * A REQ resends a request it has no answer for (after NNG_OPT_REQ_RESENDTIME,
+ * 60 s by default, on the same pipe).  A resend of a request that waits for
+ * its commit must not become a second request: it would be stored twice, or
+ * refused while the original commits.  It is dropped; the original's reply
+ * carries the same request id and answers it.  (Two different requests
+ * with identical bytes from one requester at once: the second waits for the
+ * first's answer, then its own resend goes through.)  Returns true when m
+ * is such a resend.  Otherwise, with keep, records m's key for w.
+ */
+static bool
+resend_or_key(ingest_work *w, nng_msg *m, bool keep)
+{
+	ingest *in = w->in;
+	uint32_t pipe = nng_pipe_id(nng_msg_get_pipe(m));
+	size_t len = nng_msg_len(m);
+	uint64_t hash = st_hash_bytes(nng_msg_body(m), len);
+	bool dup = false;
+
+	pthread_mutex_lock(&in->mu);
+	for (size_t i = 0; i < in->n_works && !dup; i++) {
+		const ingest_work *o = &in->works[i];
+
+		dup = o->keyed && o->pipe == pipe && o->body_len == len && o->body_hash == hash;
+	}
+	if (!dup && keep) {
+		w->keyed = true;
+		w->pipe = pipe;
+		w->body_len = len;
+		w->body_hash = hash;
+	}
+	pthread_mutex_unlock(&in->mu);
+	return dup;
+}
+
+static void
+unkey(ingest_work *w)
+{
+	pthread_mutex_lock(&w->in->mu);
+	w->keyed = false;
+	pthread_mutex_unlock(&w->in->mu);
+}
 
 static void
 work_send(ingest_work *w, st_buf *b)
@@ -58,6 +118,10 @@ work_send(ingest_work *w, st_buf *b)
 	nng_msg *m = NULL;
 	int rv;
 
+	if (w->st == W_WAIT) {
+		unkey(w);
+		atomic_fetch_sub(&w->in->waiting, 1);
+	}
 	proto_request_free(w->req);
 	w->req = NULL;
 	if (w->msg != NULL) {
@@ -96,6 +160,12 @@ work_cb(void *arg)
 		}
 		w->msg = nng_aio_get_msg(w->aio);
 		nng_aio_set_msg(w->aio, NULL);
+		if (resend_or_key(w, w->msg, false)) {
+			nng_msg_free(w->msg);
+			w->msg = NULL;
+			nng_ctx_recv(w->ctx, w->aio);
+			return;
+		}
 		detail[0] = '\0';
 		if (proto_request_decode(nng_msg_body(w->msg), nng_msg_len(w->msg), &w->req, detail, sizeof(detail)) !=
 		    ST_OK) {
@@ -108,6 +178,36 @@ work_cb(void *arg)
 			st_buf_fini(&b);
 			return;
 		}
+		if (atomic_load(&in->waiting) + INGEST_RESERVE >= in->n_works || atomic_load(&in->refuse) != NULL) {
+			/*
+			 * The reserve: every other context waits for a commit (or the
+			 * loop refuses everything anyway).  Answer here, so a producer
+			 * always hears back, even while the database is down.
+			 */
+			const char *why = atomic_load(&in->refuse);
+			st_buf b;
+
+			proto_request_free(w->req);
+			w->req = NULL;
+			st_buf_init(&b);
+			proto_reply_err_encode(&b, why ? "unavailable" : "busy",
+			                       why ? why : "every request slot waits for a commit; retry later");
+			work_send(w, &b);
+			st_buf_fini(&b);
+			if (in->refused)
+				st_counter_inc(why ? in->refused_unavail : in->refused);
+			return;
+		}
+		if (resend_or_key(w, w->msg, true)) {
+			/* the same request arrived on another context meanwhile */
+			proto_request_free(w->req);
+			w->req = NULL;
+			nng_msg_free(w->msg);
+			w->msg = NULL;
+			nng_ctx_recv(w->ctx, w->aio);
+			return;
+		}
+		atomic_fetch_add(&in->waiting, 1);
 		w->st = W_WAIT;
 		st_mailbox_post(in->mb, w);
 		return;
@@ -152,6 +252,9 @@ ingest_new(struct event_base *base, const char *url, size_t n_ctx, st_counter *i
 	in->fn = fn;
 	in->arg = arg;
 	atomic_init(&in->closing, false);
+	atomic_init(&in->waiting, 0);
+	atomic_init(&in->refuse, NULL);
+	pthread_mutex_init(&in->mu, NULL);
 	if ((in->mb = st_mailbox_new(base, mailbox_cb, in)) == NULL)
 		goto fail;
 	if ((rv = nng_rep0_open(&in->sock)) != 0) {
@@ -216,7 +319,21 @@ ingest_free(ingest *in)
 			nng_aio_free(w->aio);
 	}
 	free(in->works);
+	pthread_mutex_destroy(&in->mu);
 	free(in);
+}
+
+void
+ingest_set_refusal(ingest *in, const char *detail)
+{
+	atomic_store(&in->refuse, detail);
+}
+
+void
+ingest_set_counters(ingest *in, st_counter *busy, st_counter *unavailable)
+{
+	in->refused = busy;
+	in->refused_unavail = unavailable;
 }
 
 void

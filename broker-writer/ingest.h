@@ -8,7 +8,9 @@
  * counted in the given counter); a valid one is handed to the loop through
  * ONE st_mailbox, and the context waits (WAIT) until the loop answers it.
  * A context therefore holds at most one request; n_ctx bounds how many
- * requests are between the socket and their reply.
+ * requests are between the socket and their reply.  A REQ resend of a
+ * request still waiting (same pipe, same request id) is dropped: the
+ * original's reply answers it.
  *
  * On the loop thread: fn gets every valid request; the loop answers each
  * exactly once with ingest_reply_ok or ingest_reply_err (nng_ctx_send may be
@@ -45,6 +47,18 @@ st_err ingest_new(struct event_base *base, const char *url, size_t n_ctx, st_cou
  * (their producers see a closed pipe and resend).  NULL-safe.
  */
 void ingest_free(ingest *in);
+
+/*
+ * Contexts answer on the nng thread, without the loop, when every context
+ * but INGEST_RESERVE waits for a commit ("busy"), or when the loop set a
+ * refusal ("unavailable" with that detail: shutting down, draining, the
+ * database gone).  So a producer always hears back.  detail must be a
+ * static string; NULL accepts again.  Any thread.
+ */
+#define INGEST_RESERVE 16u
+void ingest_set_refusal(ingest *in, const char *detail);
+/* Counters for the refusals the contexts answer themselves (either may be NULL). Loop thread, at start. */
+void ingest_set_counters(ingest *in, st_counter *busy, st_counter *unavailable);
 
 /* Answers w: {"ok":true,"seqs":[...]}.  Frees w's request; w goes back to RECV. */
 void ingest_reply_ok(ingest_work *w, const uint64_t *seqs, size_t n);

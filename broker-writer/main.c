@@ -69,7 +69,8 @@
 
 #define PROG "broker-writer"
 #define DEFAULT_LOCK_KEY "7450001"
-#define INGEST_CONTEXTS 256
+/* Requests between the socket and their reply; INGEST_RESERVE of them always answer. */
+#define INGEST_CONTEXTS 1024
 #define UNAVAILABLE_AFTER_MS 10000
 #define STOP_GIVE_UP_MS 30000
 #define RETRY_MIN_MS 100
@@ -234,6 +235,7 @@ migrate(const char *dsn, bool retry)
 static void flush_start(writer *w);
 static void flush_send(writer *w);
 static void maybe_finish(writer *w);
+static void refusal_update(writer *w);
 
 static void
 db_failed(writer *w)
@@ -246,6 +248,26 @@ static bool
 db_unavailable(const writer *w)
 {
 	return w->fail_since != 0 && now_ms(w) - w->fail_since > UNAVAILABLE_AFTER_MS;
+}
+
+/*
+ * What the ingest contexts answer by themselves while the loop would refuse
+ * everything anyway; kept current on every request and flush tick, so even
+ * a producer that finds every context waiting hears "unavailable".
+ */
+static void
+refusal_update(writer *w)
+{
+	const char *why = NULL;
+
+	if (w->stopping)
+		why = "shutting down";
+	else if (w->draining)
+		why = "draining";
+	else if (db_unavailable(w))
+		why = "database unreachable";
+	if (w->in)
+		ingest_set_refusal(w->in, why);
 }
 
 static void
@@ -266,6 +288,7 @@ on_request(ingest_work *work, const proto_request *req, void *arg)
 	writer *w = arg;
 	st_err rv;
 
+	refusal_update(w);
 	if (w->stopping || w->draining) {
 		st_counter_inc(w->rej_unavail);
 		ingest_reply_err(work, "unavailable", w->stopping ? "shutting down" : "draining");
@@ -375,6 +398,7 @@ on_flush_result(void *arg, PGresult *res, const char *err)
 		return;
 	}
 	w->fail_since = 0;
+	refusal_update(w);
 	w->retry_ms = RETRY_MIN_MS;
 	w->last_flush_ms = now_ms(w) - w->flush_start_ms;
 	st_histogram_observe(w->flush_seconds, (double)w->last_flush_ms / 1000.0);
@@ -439,6 +463,7 @@ on_tick_result(void *arg, PGresult *res, const char *err)
 		return;
 	}
 	w->fail_since = 0;
+	refusal_update(w);
 	publish_tick(w->pub, head);
 }
 
@@ -478,6 +503,7 @@ on_flush_timer(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd;
 	(void)what;
+	refusal_update(arg);
 	flush_start(arg);
 }
 
@@ -490,9 +516,12 @@ on_db_state(void *arg, bool up)
 		db_failed(w);
 		return;
 	}
-	/* reachable again: accept at once, and resend a waiting flush now
-	 * instead of at the end of its (up to 5 s) backoff */
-	w->fail_since = 0;
+	/*
+	 * Reachable again: resend a waiting flush now instead of at the end of
+	 * its (up to 5 s) backoff.  fail_since is cleared by the next flush or
+	 * tick that succeeds, not here: a connection that drops during every
+	 * flush must still end in "unavailable".
+	 */
 	if (!batch_empty(w->fl) && !w->fl_sent) {
 		evtimer_del(w->retry_timer);
 		flush_send(w);
@@ -547,6 +576,7 @@ on_signal(evutil_socket_t sig, short what, void *arg)
 		return;
 	st_info("signal %d: stopping (new requests get unavailable), flushing what was accepted", (int)sig);
 	w->stopping = true;
+	refusal_update(w);
 	arm(w->give_up_timer, STOP_GIVE_UP_MS);
 	flush_start(w);
 	maybe_finish(w);
@@ -609,6 +639,7 @@ on_control(const char *cmd, const st_json *req, st_buf *out, void *arg)
 		if (!w->draining)
 			st_info("drain: refusing new requests (unavailable), flushing what was accepted");
 		w->draining = true;
+		refusal_update(w);
 		flush_start(w);
 		put_stats(w, out);
 		return ST_OK;
@@ -717,6 +748,7 @@ run(writer *w)
 	if ((rv = ingest_new(w->base, st_config_get(opts, ST_ARRAY_LEN(opts), "ingest")->sval, INGEST_CONTEXTS,
 	                     w->rej_invalid, on_request, w, &w->in)) != ST_OK)
 		st_config_fail(PROG, "--ingest: cannot listen (%s)", st_err_str(rv));
+	ingest_set_counters(w->in, w->rej_busy, w->rej_unavail);
 	if (ctl_url != NULL && ctl_url[0] != '\0' &&
 	    (rv = st_control_new(w->base, ctl_url, on_control, w, &w->ctl)) != ST_OK)
 		st_config_fail(PROG, "--control: cannot listen (%s)", st_err_str(rv));

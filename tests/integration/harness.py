@@ -516,9 +516,11 @@ def publish_file(writer, events, check=True, timeout=300, path=None):
                      check=check, timeout=timeout)
 
 
-def nngreq(url, payload, timeout_ms=5000):
-    """Sends raw bytes on req0; returns (rc, reply or None, stdout, stderr)."""
-    p = subprocess.run([program("nngreq", TOOLS_DIR), "--timeout-ms", str(timeout_ms), url],
+def nngreq(url, payload, timeout_ms=5000, resend_ms=None):
+    """Sends raw bytes on req0; returns (rc, reply or None, stdout, stderr).
+    resend_ms: let REQ resend every resend_ms until answered (default never)."""
+    extra = ["--resend-ms", str(resend_ms)] if resend_ms else []
+    p = subprocess.run([program("nngreq", TOOLS_DIR), "--timeout-ms", str(timeout_ms)] + extra + [url],
                        input=payload, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        timeout=timeout_ms / 1000.0 + 30)
     reply = None

@@ -1,6 +1,7 @@
 """e2e: an idempotency key stores an event once; every retry, same request or
 not, through the same writer or another replica, gets the seq stored first."""
 import subprocess
+import time
 
 import harness as h
 
@@ -74,6 +75,27 @@ def same_key_to_two_replicas_at_once():
         h.check_eq(n, 10, "rows stored for 10 keys sent 4 times each")
         h.check_eq(w1.stop(), 0, "writer 1 exit status")
         h.check_eq(w2.stop(), 0, "writer 2 exit status")
+
+
+@t.case
+def a_req_resend_is_not_a_second_request():
+    # nng REQ resends a request it has no answer for (NNG_OPT_REQ_RESENDTIME).
+    # A resend of a request still waiting for its commit must not be stored
+    # again, nor refused while the original commits: the writer drops it and
+    # the original's reply answers it.  Unkeyed, so no idempotency key helps.
+    with h.Env() as env:
+        w = env.start_writer(flush_interval_ms=3000).wait_ready()
+        ev = {"topic": "resend", "data": "{\"once\":true}"}
+        t0 = time.monotonic()
+        rc, reply, out, err = h.nngreq(w.ingest, h.mp_pack(ev), timeout_ms=15000, resend_ms=150)
+        waited = time.monotonic() - t0
+        h.check_eq(rc, 0, "reply received (%s %s)" % (out.strip(), err.strip()))
+        h.check(reply.get("ok") is True and len(reply.get("seqs", [])) == 1, "one ok reply: %r" % reply)
+        time.sleep(3.5)  # one more flush: anything a resend added would be stored now
+        n = int(h.psql_one(env.dsn, "SELECT count(*) FROM broker_event WHERE topic = 'resend'"))
+        h.log("FIGURE reply after %.1f s with REQ resending every 150 ms; rows stored: %d" % (waited, n))
+        h.check(waited > 0.5, "the reply waited for the commit, so REQ did resend meanwhile")
+        h.check_eq(n, 1, "the event is stored once")
 
 
 if __name__ == "__main__":

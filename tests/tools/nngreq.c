@@ -9,8 +9,10 @@
  * (bin as {"$bin":"hex"}, ext as {"$ext":T,"hex":"..."}, a non-string map key
  * as the string of its JSON text), so a Python test can json.loads it.
  *
- * Usage: nngreq [--timeout-ms N] [--raw] URL [HEX]
+ * Usage: nngreq [--timeout-ms N] [--resend-ms N] [--raw] URL [HEX]
  *   --timeout-ms N  send/receive deadline (default 5000)
+ *   --resend-ms N   let REQ resend the request every N ms until answered
+ *                   (default: never), as a producer with a short resend time does
  *   --raw           print the reply as hex instead of decoding it
  * Exit codes: 0 reply printed; 1 the reply is not one msgpack value (its hex
  * is printed); 2 bad usage; 3 nng error (dial, send, receive, timeout: the
@@ -36,7 +38,7 @@ enum { EXIT_REPLY = 0, EXIT_UNDECODABLE = 1, EXIT_USAGE = 2, EXIT_NNG = 3, EXIT_
 static void
 usage(void)
 {
-	fprintf(stderr, "usage: nngreq [--timeout-ms N] [--raw] URL [HEX]\n");
+	fprintf(stderr, "usage: nngreq [--timeout-ms N] [--resend-ms N] [--raw] URL [HEX]\n");
 	exit(EXIT_USAGE);
 }
 
@@ -249,7 +251,7 @@ nng_fail(const char *what, int rv)
 int
 main(int argc, char **argv)
 {
-	long timeout_ms = 5000;
+	long timeout_ms = 5000, resend_ms = -1;
 	int raw = 0, i = 1, rv, code;
 	const char *url = NULL, *hex = NULL;
 	unsigned char *payload = NULL;
@@ -263,6 +265,12 @@ main(int argc, char **argv)
 			errno = 0;
 			timeout_ms = strtol(argv[++i], &end, 10);
 			if (errno != 0 || *end != '\0' || timeout_ms <= 0 || timeout_ms > 3600000)
+				usage();
+		} else if (strcmp(argv[i], "--resend-ms") == 0 && i + 1 < argc) {
+			char *end;
+			errno = 0;
+			resend_ms = strtol(argv[++i], &end, 10);
+			if (errno != 0 || *end != '\0' || resend_ms <= 0 || resend_ms > 3600000)
 				usage();
 		} else if (strcmp(argv[i], "--raw") == 0) {
 			raw = 1;
@@ -286,7 +294,8 @@ main(int argc, char **argv)
 	}
 	if ((rv = nng_socket_set_ms(sock, NNG_OPT_SENDTIMEO, (nng_duration)timeout_ms)) != 0 ||
 	    (rv = nng_socket_set_ms(sock, NNG_OPT_RECVTIMEO, (nng_duration)timeout_ms)) != 0 ||
-	    (rv = nng_socket_set_ms(sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE)) != 0 ||
+	    (rv = nng_socket_set_ms(sock, NNG_OPT_REQ_RESENDTIME,
+	                            resend_ms > 0 ? (nng_duration)resend_ms : NNG_DURATION_INFINITE)) != 0 ||
 	    (rv = nng_socket_set_size(sock, NNG_OPT_RECVMAXSZ, NNGREQ_MAX_INPUT)) != 0) {
 		code = nng_fail("nng_socket_set", rv);
 		goto done;
