@@ -166,21 +166,6 @@ static void streams_check_drained(streams *ss);
 
 /* ---- small helpers ---------------------------------------------------- */
 
-static bool
-topic_valid(const char *p, size_t len)
-{
-	if (len == 0 || len > 200)
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		char c = p[i];
-
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-		      c == '_' || c == ':' || c == '/' || c == '-'))
-			return false;
-	}
-	return true;
-}
-
 static void
 frame_release_cb(const void *data, size_t len, void *arg)
 {
@@ -733,7 +718,7 @@ query_item(const char *key, size_t klen, const char *val, size_t vlen, void *arg
 	stream *s = qs->s;
 
 	if (klen == 5 && memcmp(key, "topic", 5) == 0) {
-		if (!topic_valid(val, vlen)) {
+		if (proto_topic_check((proto_str){ val, vlen }) != NULL) {
 			qs->error = "topic must be 1..200 bytes of [A-Za-z0-9._:/-]";
 			return ST_EINVAL;
 		}

@@ -299,8 +299,8 @@ str_is(proto_str s, const char *lit)
 
 /* ---- validation shared by requests and published messages ---------------- */
 
-static const char *
-check_topic(proto_str s)
+const char *
+proto_topic_check(proto_str s)
 {
 	if (s.len == 0)
 		return "empty";
@@ -472,7 +472,7 @@ event_decode(req_ctx *c, size_t idx, proto_event *ev)
 				           rv == RD_TYPE ? "not a str" : "truncated");
 				return ST_EINVAL;
 			}
-			if ((why = check_topic(ev->topic)) != NULL) {
+			if ((why = proto_topic_check(ev->topic)) != NULL) {
 				set_detail(c->detail, c->dlen, "event %zu: topic: %s", idx, why);
 				return ST_EINVAL;
 			}
@@ -882,7 +882,7 @@ pub_event_decode(rd *r, proto_pub_event *e, str_pool *abouts)
 		return false;
 	if (rd_uint(r, &e->seq) != RD_OK)
 		return false;
-	if (rd_str(r, &e->topic) != RD_OK || check_topic(e->topic) != NULL)
+	if (rd_str(r, &e->topic) != RD_OK || proto_topic_check(e->topic) != NULL)
 		return false;
 	if (rd_arr(r, &na) != RD_OK || na > PROTO_MAX_ABOUT)
 		return false;

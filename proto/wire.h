@@ -37,6 +37,14 @@ typedef struct proto_str {
 	size_t len;
 } proto_str;
 
+/*
+ * The contract's topic rule, for every place that takes a topic (requests,
+ * published messages, the edge's topic= parameters): NULL when s is 1..200
+ * bytes of [A-Za-z0-9._:/-], else a short static reason ("empty",
+ * "too long", "bad character").
+ */
+const char *proto_topic_check(proto_str s);
+
 /* One event.  topic, about and key point into the request's input; data
  * points into the request's own arena (its compact form, see st_json_compact). */
 typedef struct proto_event {
