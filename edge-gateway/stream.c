@@ -390,6 +390,18 @@ hub_deliver_cb(void *arg, frame *f)
 	switch (s->state) {
 	case ST_CHECKING:
 	case ST_REPLAYING:
+		/*
+		 * What the replay covers (up to the client's id, then up to the
+		 * snapshot head d) never enters the hold buffer: an edge that is
+		 * still catching up on a burst would otherwise fill it with frames
+		 * the replay sends anyway, overflow it, and lose the live frames
+		 * above d with them (a needless resync).
+		 */
+		if (frame_type(f) == FRAME_ITEM &&
+		    frame_seq(f) <= (s->state == ST_REPLAYING ? s->d : s->after)) {
+			st_counter_inc(s->ss->m_seam_overlap);
+			break;
+		}
 		(void)subq_push(s->hold, f, 0);
 		break;
 	case ST_LIVE:
