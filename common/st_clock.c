@@ -22,6 +22,15 @@ st_clock_system(void)
 }
 
 uint64_t
+st_clock_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t
 st_clock_wall_ms(void)
 {
 	struct timespec ts;

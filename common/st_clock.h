@@ -25,6 +25,10 @@ st_clock_now(const st_clock *c)
 /* CLOCK_MONOTONIC in ms; the static object lives for the whole process. */
 const st_clock *st_clock_system(void);
 
+/* CLOCK_MONOTONIC in ns, for measurements only (latency metrics), never
+ * for a timing rule: those go through an st_clock. */
+uint64_t st_clock_mono_ns(void);
+
 /* Wall-clock time in ms since the epoch (for logs and event timestamps). */
 uint64_t st_clock_wall_ms(void);
 

@@ -79,6 +79,20 @@ st_err http_server_new_shared(struct event_base *base, const char *listen, const
                               http_handler_fn fn, void *arg, http_server **out);
 /* Closes the listener and every connection at once (streams get on_close). NULL-safe. */
 void http_server_free(http_server *s);
+/*
+ * Delivery latency: while an origin is set, every stream that gets bytes
+ * with an empty output is stamped with it, and when those bytes have been
+ * handed to the kernel the time since the origin (CLOCK_MONOTONIC ns, see
+ * st_clock_mono_ns) is observed in seconds into h.  The edge sets the
+ * arrival time of the nng message around the fan-out of its frames and
+ * sets 0 afterwards, so the histogram is "message arrived -> bytes left"
+ * for streams that keep up (a stream with a backlog is not stamped: its
+ * lag is the client's, counted by flow control and ADR-0197 instead).
+ * h is borrowed and must outlive the server; NULL stops measuring.
+ */
+struct st_histogram;
+void http_server_set_origin(http_server *s, uint64_t origin_ns);
+void http_server_set_delivery_histogram(http_server *s, struct st_histogram *h);
 /* The port actually bound (useful with port 0 in tests). */
 int http_server_port(const http_server *s);
 

@@ -109,6 +109,7 @@ typedef struct emsg {
 	enum emsg_kind kind;
 	atomic_uint refs;
 	uint64_t head;
+	uint64_t origin_ns; /* EMSG_BATCH: when nng handed its message over, 0 = not from one (a fill) */
 	size_t n;
 	frame *frames[];  /* one reference each, for all workers together */
 } emsg;
@@ -153,10 +154,12 @@ struct edge {
 	bool draining;
 	bool stopping;             /* main's loop has ended: mailbox items are only freed */
 	uint64_t flush_interval_ms;
+	uint64_t arrival_ns;       /* while on_pub runs: when nng handed the message over; else 0 */
 	uint32_t drain_grace_ms;
 	bool exiting;
 	st_counter *m_msgs, *m_bad_msgs, *m_gap_fills, *m_filled, *m_dups, *m_fill_errors, *m_held_dropped;
 	st_gauge *m_held, *m_head;
+	st_histogram *m_delivery;  /* given to every worker's HTTP server */
 	sequencer_stats seen;      /* the sequencer's counters already exported */
 };
 
@@ -179,6 +182,7 @@ emsg_new(enum emsg_kind kind, uint64_t head, size_t n)
 	m->kind = kind;
 	atomic_init(&m->refs, 1);
 	m->head = head;
+	m->origin_ns = 0;
 	m->n = n;
 	return m;
 }
@@ -212,10 +216,13 @@ on_emit(void *arg, frame *const *frames, size_t n)
 	emsg *m;
 
 	if (!edge_threaded(e)) {
+		http_server_set_origin(e->w[0].http, e->arrival_ns);
 		streams_publish(e->w[0].streams, frames, n, sequencer_head(e->seq));
+		http_server_set_origin(e->w[0].http, 0);
 		return;
 	}
 	m = emsg_new(EMSG_BATCH, sequencer_head(e->seq), n);
+	m->origin_ns = e->arrival_ns;
 	for (size_t i = 0; i < n; i++)
 		m->frames[i] = frame_ref(frames[i]);
 	e->posted_head = m->head;
@@ -269,13 +276,19 @@ on_pub(void *arg, const void *data, size_t len)
 	edge *e = arg;
 	proto_pub *m = NULL;
 
+	/* Frames the sequencer emits under this call came with this message
+	 * (studio_edge_delivery_seconds); a later emit (after a fill) is not
+	 * timed against it. */
+	e->arrival_ns = st_clock_mono_ns();
 	if (proto_pub_decode(data, len, &m) != ST_OK) {
 		st_counter_inc(e->m_bad_msgs);
+		e->arrival_ns = 0;
 		return;
 	}
 	st_counter_inc(e->m_msgs);
 	atomic_store_explicit(&e->last_msg_ms, st_clock_now(st_clock_system()), memory_order_relaxed);
 	(void)sequencer_push(e->seq, m);
+	e->arrival_ns = 0;
 	proto_pub_free(m);
 	edge_set_head(e);
 	edge_flow_check(e);
@@ -586,7 +599,9 @@ worker_inbox_cb(void *item, void *arg)
 
 	switch (w->stopped ? EMSG_STOP : m->kind) {
 	case EMSG_BATCH:
+		http_server_set_origin(w->http, m->origin_ns);
 		streams_publish(w->streams, m->frames, m->n, m->head);
+		http_server_set_origin(w->http, 0);
 		atomic_fetch_sub(&w->inflight, 1);
 		worker_flow_eval(w);
 		break;
@@ -654,6 +669,7 @@ worker_init(edge *e, worker *w, const char *dsn, const char *listen, const http_
 	w->streams = streams_new(w->base, w->pool, e->sm, st_clock_system(), scfg);
 	if ((rv = http_server_new_shared(w->base, listen, hcfg, http_cb, w, &w->http)) != ST_OK)
 		return rv;
+	http_server_set_delivery_histogram(w->http, e->m_delivery);
 	w->inbox = st_mailbox_new(w->base, worker_inbox_cb, w);
 	w->ev_flow = event_new(w->base, -1, 0, worker_flow_cb, w);
 	ST_ASSERT(w->inbox && w->ev_flow);
@@ -752,6 +768,15 @@ main(int argc, char **argv)
 	                                      "Events dropped from the out-of-order hold (a fill recovers them).");
 	e.m_held = st_metrics_gauge(e.metrics, "studio_sequencer_held", NULL, "Events held behind a gap now.");
 	e.m_head = st_metrics_gauge(e.metrics, "studio_history_head", NULL, "The newest seq of the ordered history.");
+	{
+		static const double b[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+		                            0.05,   0.1,     0.25,   0.5,   1,      2.5,   5 };
+
+		e.m_delivery = st_metrics_histogram(e.metrics, "studio_edge_delivery_seconds", NULL,
+		                                    "From nng handing a published message over to its bytes "
+		                                    "reaching the kernel, per stream that keeps up.",
+		                                    b, sizeof(b) / sizeof(b[0]));
+	}
 
 	e.sm = streams_metrics_new(e.metrics);
 	e.n_workers = (size_t)OPT("threads")->ival;
@@ -778,6 +803,7 @@ main(int argc, char **argv)
 		w->streams = streams_new(e.base, e.pool, e.sm, st_clock_system(), &scfg);
 		if ((rv = http_server_new(e.base, listen, &hcfg, http_cb, w, &w->http)) != ST_OK)
 			st_config_fail("edge-gateway", "--listen %s: %s", listen, st_err_str(rv));
+		http_server_set_delivery_histogram(w->http, e.m_delivery);
 	} else {
 		char bound[600];
 
