@@ -343,14 +343,29 @@ http_response(int fd, char *buf, size_t cap, size_t *have)
 }
 
 static int
+http_connect(const struct sockaddr_in *a)
+{
+	int fd, one = 1;
+
+	if ((fd = socket(AF_INET, SOCK_STREAM, 0)) == -1 || connect(fd, (const struct sockaddr *)a, sizeof(*a)) == -1) {
+		perror("pubgen: connect");
+		if (fd != -1)
+			close(fd);
+		return -1;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+static int
 run_http(void)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
 	char host[64], req[16384], data[8192], rb[65536];
 	const char *colon = strrchr(opt.url, ':');
-	int fd, one = 1;
+	int fd;
 	size_t have = 0;
-	uint64_t sent = 0, ok = 0, err = 0, t0;
+	uint64_t sent = 0, ok = 0, err = 0, reconnects = 0, t0;
 
 	if (colon == NULL || (size_t)(colon - opt.url) >= sizeof(host) || opt.path == NULL)
 		usage();
@@ -359,11 +374,8 @@ run_http(void)
 	a.sin_port = htons((uint16_t)atoi(colon + 1));
 	if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
 		usage();
-	if ((fd = socket(AF_INET, SOCK_STREAM, 0)) == -1 || connect(fd, (struct sockaddr *)&a, sizeof(a)) == -1) {
-		perror("pubgen: connect");
+	if ((fd = http_connect(&a)) == -1)
 		return 1;
-	}
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	t0 = now_ns();
 	for (;;) {
 		uint64_t now = now_ns();
@@ -385,16 +397,21 @@ run_http(void)
 		    "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
 		    opt.path, opt.url, dl, data);
 
-		if (write(fd, req, (size_t)rl) != rl) {
-			perror("pubgen: write");
-			return 1;
-		}
-		sent++;
-		int status = http_response(fd, rb, sizeof(rb), &have);
+		int status = write(fd, req, (size_t)rl) == rl ? http_response(fd, rb, sizeof(rb), &have) : -1;
 
+		sent++;
 		if (status < 0) {
-			fprintf(stderr, "pubgen: connection lost\n");
-			return 1;
+			/* The server closed the kept-alive connection (nginx does after
+			 * keepalive_requests): the event counts as an error, go on. */
+			close(fd);
+			have = 0;
+			reconnects++;
+			err++;
+			if (reconnects > 1000 || (fd = http_connect(&a)) == -1) {
+				fprintf(stderr, "pubgen: connection lost\n");
+				return 1;
+			}
+			continue;
 		}
 		if (status >= 200 && status < 300)
 			ok++;
@@ -404,8 +421,8 @@ run_http(void)
 	double el = (double)(now_ns() - t0) / 1e9;
 
 	printf("{\"mode\":\"http\",\"sent\":%" PRIu64 ",\"ok\":%" PRIu64 ",\"errors\":%" PRIu64
-	       ",\"elapsed_s\":%.3f,\"committed_per_s\":%.0f}\n",
-	    sent, ok, err, el, el > 0 ? (double)ok / el : 0.0);
+	       ",\"reconnects\":%" PRIu64 ",\"elapsed_s\":%.3f,\"committed_per_s\":%.0f}\n",
+	    sent, ok, err, reconnects, el, el > 0 ? (double)ok / el : 0.0);
 	fflush(stdout);
 	close(fd);
 	return 0;
