@@ -69,6 +69,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -89,6 +90,8 @@
 #define HTTP_STREAM_STALL_MS 30000
 #define HTTP_QUERY_ITEM_MAX 1024
 #define HTTP_QUERY_PAIRS_MAX 256
+/* Buffers per writev of http_stream_write_refs (callers batch fewer). */
+#define HTTP_WRITEV_MAX 64
 
 enum conn_state { ST_HEAD, ST_HANDLER, ST_STREAM, ST_DRAIN };
 
@@ -281,6 +284,28 @@ out_write_fd(http_stream *c, struct evbuffer *out)
 	evbuffer_freeze(out, 1);
 }
 
+/* The kernel refused bytes: the bufferevent waits for room and calls
+ * write_cb (on_writable) once under the low watermark. */
+static void
+out_block(http_stream *c)
+{
+	if (!c->direct || c->closing || c->state != ST_STREAM)
+		return;
+	out_leave(c);
+	c->direct = false;
+	bufferevent_enable(c->bev, EV_WRITE);
+}
+
+static size_t
+total_len(const http_ref *refs, size_t n)
+{
+	size_t t = 0;
+
+	for (size_t i = 0; i < n; i++)
+		t += refs[i].len;
+	return t;
+}
+
 /*
  * notify: called from defer_cb, not under the user's own write: a writer
  * that stopped at the low watermark without flushing hears on_writable
@@ -299,10 +324,7 @@ out_write(http_stream *c, bool notify)
 		return;
 	out_write_fd(c, out);
 	if (evbuffer_get_length(out) > 0) {
-		/* The kernel refused bytes: the bufferevent waits for room and
-		 * calls write_cb (on_writable) once under the low watermark. */
-		c->direct = false;
-		bufferevent_enable(c->bev, EV_WRITE);
+		out_block(c);
 		return;
 	}
 	out_observe(c);
@@ -1580,6 +1602,57 @@ http_stream_write_ref(http_stream *s, const void *data, size_t len,
 		defer_kick(s->srv);
 	else
 		out_mark(s);
+}
+
+void
+http_stream_write_refs(http_stream *s, const http_ref *refs, size_t n)
+{
+	struct iovec iov[HTTP_WRITEV_MAX];
+	size_t i = 0, off = 0, k = n < HTTP_WRITEV_MAX ? n : HTTP_WRITEV_MAX;
+	bool refused = false;
+
+	if (n == 0)
+		return;
+	if (!stream_drops(s) && s->direct && !s->in_out && evbuffer_get_length(bufferevent_get_output(s->bev)) == 0) {
+		for (size_t j = 0; j < k; j++) {
+			iov[j].iov_base = (void *)refs[j].data;
+			iov[j].iov_len = refs[j].len;
+		}
+		ssize_t w = writev(bufferevent_getfd(s->bev), iov, (int)k);
+
+		if (w < 0) {
+			refused = errno != EINTR;
+		} else {
+			size_t left = (size_t)w;
+
+			/* Fewer than n taken whole with all k written is the iovec
+			 * cap, not a full socket: the end of the turn writes the rest. */
+			refused = (size_t)w < total_len(refs, k);
+
+			while (i < n && i < k && left >= refs[i].len) {
+				left -= refs[i].len;
+				if (refs[i].cleanup)
+					refs[i].cleanup(refs[i].data, refs[i].len, refs[i].arg);
+				i++;
+			}
+			off = left;
+		}
+		if (i == n) {
+			/* All of it reached the kernel now. */
+			if (s->srv->origin_ns != 0) {
+				s->origin_ns = s->srv->origin_ns;
+				out_observe(s);
+			}
+			return;
+		}
+	}
+	for (; i < n; i++, off = 0)
+		http_stream_write_ref(s, (const char *)refs[i].data + off, refs[i].len - off, refs[i].cleanup,
+		                      refs[i].arg);
+	/* The kernel refused bytes (or an error: the bufferevent meets it too
+	 * and reports it): wait for room instead of trying again this turn. */
+	if (refused)
+		out_block(s);
 }
 
 size_t

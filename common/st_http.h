@@ -155,6 +155,23 @@ void http_stream_write(http_stream *s, const void *data, size_t len);
  * (after the bytes were sent or the connection freed). */
 void http_stream_write_ref(http_stream *s, const void *data, size_t len,
                            void (*cleanup)(const void *data, size_t len, void *arg), void *arg);
+/* One zero-copy buffer for http_stream_write_refs. */
+typedef struct http_ref {
+	const void *data;
+	size_t len;
+	void (*cleanup)(const void *data, size_t len, void *arg);
+	void *arg;
+} http_ref;
+/*
+ * refs[0..n) in order, as n http_stream_write_ref calls would queue them,
+ * but when the stream has no backlog they go to the socket at once in one
+ * writev: every buffer the kernel takes whole is released (its cleanup
+ * called) before this returns and never touches the output buffer; the
+ * rest is queued as by http_stream_write_ref (a buffer taken in part is
+ * queued from where the kernel stopped, and its cleanup gets that pointer).
+ * The fan-out path: no allocation, no copy, one syscall per stream.
+ */
+void http_stream_write_refs(http_stream *s, const http_ref *refs, size_t n);
 /*
  * Writes what the output holds to the socket now (one non-blocking write)
  * and returns the backlog left.  Callers use it when the backlog passed the

@@ -769,8 +769,9 @@ main(int argc, char **argv)
 	e.m_held = st_metrics_gauge(e.metrics, "studio_sequencer_held", NULL, "Events held behind a gap now.");
 	e.m_head = st_metrics_gauge(e.metrics, "studio_history_head", NULL, "The newest seq of the ordered history.");
 	{
-		static const double b[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-		                            0.05,   0.1,     0.25,   0.5,   1,      2.5,   5 };
+		static const double b[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+		                            0.075,  0.1,     0.15,   0.2,   0.25,   0.3,   0.4,  0.5,   0.75, 1,
+		                            2.5,    5 };
 
 		e.m_delivery = st_metrics_histogram(e.metrics, "studio_edge_delivery_seconds", NULL,
 		                                    "From nng handing a published message over to its bytes "

@@ -238,11 +238,50 @@ stream_finish(stream *s, enum stream_outcome o)
 }
 
 /*
- * The last step before the socket: ids strictly increase, a terminal frame
- * ends the stream.  Consumes the caller's reference to f.
+ * Frames the pump hands to the socket in one go (http_stream_write_refs:
+ * one writev, no copy, no allocation), bounded so the backlog check between
+ * them stays meaningful.
  */
+#define STREAM_BATCH 64
+#define STREAM_BATCH_BYTES (16u * 1024)
+
+typedef struct out_batch {
+	http_ref r[STREAM_BATCH];
+	size_t n;
+	size_t bytes;
+} out_batch;
+
+static void
+batch_flush(stream *s, out_batch *b)
+{
+	if (b->n == 0)
+		return;
+	if (s->hs) {
+		http_stream_write_refs(s->hs, b->r, b->n);
+	} else {
+		for (size_t i = 0; i < b->n; i++)
+			frame_unref(b->r[i].arg);
+	}
+	b->n = 0;
+	b->bytes = 0;
+}
+
+static void stream_write_frame_to(stream *s, frame *f, out_batch *b);
+
+/* A single frame (resyncs, failures, heartbeats, drops): straight to the socket's queue. */
 static void
 stream_write_frame(stream *s, frame *f)
+{
+	stream_write_frame_to(s, f, NULL);
+}
+
+/*
+ * The last step before the socket: ids strictly increase, a terminal frame
+ * ends the stream.  Consumes the caller's reference to f.  With b, the frame
+ * joins the batch (flushed when full, and before a terminal frame).
+ */
+static void
+stream_write_frame_to(stream *s, frame *f, out_batch *b)
 {
 	enum frame_type t = frame_type(f);
 	const char *bytes;
@@ -267,8 +306,17 @@ stream_write_frame(stream *s, frame *f)
 	/* Read before the hand-over: a failed reference frees f at once. */
 	term = frame_is_terminal(f);
 	bytes = frame_bytes(f, s->fmt, &len);
-	http_stream_write_ref(s->hs, bytes, len, frame_release_cb, f);
 	st_counter_inc(s->ss->m_frames);
+	if (b != NULL && !term) {
+		b->r[b->n++] = (http_ref){ bytes, len, frame_release_cb, f };
+		b->bytes += len;
+		if (b->n == STREAM_BATCH || b->bytes >= STREAM_BATCH_BYTES)
+			batch_flush(s, b);
+		return;
+	}
+	if (b != NULL)
+		batch_flush(s, b);
+	http_stream_write_ref(s->hs, bytes, len, frame_release_cb, f);
 	if (term) {
 		/* Counted when the bytes have left (on_close), not on hand-over. */
 		s->handed = t == FRAME_COMPLETE ? OUT_COMPLETE : t == FRAME_FAILURE ? OUT_FAILURE : OUT_RECONNECT;
@@ -459,18 +507,24 @@ stream_has_room(stream *s)
 static void
 stream_pump(stream *s)
 {
+	out_batch b = { .n = 0 };
+
 	if (s->hs == NULL)
 		return;
-	while (s->state != ST_ENDING && s->hs && stream_has_room(s)) {
+	/* Room is checked between batches: a batch holds at most
+	 * STREAM_BATCH_BYTES more than the low watermark allows. */
+	while (s->state != ST_ENDING && s->hs && (b.n > 0 || stream_has_room(s))) {
 		frame *f;
 
 		if (s->state == ST_REPLAYING) {
 			if (s->chunk_i < s->chunk_n) {
 				f = s->chunk[s->chunk_i++];
 				s->cursor = frame_seq(f);
-				stream_write_frame(s, f);
+				stream_write_frame_to(s, f, &b);
 				continue;
 			}
+			/* Anything below may write frames of its own: ours go first. */
+			batch_flush(s, &b);
 			if (s->job != NULL)
 				return; /* the next rows are on their way */
 			if (!s->chunk_done) {
@@ -481,11 +535,12 @@ stream_pump(stream *s)
 			continue;
 		}
 		if (s->state != ST_LIVE)
-			return;
+			break;
 		if ((f = subq_pop(s->q)) == NULL)
-			return;
-		stream_write_frame(s, f);
+			break;
+		stream_write_frame_to(s, f, &b);
 	}
+	batch_flush(s, &b);
 }
 
 static void
