@@ -45,6 +45,7 @@ import harness  # noqa: E402  (read-only use: Env, start_writer, start_edge, psq
 TOOLS = os.environ.get("BENCH_TOOLS", os.path.join(ROOT, "build-bench"))
 LOADGEN = os.path.join(TOOLS, "loadgen")
 PUBGEN = os.path.join(TOOLS, "pubgen")
+SWEEP = os.path.join(TOOLS, "sweep")
 NGINX = os.environ.get("BENCH_NGINX", "")
 NCHAN_MODULE = os.environ.get("BENCH_NCHAN_MODULE", "/usr/lib/nginx/modules/ngx_nchan_module.so")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -356,6 +357,15 @@ def fanout(args, tmp, n, rate, system, flush_ms=1000, **edge_flags):
         pub_args = ["--mode", "nng", "--url", s.writers[0].ingest, "--topic", "fan", "--rate", rate,
                     "--duration", dur + args.warmup + 3, "--batch", 1000, "--inflight", 64, "--pad", 64]
         closer = s.close
+    elif system == "floor":
+        # No server logic at all: bench/sweep writes each event to every
+        # stream itself (the write floor, see sweep.c).
+        addr = "127.0.0.1:%d" % harness.free_port()
+        fl = Tool("sweep-%d-%d" % (n, rate), [SWEEP, "--listen", addr, "--rate", str(rate), "--pad", "64",
+                                               "--report", os.path.join(tmp, "sweep-%d.json" % n)], tmp)
+        wait_file(fl.out, 10, "sweep to listen")
+        srv_pids, path, writer_pid, sub, pub_args = [fl.p.pid], "/sse", None, None, None
+        closer = fl.stop
     else:
         ng = Nginx(tmp, harness.free_port(), buffer_len=max(100, int(rate * 5)))
         srv_pids, addr, path = [ng.worker], ng.addr, "/sub?id=fan"
@@ -369,12 +379,14 @@ def fanout(args, tmp, n, rate, system, flush_ms=1000, **edge_flags):
         lg = Loadgen(tmp, name, addr, path, n, rate=args.connect_rate, sub=sub,
                      max_seconds=dur + args.warmup + 200)
         connected, failed = lg.wait_ready(120)
-        pg = pubgen(tmp, name + "-pub", *pub_args)
+        pg = pubgen(tmp, name + "-pub", *pub_args) if pub_args else None
         time.sleep(args.warmup)
         c0 = sum(cpu_s(p) for p in srv_pids)
         w0 = cpu_s(writer_pid) if writer_pid else 0
         l0 = cpu_s(lg.tool.p.pid)
         h0 = edge_hist(s.edge.url) if system == "studio" else None
+        if system == "floor":
+            fl.p.send_signal(signal.SIGUSR1)
         lg.start_window()
         t0 = time.monotonic()
         time.sleep(dur)
@@ -384,7 +396,13 @@ def fanout(args, tmp, n, rate, system, flush_ms=1000, **edge_flags):
         c1 = sum(cpu_s(p) for p in srv_pids)
         w1 = cpu_s(writer_pid) if writer_pid else 0
         l1 = cpu_s(lg.tool.p.pid)
-        pg.wait(dur + 30)
+        floor = None
+        if system == "floor":
+            fl.stop()
+            with open(os.path.join(tmp, "sweep-%d.json" % n)) as f:
+                floor = json.loads(f.read())
+        if pg:
+            pg.wait(dur + 30)
         lg.stop()
         items = rep["items"]
         res = {"system": system, "streams": n, "rate": rate, "flush_ms": flush_ms if writer_pid else None,
@@ -397,7 +415,11 @@ def fanout(args, tmp, n, rate, system, flush_ms=1000, **edge_flags):
                "edge_internal": hist_quantiles(h0, h1) if h1 else None,
                "unmatched": rep.get("unmatched"), "resyncs": rep["resyncs"],
                "streams_without_items": rep["streams_without_items"], "reordered": rep["reordered"],
-               "pub": pg.json()}
+               "pub": pg.json() if pg else None, "sweep": floor}
+        if floor:
+            # The floor's own view: sweep start -> write returned, per write (us -> ms).
+            res["edge_internal"] = {"count": floor["write_us"]["count"], "p50": floor["write_us"]["p50"] / 1e3,
+                                    "p99": floor["write_us"]["p99"] / 1e3}
         return res
     finally:
         closer()
@@ -538,10 +560,12 @@ def table(R, quick):
         label = "fan-out %d x %d/s" % (r["n"], r["rate"])
         if s:
             label += " (flush %d ms%s)" % (s["flush_ms"], ", latency probe" if r.get("probe") else "")
+        fl = r.get("floor")
         sv = s["cpu_s_per_mframe"] if s else None
         nv = n["cpu_s_per_mframe"] if n else None
-        L.append("| %s | server CPU-s per 1M frames | %s | %s | %s | - | - | <= 1/3 of nchan | %s |" % (
-            label, fmt(sv, "%.2f"), fmt(nv, "%.2f"), ratio(sv, nv),
+        fv = fl["cpu_s_per_mframe"] if fl else None
+        L.append("| %s | server CPU-s per 1M frames | %s | %s | %s | %s (write floor) | %s | <= 1/3 of nchan | %s |" % (
+            label, fmt(sv, "%.2f"), fmt(nv, "%.2f"), ratio(sv, nv), fmt(fv, "%.2f"), ratio(sv, fv),
             "-" if not (sv and nv) else ("yes" if sv <= nv / 3 else "no")))
         if s:
             L.append("| %s | writer CPU-s per 1M frames (not in the above) | %s | - | | | | | |" % (
@@ -557,8 +581,10 @@ def table(R, quick):
         ei = s.get("edge_internal") if s else None
         if ei and ei.get("p99") is not None:
             p99 = ei["p99"]
-            L.append("| %s | edge-added latency, in the edge: nng message -> bytes to the kernel, p50 / p99 (ms) | %.2f / %.2f | - | | | | p99 < 5 ms (10,000 streams) | %s |" % (
-                label, ei["p50"], p99, ("yes" if p99 < 5 else "no") if r["n"] >= 10000 else "-"))
+            fe = fl.get("edge_internal") if fl else None
+            L.append("| %s | edge-added latency, in the edge: nng message -> bytes to the kernel, p50 / p99 (ms) | %.2f / %.2f | - | | %s (write floor) | %s | p99 < 5 ms (10,000 streams) | %s |" % (
+                label, ei["p50"], p99, "%.2f / %.2f" % (fe["p50"], fe["p99"]) if fe else "-",
+                ratio(p99, fe["p99"]) if fe else "-", ("yes" if p99 < 5 else "no") if r["n"] >= 10000 else "-"))
         if s and s.get("edge"):
             L.append("| %s | edge-added latency, at the client: tail arrival -> frame read, p50 / p99 (ms) | %.2f / %.2f | - | | | | | |" % (
                 label, s["edge"]["p50"] / 1e3, s["edge"]["p99"] / 1e3))
@@ -634,7 +660,7 @@ def main():
             R["fanout"] = []
             for n, rate in [(1000, 200), (10000, 20)]:
                 row = {"n": n, "rate": rate}
-                for sysname in systems:
+                for sysname in systems + ["floor"]:
                     log("fan-out %d x %d/s: %s" % (n, rate, sysname))
                     row[sysname] = fanout(args, tmp, n, rate, sysname)
                     log(json.dumps(row[sysname]))
@@ -646,6 +672,9 @@ def main():
             log("latency probe 10000 x 2/s, flush 10 ms: studio")
             row["studio"] = fanout(args, tmp, 10000, 2, "studio", flush_ms=10)
             log(json.dumps(row["studio"]))
+            log("latency probe 10000 x 2/s: write floor")
+            row["floor"] = fanout(args, tmp, 10000, 2, "floor")
+            log(json.dumps(row["floor"]))
             R["fanout"].append(row)
         if "ingest" in only:
             R["ingest"] = []
