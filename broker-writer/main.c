@@ -32,8 +32,12 @@
  * was accepted, publish, reply, close and exit 0; if that has not happened
  * 30 s later (database down) the process exits 1.
  *
- * Migration runs before the loop with blocking libpq, retried with backoff
- * while the database is unreachable; SIGTERM then exits 0 at once.
+ * The schema check runs before the loop with blocking libpq: a current schema
+ * gets no DDL, a fresh database is created, an older one upgraded only
+ * when that locks no table (schema.h); retried with backoff while the
+ * database is unreachable or a lock times out (SIGTERM then exits 0 at
+ * once); a database this writer must not use (not UTF8, an upgrade that
+ * needs `broker-writer migrate`, a newer incompatible schema) exits 2.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -76,6 +80,8 @@
 #define RETRY_MIN_MS 100
 #define RETRY_MAX_MS 5000
 #define EXIT_LINGER_MS 300
+/* `migrate` gives up after this many lock timeouts (about a minute with the backoff) */
+#define MIGRATE_LOCK_ATTEMPTS 15
 /* One flush transaction: the first producers' wait and the statement's
  * memory stay bounded; a backlog goes out as back-to-back flushes. */
 #define FLUSH_MAX_EVENTS 20000u
@@ -186,35 +192,70 @@ quiet_notice(void *arg, const char *msg)
 	(void)msg;
 }
 
-/* Returns 0 migrated, 1 failed (once), or -1 when stopped by a signal (retry mode). */
+static void
+log_schema(int found)
+{
+	if (found == SCHEMA_VERSION)
+		st_info("schema version %d is current", SCHEMA_VERSION);
+	else if (found == 0)
+		st_info("created schema version %d", SCHEMA_VERSION);
+	else if (found < SCHEMA_VERSION)
+		st_info("upgraded schema version %d to %d", found, SCHEMA_VERSION);
+	else
+		st_info("schema version %d is newer than this program's %d and keeps the functions it calls; running on "
+		        "it",
+		        found, SCHEMA_VERSION);
+}
+
+/*
+ * daemon: SCHEMA_ONLINE, every failure but a refusal retried until it
+ * succeeds or a signal stops the wait.  `migrate`: SCHEMA_ALL, a lock
+ * timeout retried MIGRATE_LOCK_ATTEMPTS times (each attempt queues for at
+ * most SCHEMA_LOCK_TIMEOUT_MS in front of the flushes), anything else fails
+ * at once.  Returns 0 (the schema is usable), 1 (failed), 2 (this program
+ * must not run on this database; one line logged) or -1 (stopped by a
+ * signal).
+ */
 static int
-migrate(const char *dsn, bool retry)
+migrate(const char *dsn, bool daemon)
 {
 	uint32_t backoff = RETRY_MIN_MS;
+	int attempts = 0;
 	bool logged = false;
 
 	for (;;) {
 		char err[512] = "";
 		PGconn *c = connect_blocking(dsn);
 		st_err rv = ST_EDB;
+		int found = 0;
 
 		if (PQstatus(c) == CONNECTION_OK) {
 			PQsetNoticeProcessor(c, quiet_notice, NULL); /* "already exists, skipping" is expected */
-			rv = schema_migrate(c, err, sizeof(err));
+			rv = schema_migrate(c, daemon ? SCHEMA_ONLINE : SCHEMA_ALL, &found, err, sizeof(err));
 		} else {
 			snprintf(err, sizeof(err), "cannot connect: %s", PQerrorMessage(c));
 		}
 		PQfinish(c);
 		if (rv == ST_OK) {
-			st_info("schema version %d is in place", SCHEMA_VERSION);
+			log_schema(found);
 			return 0;
 		}
 		one_line(err);
-		if (!retry) {
-			st_error("migrate: %s", err);
+		if (rv == ST_EINVAL) {
+			st_error("%s", err);
+			return 2;
+		}
+		attempts++;
+		if (!daemon && (rv != ST_EAGAIN || attempts >= MIGRATE_LOCK_ATTEMPTS)) {
+			if (rv == ST_EAGAIN)
+				st_error("migrate: no lock in %d attempts of %d ms (%s); a long transaction holds a table "
+				         "(see pg_stat_activity): run migrate again when it ends",
+				         attempts, SCHEMA_LOCK_TIMEOUT_MS, err);
+			else
+				st_error("migrate: %s", err);
 			return 1;
 		}
-		if (!logged)
+		if (!logged || rv == ST_EAGAIN)
 			st_warn("migrate: %s (retrying)", err);
 		logged = true;
 		/* wait in small slices so that SIGTERM ends the wait at once */
@@ -708,8 +749,10 @@ run(writer *w)
 	signal(SIGTERM, pre_loop_signal);
 	signal(SIGINT, pre_loop_signal);
 	signal(SIGPIPE, SIG_IGN);
-	if ((mig = migrate(dsn, true)) != 0) {
-		st_info("stopped before the database was reachable");
+	if ((mig = migrate(dsn, true)) == 2)
+		return 2;
+	if (mig != 0) {
+		st_info("stopped before the schema was in place");
 		return 0;
 	}
 	if (pre_loop_stop)

@@ -30,7 +30,7 @@ struct retention {
 	uint64_t round_deleted;
 };
 
-static const char retain_sql[] = "SELECT broker_retain($1::bigint, $2::interval, $3::int)";
+static const char retain_sql[] = "SELECT broker_retain3($1::bigint, $2::interval, $3::int)";
 
 static void
 arm(retention *r, int ms)

@@ -1,24 +1,35 @@
 /*
- * schema: the schema script and its blocking migration.
+ * schema: the schema, its versions and the migration between them.
  *
- * Everything is CREATE ... IF NOT EXISTS, ADD COLUMN IF NOT EXISTS or
- * CREATE OR REPLACE, so the script is its own upgrade: running it again on a
- * current database is a no-op, and on an older one adds what is missing.
  * broker_meta's single row records the schema version (never lowered by an
- * older binary).
+ * older binary).  schema_migrate reads it first, with no lock and no DDL:
+ * a current schema is left alone, so a writer starting next to serving
+ * ones never queues a lock request in front of their flushes.  Otherwise it
+ * takes the session advisory lock SCHEMA_MIGRATE_LOCK_KEY, reads the version
+ * again and runs the steps that are missing in one transaction, with every
+ * lock wait bounded by lock_timeout (a timeout is ST_EAGAIN: the caller
+ * retries).  The steps are split by the locks they take (tables_sql,
+ * functions_sql below); the daemon only runs those that take no lock a
+ * reader or a flush could be waiting on.
  *
- * broker_append2 is the whole flush (docs/writer.md).  It replaces version
- * 1's broker_append, which this script no longer creates but does not drop:
- * a version-1 writer still running during a rolling upgrade keeps its own
- * function (its migration re-creates it), takes the same advisory lock and
- * allocates with nextval under it, so both kinds of flush stay serial and
- * their seqs consecutive.  broker_flush records the compact answer: seqs
- * is now the fresh range {first, last} ('{}' when nothing was fresh; in a
- * version-1 row it was every row's seq, so seqs[1] > prev is the first
- * fresh seq in both), and the new nullable columns dup_ords / dup_seqs hold
- * the rows whose key was stored (nullable: version 1's INSERT still works).
+ * History:
+ * - 1: broker_append (nextval per row, a result row per event).
+ * - 2: broker_append2 (one row back, consecutive seqs) and broker_flush's
+ *   dup_ords / dup_seqs columns; seqs holds the fresh range {first, last}
+ *   ('{}' when nothing was fresh; in a version-1 row it was every row's
+ *   seq, so seqs[1] > prev is the first fresh seq in both).  The new columns
+ *   are nullable so that version 1's INSERT still works.  broker_append is
+ *   not dropped: a version-1 writer still running keeps its own function,
+ *   takes the same advisory lock and allocates with nextval under it, so
+ *   both kinds of flush stay serial and their seqs consecutive.
+ * - 3: broker_append3 (created_at is the time the lock was obtained, so
+ *   created_at never decreases along seq) and broker_retain3 (work bounded
+ *   by a window of seqs, broker_flush records kept 24 hours); functions
+ *   only, so the daemon may upgrade version 2 itself.
  *
- * Why broker_append2 is fast (each step checked with EXPLAIN ANALYZE, see
+ * broker_append3 is the whole flush (docs/writer.md).
+ *
+ * Why broker_append3 is fast (each step checked with EXPLAIN ANALYZE, see
  * docs/performance.md):
  *
  * - O(1) sequence work.  Under pg_advisory_xact_lock(lock_key) the flush is
@@ -61,13 +72,27 @@
  */
 #include "schema.h"
 
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define STR2(x) #x
 #define STR(x) STR2(x)
 
-const char schema_sql[] =
+/*
+ * Steps of the migration, by the locks they take (docs/writer.md "Schema and
+ * migration").
+ *
+ * tables_sql creates what is missing and upgrades version 1's broker_flush.
+ * On an existing table it takes exclusive locks even when it changes
+ * nothing (CREATE INDEX IF NOT EXISTS a ShareLock on broker_event, ALTER
+ * TABLE an AccessExclusiveLock on broker_flush): queued behind a reader's
+ * AccessShareLock, such a request makes every later flush queue behind it.
+ * So only a fresh database (nobody reads its tables yet) or `broker-writer
+ * migrate` runs it.
+ */
+static const char tables_sql[] =
     "CREATE TABLE IF NOT EXISTS broker_event (\n"
     "  seq bigint GENERATED ALWAYS AS IDENTITY (CACHE 1) PRIMARY KEY,\n"
     "  topic text NOT NULL,\n"
@@ -79,15 +104,32 @@ const char schema_sql[] =
     "CREATE INDEX IF NOT EXISTS broker_event_topic_seq ON broker_event (topic, seq);\n"
     "CREATE TABLE IF NOT EXISTS broker_meta (id int PRIMARY KEY CHECK (id = 1),\n"
     "  horizon bigint NOT NULL DEFAULT 0, schema_version int NOT NULL);\n"
-    "INSERT INTO broker_meta (id, horizon, schema_version) VALUES (1, 0, " STR(SCHEMA_VERSION) ")\n"
-    "  ON CONFLICT (id) DO UPDATE SET schema_version = greatest(broker_meta.schema_version, EXCLUDED.schema_version);\n"
+    "INSERT INTO broker_meta (id, horizon, schema_version) VALUES (1, 0, 0) ON CONFLICT (id) DO NOTHING;\n"
     "CREATE TABLE IF NOT EXISTS broker_flush (id text PRIMARY KEY, prev bigint NOT NULL,\n"
     "  seqs bigint[] NOT NULL DEFAULT '{}', created_at timestamptz NOT NULL DEFAULT now());\n"
     "ALTER TABLE broker_flush ALTER COLUMN seqs SET DEFAULT '{}';\n"
     "ALTER TABLE broker_flush ADD COLUMN IF NOT EXISTS dup_ords int[];\n"
-    "ALTER TABLE broker_flush ADD COLUMN IF NOT EXISTS dup_seqs bigint[];\n"
-    "\n"
-    "CREATE OR REPLACE FUNCTION broker_append2(lock_key bigint, flush_id text, topics text[],\n"
+    "ALTER TABLE broker_flush ADD COLUMN IF NOT EXISTS dup_seqs bigint[];\n";
+
+/*
+ * functions_sql: CREATE OR REPLACE FUNCTION only.  It updates pg_proc rows
+ * and takes no lock on a table or on the function (a call in progress keeps
+ * the definition it started with; checked with pg_locks), and the SQL
+ * wrappers' bodies are analysed with at most an AccessShareLock.  So it is
+ * safe while readers and flushes run: the daemon may run it.
+ *
+ * Version 3's functions have new names (broker_append3, broker_retain3): a
+ * version-2 writer that restarts during a rolling upgrade re-creates
+ * broker_append2 and broker_retain with its own bodies, and the schema
+ * recorded as current is never migrated again, so replacing the functions
+ * version 3 calls in place would let that restart revert them for good.
+ * The version-2 names become wrappers of the version-3 functions, so a
+ * version-2 writer still running gets the same answers with version 3's
+ * behaviour (created_at under the lock, bounded retention, 24 h of flush
+ * records) until it restarts.
+ */
+static const char functions_sql[] =
+    "CREATE OR REPLACE FUNCTION broker_append3(lock_key bigint, flush_id text, topics text[],\n"
     "    abouts text[], datas text[], keys text[])\n"
     "  RETURNS TABLE(prev bigint, first_seq bigint, n_fresh int, dup_ords int[], dup_seqs bigint[])\n"
     "  LANGUAGE plpgsql SET jit = off SET work_mem = '64MB' AS $fn$\n"
@@ -99,9 +141,11 @@ const char schema_sql[] =
     "  v_ds bigint[] := '{}';\n"
     "  v_seq regclass;\n"
     "  v_ins bigint;\n"
+    "  v_now timestamptz;\n"
     "  r record;\n"
     "BEGIN\n"
     "  PERFORM pg_advisory_xact_lock(lock_key);\n"
+    "  v_now := clock_timestamp();\n"
     "  SELECT f.prev, f.seqs, f.dup_ords, f.dup_seqs INTO r FROM broker_flush f WHERE f.id = flush_id;\n"
     "  IF FOUND THEN\n"
     "    RETURN QUERY SELECT r.prev, coalesce(r.seqs[1], 0), coalesce(r.seqs[2] - r.seqs[1] + 1, 0)::int,\n"
@@ -123,68 +167,104 @@ const char schema_sql[] =
     "      PERFORM setval(v_seq, v_first + v_n - 1);\n"
     "    END IF;\n"
     "    IF cardinality(v_do) = 0 THEN\n"
-    "      INSERT INTO broker_event (seq, topic, about, data, key) OVERRIDING SYSTEM VALUE\n"
-    "      SELECT v_first - 1 + i.o, i.t, i.a::text[], i.d::json, i.k\n"
+    "      INSERT INTO broker_event (seq, topic, about, data, key, created_at) OVERRIDING SYSTEM VALUE\n"
+    "      SELECT v_first - 1 + i.o, i.t, i.a::text[], i.d::json, i.k, v_now\n"
     "        FROM unnest(topics, abouts, datas, keys) WITH ORDINALITY AS i(t, a, d, k, o);\n"
     "    ELSE\n"
-    "      INSERT INTO broker_event (seq, topic, about, data, key) OVERRIDING SYSTEM VALUE\n"
-    "      SELECT v_first - 1 + row_number() OVER (ORDER BY i.o), i.t, i.a::text[], i.d::json, i.k\n"
+    "      INSERT INTO broker_event (seq, topic, about, data, key, created_at) OVERRIDING SYSTEM VALUE\n"
+    "      SELECT v_first - 1 + row_number() OVER (ORDER BY i.o), i.t, i.a::text[], i.d::json, i.k, v_now\n"
     "        FROM unnest(topics, abouts, datas, keys) WITH ORDINALITY AS i(t, a, d, k, o)\n"
     "       WHERE NOT EXISTS (SELECT 1 FROM unnest(v_do) AS s(o) WHERE s.o = i.o);\n"
     "    END IF;\n"
     "    GET DIAGNOSTICS v_ins = ROW_COUNT;\n"
     "    IF v_ins <> v_n THEN\n"
-    "      RAISE EXCEPTION 'broker_append2: % rows inserted, % expected (a key repeated in one call?)',\n"
+    "      RAISE EXCEPTION 'broker_append3: % rows inserted, % expected (a key repeated in one call?)',\n"
     "        v_ins, v_n;\n"
     "    END IF;\n"
     "  END IF;\n"
-    "  INSERT INTO broker_flush (id, prev, seqs, dup_ords, dup_seqs)\n"
+    "  INSERT INTO broker_flush (id, prev, seqs, dup_ords, dup_seqs, created_at)\n"
     "    VALUES (flush_id, v_prev, CASE WHEN v_n > 0 THEN ARRAY[v_first, v_first + v_n - 1] ELSE '{}' END,\n"
-    "            v_do, v_ds);\n"
+    "            v_do, v_ds, v_now);\n"
     "  RETURN QUERY SELECT v_prev, v_first, v_n, v_do, v_ds;\n"
     "END\n"
     "$fn$;\n"
     "\n"
-    "CREATE OR REPLACE FUNCTION broker_retain(lock_key bigint, older_than interval, chunk int)\n"
+    "CREATE OR REPLACE FUNCTION broker_retain3(lock_key bigint, older_than interval, chunk int)\n"
     "  RETURNS int LANGUAGE plpgsql AS $fn$\n"
     "DECLARE\n"
+    "  v_horizon bigint;\n"
+    "  v_lo bigint;\n"
+    "  v_hi bigint;\n"
     "  v_newest bigint;\n"
+    "  v_keep bigint;\n"
     "  v_cut bigint;\n"
-    "  v_n int;\n"
+    "  v_n int := 0;\n"
     "BEGIN\n"
     "  IF NOT pg_try_advisory_xact_lock(lock_key + 1) THEN\n"
     "    RETURN 0;\n"
     "  END IF;\n"
-    "  DELETE FROM broker_flush WHERE created_at < now() - interval '1 hour';\n"
-    "  IF older_than IS NULL THEN\n"
-    "    RETURN 0;\n"
+    "  IF older_than IS NOT NULL AND chunk > 0 THEN\n"
+    "    SELECT m.horizon INTO v_horizon FROM broker_meta m WHERE m.id = 1;\n"
+    "    SELECT e.seq INTO v_lo FROM broker_event e WHERE e.seq > coalesce(v_horizon, 0) ORDER BY e.seq LIMIT 1;\n"
+    "    SELECT e.seq INTO v_newest FROM broker_event e ORDER BY e.seq DESC LIMIT 1;\n"
+    "    v_hi := least(v_lo + chunk - 1, v_newest - 1);\n"
+    "    IF v_hi >= v_lo THEN\n"
+    "      SELECT e.seq INTO v_keep FROM broker_event e\n"
+    "       WHERE e.seq BETWEEN v_lo AND v_hi AND e.created_at >= now() - older_than ORDER BY e.seq LIMIT 1;\n"
+    "      v_cut := coalesce(v_keep - 1, v_hi);\n"
+    "      IF v_cut >= v_lo THEN\n"
+    "        UPDATE broker_meta SET horizon = greatest(horizon, v_cut) WHERE id = 1;\n"
+    "        DELETE FROM broker_event e WHERE e.seq BETWEEN v_lo AND v_cut;\n"
+    "        GET DIAGNOSTICS v_n = ROW_COUNT;\n"
+    "      END IF;\n"
+    "    END IF;\n"
     "  END IF;\n"
-    "  SELECT max(e.seq) INTO v_newest FROM broker_event e;\n"
-    "  IF v_newest IS NULL THEN\n"
-    "    RETURN 0;\n"
+    "  IF v_n = 0 THEN\n"
+    "    DELETE FROM broker_flush WHERE created_at < now() - interval '" STR(SCHEMA_FLUSH_KEEP_HOURS) " hours';\n"
     "  END IF;\n"
-    "  SELECT max(c.seq) INTO v_cut FROM (SELECT e.seq FROM broker_event e\n"
-    "     WHERE e.seq < v_newest AND e.created_at < now() - older_than ORDER BY e.seq LIMIT chunk) c;\n"
-    "  IF v_cut IS NULL THEN\n"
-    "    RETURN 0;\n"
-    "  END IF;\n"
-    "  UPDATE broker_meta SET horizon = greatest(horizon, v_cut) WHERE id = 1;\n"
-    "  DELETE FROM broker_event e WHERE e.seq <= v_cut;\n"
-    "  GET DIAGNOSTICS v_n = ROW_COUNT;\n"
     "  RETURN v_n;\n"
     "END\n"
-    "$fn$;\n";
+    "$fn$;\n"
+    "\n"
+    "CREATE OR REPLACE FUNCTION broker_append2(lock_key bigint, flush_id text, topics text[],\n"
+    "    abouts text[], datas text[], keys text[])\n"
+    "  RETURNS TABLE(prev bigint, first_seq bigint, n_fresh int, dup_ords int[], dup_seqs bigint[])\n"
+    "  LANGUAGE sql AS $fn$ SELECT * FROM broker_append3(lock_key, flush_id, topics, abouts, datas, keys) $fn$;\n"
+    "\n"
+    "CREATE OR REPLACE FUNCTION broker_retain(lock_key bigint, older_than interval, chunk int)\n"
+    "  RETURNS int LANGUAGE sql AS $fn$ SELECT broker_retain3(lock_key, older_than, chunk) $fn$;\n";
+
+/* Takes a row lock on broker_meta's one row; never lowers the version. */
+static const char version_sql[] =
+    "UPDATE broker_meta SET schema_version = greatest(schema_version, " STR(SCHEMA_VERSION) ") WHERE id = 1";
+
+/* The signatures this program calls: a newer schema must still have them. */
+static const char functions_present_sql[] =
+    "SELECT to_regprocedure('broker_append3(bigint,text,text[],text[],text[],text[])') IS NOT NULL"
+    " AND to_regprocedure('broker_retain3(bigint,interval,integer)') IS NOT NULL";
 
 static void
-set_err(char *err, size_t errlen, const char *what, PGconn *conn)
+set_err(char *err, size_t errlen, const char *what, const char *msg)
 {
 	if (errlen == 0)
 		return;
-	snprintf(err, errlen, "%s: %s", what, PQerrorMessage(conn));
+	snprintf(err, errlen, "%s: %s", what, msg);
 	/* libpq messages end in a newline; logs are one line */
 	for (char *p = err; *p != '\0'; p++)
 		if (*p == '\n')
 			*p = ' ';
+}
+
+/* ST_EAGAIN for a lock that lock_timeout gave up on (or a deadlock): retry later. */
+static st_err
+result_err(PGconn *conn, PGresult *r, const char *what, char *err, size_t errlen)
+{
+	const char *state = r != NULL ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+
+	set_err(err, errlen, what, r != NULL ? PQresultErrorMessage(r) : PQerrorMessage(conn));
+	if (state != NULL && (strcmp(state, "55P03") == 0 || strcmp(state, "40P01") == 0))
+		return ST_EAGAIN;
+	return ST_EDB;
 }
 
 static st_err
@@ -194,25 +274,136 @@ exec_ok(PGconn *conn, const char *sql, const char *what, char *err, size_t errle
 	ExecStatusType st = PQresultStatus(r);
 	st_err rv = ST_OK;
 
-	if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-		set_err(err, errlen, what, conn);
-		rv = ST_EDB;
+	if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+		rv = result_err(conn, r, what, err, errlen);
+	PQclear(r);
+	return rv;
+}
+
+/* One value of a one-row, one-column query; "" for NULL. */
+static st_err
+query_value(PGconn *conn, const char *sql, char *out, size_t outlen, char *err, size_t errlen)
+{
+	PGresult *r = PQexec(conn, sql);
+	st_err rv = ST_OK;
+
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 || PQnfields(r) != 1) {
+		rv = PQresultStatus(r) == PGRES_TUPLES_OK ? ST_EDB : result_err(conn, r, "schema check", err, errlen);
+		if (rv == ST_EDB && PQresultStatus(r) == PGRES_TUPLES_OK)
+			set_err(err, errlen, "schema check", "unexpected result shape");
+	} else {
+		snprintf(out, outlen, "%s", PQgetvalue(r, 0, 0));
 	}
 	PQclear(r);
 	return rv;
 }
 
-st_err
-schema_migrate(PGconn *conn, char *err, size_t errlen)
+static st_err
+read_version(PGconn *conn, int *version, char *err, size_t errlen)
 {
+	char v[32];
 	st_err rv;
 
+	/* broker_meta cannot be named before it exists: the query would fail to parse */
+	if ((rv = query_value(conn, "SELECT to_regclass('broker_meta') IS NOT NULL", v, sizeof(v), err, errlen)) !=
+	    ST_OK)
+		return rv;
+	if (strcmp(v, "t") != 0) {
+		*version = 0;
+		return ST_OK;
+	}
+	if ((rv = query_value(conn, "SELECT coalesce((SELECT schema_version FROM broker_meta WHERE id = 1), 0)", v,
+	                      sizeof(v), err, errlen)) != ST_OK)
+		return rv;
+	*version = (int)strtol(v, NULL, 10);
+	return ST_OK;
+}
+
+/*
+ * Whether a schema found at `version` needs work from this program.  ST_OK
+ * with *done: usable as it is.  ST_EINVAL: this program must not run on it
+ * (err says what the operator does).
+ */
+static st_err
+judge(PGconn *conn, schema_mode mode, int version, bool *done, char *err, size_t errlen)
+{
+	char v[8];
+	st_err rv;
+
+	*done = false;
+	if (version == SCHEMA_VERSION) {
+		*done = true;
+		return ST_OK;
+	}
+	if (version > SCHEMA_VERSION) {
+		if ((rv = query_value(conn, functions_present_sql, v, sizeof(v), err, errlen)) != ST_OK)
+			return rv;
+		if (strcmp(v, "t") != 0) {
+			snprintf(err, errlen,
+			         "schema version %d is newer than this program's %d and no longer has the functions "
+			         "this program calls (broker_append3, broker_retain3): upgrade this program",
+			         version, SCHEMA_VERSION);
+			return ST_EINVAL;
+		}
+		*done = true;
+		return ST_OK;
+	}
+	if (mode == SCHEMA_ONLINE && version > 0 && version < SCHEMA_ONLINE_FROM) {
+		snprintf(err, errlen,
+		         "schema version %d needs exclusive table locks to reach version %d: run `broker-writer migrate` "
+		         "before starting this writer",
+		         version, SCHEMA_VERSION);
+		return ST_EINVAL;
+	}
+	return ST_OK;
+}
+
+st_err
+schema_check_encoding(PGconn *conn, char *err, size_t errlen)
+{
+	const char *enc = PQparameterStatus(conn, "server_encoding");
+
+	if (enc != NULL && strcmp(enc, "UTF8") == 0)
+		return ST_OK;
+	snprintf(err, errlen,
+	         "the database's encoding is %s, not UTF8: it cannot store every event this writer accepts "
+	         "(create the database with ENCODING 'UTF8')",
+	         enc != NULL ? enc : "unknown");
+	return ST_EINVAL;
+}
+
+st_err
+schema_migrate(PGconn *conn, schema_mode mode, int *found, char *err, size_t errlen)
+{
+	int version = 0;
+	bool done;
+	st_err rv;
+
+	if ((rv = schema_check_encoding(conn, err, errlen)) != ST_OK)
+		return rv;
+	/* every lock below is waited for at most this long (then ST_EAGAIN) */
+	if ((rv = exec_ok(conn, "SET lock_timeout = '" STR(SCHEMA_LOCK_TIMEOUT_MS) "ms'", "migrate", err, errlen)) !=
+	    ST_OK)
+		return rv;
+	/* a current schema costs two catalog reads and one row: no lock, no DDL */
+	if ((rv = read_version(conn, &version, err, errlen)) != ST_OK)
+		return rv;
+	*found = version;
+	if ((rv = judge(conn, mode, version, &done, err, errlen)) != ST_OK || done)
+		return rv;
 	if ((rv = exec_ok(conn, "SELECT pg_advisory_lock(" STR(SCHEMA_MIGRATE_LOCK_KEY) ")", "migrate lock", err,
 	                  errlen)) != ST_OK)
 		return rv;
+	/* another replica may have migrated while this one waited */
+	if ((rv = read_version(conn, &version, err, errlen)) != ST_OK ||
+	    (rv = judge(conn, mode, version, &done, err, errlen)) != ST_OK || done)
+		goto unlock;
+	*found = version;
 	if ((rv = exec_ok(conn, "BEGIN", "migrate", err, errlen)) != ST_OK)
 		goto unlock;
-	if ((rv = exec_ok(conn, schema_sql, "migrate", err, errlen)) != ST_OK) {
+	if ((version < SCHEMA_ONLINE_FROM && (rv = exec_ok(conn, tables_sql, "migrate tables", err, errlen)) != ST_OK) ||
+	    (rv = exec_ok(conn, functions_sql, "migrate functions", err, errlen)) != ST_OK ||
+	    (rv = exec_ok(conn, version_sql, "migrate version", err, errlen)) != ST_OK) {
 		(void)exec_ok(conn, "ROLLBACK", "rollback", NULL, 0);
 		goto unlock;
 	}

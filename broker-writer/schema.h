@@ -1,10 +1,10 @@
 /*
  * schema: the PostgreSQL schema of docs/architecture.md and its migration.
  *
- * schema_migrate runs the whole schema script (tables, indexes, the
- * broker_append2 and broker_retain functions) in one transaction under the
- * session advisory lock SCHEMA_MIGRATE_LOCK_KEY, so replicas starting
- * together migrate one at a time and a second run changes nothing.  It
+ * schema_migrate reads the recorded version first, with no lock and no DDL,
+ * and leaves a current (or newer, still compatible) schema alone.  Missing
+ * steps run in one transaction under the session advisory lock
+ * SCHEMA_MIGRATE_LOCK_KEY, with lock_timeout SCHEMA_LOCK_TIMEOUT_MS.  It
  * BLOCKS (plain PQexec): it is for `broker-writer migrate` and for the
  * daemon's start, before the event loop runs.
  */
@@ -17,17 +17,39 @@
 
 #include "st_err.h"
 
-#define SCHEMA_VERSION 2
+#define SCHEMA_VERSION 3
+/* The oldest version the daemon upgrades by itself (functions only, no table lock). */
+#define SCHEMA_ONLINE_FROM 2
 /* Fixed; distinct from the default --lock-key (and lock-key + 1). */
 #define SCHEMA_MIGRATE_LOCK_KEY 7450000001
+/* Every lock the migration waits for, at most (then ST_EAGAIN, retried by the caller). */
+#define SCHEMA_LOCK_TIMEOUT_MS 1000
+/* broker_flush records outlive the longest retry of a flush (12 h) with a margin. */
+#define SCHEMA_FLUSH_KEEP_HOURS 24
 
-/* The schema script (idempotent).  Exposed for tests and docs. */
-extern const char schema_sql[];
+typedef enum {
+	SCHEMA_ONLINE, /* the daemon: create a fresh schema, or upgrade with steps that lock no table */
+	SCHEMA_ALL,    /* `broker-writer migrate`: every step, exclusive table locks included */
+} schema_mode;
 
 /*
- * Migrates over an open connection.  ST_OK, or ST_EDB with PostgreSQL's
- * message in err (NUL-terminated, truncated to errlen).  Blocks.
+ * ST_EINVAL unless the server's encoding is UTF8 (events are UTF-8 and the
+ * connections set client_encoding UTF8: another encoding would refuse some
+ * of them at the flush, forever).  err gets one line.
  */
-st_err schema_migrate(PGconn *conn, char *err, size_t errlen);
+st_err schema_check_encoding(PGconn *conn, char *err, size_t errlen);
+
+/*
+ * Checks the encoding, then migrates over an open connection as mode
+ * allows.  *found is the version recorded before (0: no schema).  Returns
+ *   ST_OK      the schema is usable by this program (current, just migrated,
+ *              or newer and still compatible);
+ *   ST_EAGAIN  a lock was not obtained within SCHEMA_LOCK_TIMEOUT_MS: retry;
+ *   ST_EINVAL  this program must not run on this database (encoding, an
+ *              upgrade the mode does not allow, a newer incompatible schema);
+ *   ST_EDB     another PostgreSQL failure.
+ * err (NUL-terminated, truncated to errlen) says why, in one line.  Blocks.
+ */
+st_err schema_migrate(PGconn *conn, schema_mode mode, int *found, char *err, size_t errlen);
 
 #endif
