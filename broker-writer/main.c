@@ -469,7 +469,7 @@ flush_send(writer *w)
 	w->flush_start_ms = now_ms(w);
 	w->fl_sent = true; /* before the call: a broken connection calls back from inside it */
 	if (pgsink_query(w->db,
-	                 "SELECT prev, first_seq, n_fresh, dup_ords, dup_seqs FROM broker_append2($1, $2, $3, $4, $5, $6)",
+	                 "SELECT prev, first_seq, n_fresh, dup_ords, dup_seqs FROM broker_append3($1, $2, $3, $4, $5, $6)",
 	                 6, types, vals, lens, fmts, on_flush_result, w) != ST_OK) {
 		w->fl_sent = false;
 		if (!pgsink_up(w->db)) {

@@ -1,7 +1,7 @@
 /*
  * retention: a timer and a chain of statements.
  *
- * The work is in SQL (broker_retain) so that the horizon update and the
+ * The work is in SQL (broker_retain3) so that the horizon update and the
  * chunk's delete are one transaction: an edge that reads the horizon never
  * sees a missing seq above it.  This module only paces the chunks: the next
  * chunk is sent from the previous one's result callback, so one statement

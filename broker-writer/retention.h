@@ -1,16 +1,19 @@
 /*
- * retention: deletes events older than --retention, a chunk at a time, one
- * replica at a time, on its own pgsink connection (so a long delete never
- * delays a flush).
+ * retention: deletes events older than --retention, a window of seqs at a
+ * time, one replica at a time, on its own pgsink connection (so a long
+ * delete never delays a flush).
  *
  * A round starts 1 s after retention_new and then 10 s after the previous
- * round ended.  It calls broker_retain(lock_key, older_than, 5000) (see
- * schema.c) as separate statements until one deletes nothing: each chunk is
- * its own transaction, takes pg_try_advisory_xact_lock(lock_key + 1) (a
- * replica that does not get it does nothing this round), raises
- * broker_meta.horizon to the highest seq it deletes before deleting, never
- * deletes the newest event, and also trims broker_flush rows older than an
- * hour.  retention_ms == 0 keeps every event but still trims broker_flush.
+ * round ended.  It calls broker_retain3(lock_key, older_than, 5000) (see
+ * schema.c, docs/writer.md "Retention") as separate statements until one
+ * deletes nothing: each call is its own transaction, takes
+ * pg_try_advisory_xact_lock(lock_key + 1) (a replica that does not get it
+ * does nothing this round), looks only at the 5000 seqs above
+ * broker_meta.horizon (so it reads at most 2 x 5000 rows, whatever the
+ * table's size), cuts before the first row that has not expired, raises the
+ * horizon to the cut before deleting, never deletes the newest event, and
+ * when it deletes nothing trims broker_flush records older than 24 hours.
+ * retention_ms == 0 keeps every event but still trims broker_flush.
  *
  * Thread: the loop thread.
  */
