@@ -202,8 +202,8 @@ log_schema(int found)
 	else if (found < SCHEMA_VERSION)
 		st_info("upgraded schema version %d to %d", found, SCHEMA_VERSION);
 	else
-		st_info("schema version %d is newer than this program's %d and keeps the functions it calls; running on "
-		        "it",
+		st_info("schema version %d is newer than this program's %d and keeps the functions it calls; left as it "
+		        "is",
 		        found, SCHEMA_VERSION);
 }
 
