@@ -116,5 +116,21 @@ def exit_codes_and_nothing_stored():
         check_eq(rows(env), good, "rows stored in all: only the good events")
 
 
+@t.case
+def a_refusal_answered_by_the_writer_exits_1():
+    # studioctl's own checks are the writer's, so no event reaches the writer's
+    # `invalid`; the writer-side refusal path is the same code for every
+    # code: a draining writer answers `unavailable`.
+    with h.Env() as env:
+        w = env.start_writer().wait_ready()
+        expect(env, 0, ["drain", "--control", w.control], "drain the writer")
+        before = rows(env)
+        p = h.studioctl("publish", "--writer", w.ingest, "--topic", "ok", "--timeout-ms", "5000")
+        err = p.stderr.decode(errors="replace")
+        check_eq(p.returncode, 1, "exit status of a publish the writer refuses (%r)" % err)
+        check("refused: unavailable" in err, "the writer's answer is shown: %r" % err)
+        check_eq(rows(env), before, "events stored by a refused publish")
+
+
 if __name__ == "__main__":
     t.main()
