@@ -241,6 +241,24 @@ def writer_listen_in_use_with_a_real_database_creates_nothing():
 
 
 @t.case
+def the_bounds_themselves_are_accepted():
+    # migrate parses and checks every flag as the daemon does, then only migrates
+    with h.Env(migrate=False) as env:
+        for flags in [["--lock-key", "9223372036854775806", "--retention", "36500d"],
+                      ["--lock-key", "1", "--retention", "0"], ["--lock-key", "7449999999", "--retention", "1ms"],
+                      ["--lock-key", "7450000002", "--ingest", "tcp://0.0.0.0:0", "--http", "[::1]:0"]]:
+            p, _ = run("broker-writer", ["migrate", "--pg-dsn", env.dsn] + flags)
+            check_eq(p.returncode, 0, "migrate with %s (stderr %r)" % (" ".join(flags),
+                                                                    p.stderr.decode(errors="replace")[-300:]))
+        # the URI form of a DSN is accepted too (when the test server is reached over TCP without a password)
+        user, addr, port = h.psql(env.dsn, "SELECT current_user, host(inet_server_addr()), inet_server_port()")[0]
+        if addr is not None and "password" not in env.dsn:
+            uri = "postgresql://%s@%s:%s/%s" % (user, "[%s]" % addr if ":" in addr else addr, port, env.dbname)
+            p, _ = run("broker-writer", ["migrate", "--pg-dsn", uri])
+            check_eq(p.returncode, 0, "migrate with %s (stderr %r)" % (uri, p.stderr.decode(errors="replace")[-300:]))
+
+
+@t.case
 def flag_wins_over_variable_and_help_lists_defaults():
     # a bad variable is not looked at when its flag is given: the error is about the next bad setting
     expect_exit2("broker-writer", writer_args(dead_dsn(), lock_key="5", retention="7 days"), ["--retention"],
