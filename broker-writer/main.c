@@ -82,8 +82,9 @@
 #define FLUSH_MAX_EVENTS 20000u
 #define FLUSH_MAX_BYTES (32u * 1024 * 1024)
 
-/* The session lock of the migration (schema.c): a flush or retention key equal to it would wait on it. */
-#define MIGRATION_LOCK_KEY INT64_C(7450000001)
+/* A flush or retention key equal to the migration's session lock would wait on it. */
+#define MIGRATION_LOCK_KEY ((int64_t)SCHEMA_MIGRATE_LOCK_KEY)
+_Static_assert(SCHEMA_MIGRATE_LOCK_KEY == 7450000001, "update --lock-key's allowed text and docs/writer.md");
 /* The cut is now() - retention in PostgreSQL: 100 years keeps it a valid timestamptz, in int64 ms and µs. */
 #define RETENTION_MAX_MS (INT64_C(36500) * 86400000)
 
