@@ -224,7 +224,7 @@ st_preflight_dial_urls(const st_opt *o, char *why, size_t cap)
 			if (n == 1)
 				snprintf(why, cap, "%s", sub);
 			else
-				snprintf(why, cap, "URL %zu (%.200s) %s", i + 1, items[i], sub);
+				snprintf(why, cap, "URL %zu (%.200s): %s", i + 1, items[i], sub);
 			ok = false;
 		}
 	}
