@@ -68,6 +68,7 @@
 #include "st_http.h"
 #include "st_log.h"
 #include "st_metrics.h"
+#include "st_preflight.h"
 #include "st_util.h"
 #include "wire.h"
 
@@ -87,20 +88,41 @@
 #define FLUSH_MAX_EVENTS 20000u
 #define FLUSH_MAX_BYTES (32u * 1024 * 1024)
 
+/* A flush or retention key equal to the migration's session lock would wait on it. */
+#define MIGRATION_LOCK_KEY ((int64_t)SCHEMA_MIGRATE_LOCK_KEY)
+_Static_assert(SCHEMA_MIGRATE_LOCK_KEY == 7450000001, "update --lock-key's allowed text and docs/writer.md");
+/* The cut is now() - retention in PostgreSQL: 100 years keeps it a valid timestamptz, in int64 ms and µs. */
+#define RETENTION_MAX_MS (INT64_C(36500) * 86400000)
+
+static bool
+lock_key_check(const st_opt *o, char *why, size_t cap)
+{
+	/* the range (1..INT64_MAX - 1) is the table's: retention locks key + 1 */
+	if (o->ival != MIGRATION_LOCK_KEY && o->ival + 1 != MIGRATION_LOCK_KEY)
+		return true;
+	snprintf(why, cap, "must be %s", o->allowed);
+	return false;
+}
+
 static st_opt opts[] = {
-	{ .name = "pg-dsn", .kind = ST_OPT_STR, .help = "PostgreSQL connection string (libpq DSN or URI)",
-	  .required = true },
-	{ .name = "ingest", .kind = ST_OPT_STR, .def = "tcp://0.0.0.0:7450", .help = "nng rep0 URL to listen on for producers" },
-	{ .name = "publish", .kind = ST_OPT_STR, .def = "tcp://0.0.0.0:7451", .help = "nng pub0 URL to listen on for edges" },
-	{ .name = "control", .kind = ST_OPT_STR, .def = "", .help = "nng rep0 URL of the ops socket (stats, drain); empty = none" },
-	{ .name = "http", .kind = ST_OPT_STR, .def = "0.0.0.0:9450", .help = "ADDR:PORT for /metrics, /healthz, /readyz; empty = none" },
+	{ .name = "pg-dsn", .kind = ST_OPT_STR, .help = "PostgreSQL connection string (libpq key=value or URI)",
+	  .required = true, .check = st_preflight_dsn, .secret = true },
+	{ .name = "ingest", .kind = ST_OPT_STR, .def = "tcp://0.0.0.0:7450", .help = "nng rep0 URL to listen on for producers",
+	  .required = true, .check = st_preflight_listen_url },
+	{ .name = "publish", .kind = ST_OPT_STR, .def = "tcp://0.0.0.0:7451", .help = "nng pub0 URL to listen on for edges",
+	  .required = true, .check = st_preflight_listen_url },
+	{ .name = "control", .kind = ST_OPT_STR, .def = "", .help = "nng rep0 URL of the ops socket (stats, drain); empty = none",
+	  .check = st_preflight_listen_url },
+	{ .name = "http", .kind = ST_OPT_STR, .def = "0.0.0.0:9450", .help = "ADDR:PORT for /metrics, /healthz, /readyz; empty = none",
+	  .check = st_preflight_http_addr },
 	{ .name = "flush-interval-ms", .kind = ST_OPT_INT, .def = "1000", .help = "milliseconds between flushes",
 	  .min = 10, .max = 60000 },
 	{ .name = "lock-key", .kind = ST_OPT_INT, .def = DEFAULT_LOCK_KEY,
 	  .help = "advisory lock key of the flush (retention uses key + 1); same on every replica",
-	  .min = INT64_MIN + 1, .max = INT64_MAX - 1 },
+	  .min = 1, .max = INT64_MAX - 1, .allowed = "1..9223372036854775806 and not 7450000000/7450000001",
+	  .check = lock_key_check },
 	{ .name = "retention", .kind = ST_OPT_DURATION, .def = "7d", .help = "delete events older than this; 0 keeps all",
-	  .min = 0, .max = INT64_MAX },
+	  .min = 0, .max = RETENTION_MAX_MS, .allowed = "0 (keep everything) or a duration up to 36500d (250ms, 30s, 15m, 12h, 7d)" },
 };
 
 typedef struct writer {
@@ -866,6 +888,16 @@ main(int argc, char **argv)
 	}
 	if (first < argc)
 		st_config_fail(PROG, "unknown command: %s (the only command is migrate)", argv[first]);
+	{
+		/* Before the database: an address that cannot listen is bad configuration, not an outage. */
+		const st_preflight_addr addrs[] = {
+			{ "ingest", st_config_get(opts, ST_ARRAY_LEN(opts), "ingest")->sval, ST_PREFLIGHT_NNG },
+			{ "publish", st_config_get(opts, ST_ARRAY_LEN(opts), "publish")->sval, ST_PREFLIGHT_NNG },
+			{ "control", st_config_get(opts, ST_ARRAY_LEN(opts), "control")->sval, ST_PREFLIGHT_NNG },
+			{ "http", st_config_get(opts, ST_ARRAY_LEN(opts), "http")->sval, ST_PREFLIGHT_HTTP },
+		};
+		st_preflight_listen(PROG, addrs, ST_ARRAY_LEN(addrs));
+	}
 	w.clock = st_clock_system();
 	w.interval_ms = (int)st_config_get(opts, ST_ARRAY_LEN(opts), "flush-interval-ms")->ival;
 	snprintf(w.lock_key, sizeof(w.lock_key), "%" PRId64, st_config_get(opts, ST_ARRAY_LEN(opts), "lock-key")->ival);

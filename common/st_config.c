@@ -166,19 +166,82 @@ kind_meta(enum st_opt_kind k)
 	return "";
 }
 
+/* ms as the largest unit that divides it exactly: 604800000 -> "7d". */
+static void
+duration_text(int64_t ms, char *buf, size_t cap)
+{
+	static const struct {
+		const char *unit;
+		int64_t ms;
+	} units[] = { { "d", 86400000 }, { "h", 3600000 }, { "m", 60000 }, { "s", 1000 } };
+
+	if (ms != 0)
+		for (size_t i = 0; i < ST_ARRAY_LEN(units); i++)
+			if (ms % units[i].ms == 0) {
+				snprintf(buf, cap, "%lld%s", (long long)(ms / units[i].ms), units[i].unit);
+				return;
+			}
+	snprintf(buf, cap, ms == 0 ? "0" : "%lldms", (long long)ms);
+}
+
+static bool
+ranged(const st_opt *o)
+{
+	return !(o->min == 0 && o->max == 0);
+}
+
+/* What the option accepts, as written after "must be" in an error line. */
+static void
+allowed_text(const st_opt *o, char *buf, size_t cap)
+{
+	char lo[32], hi[32];
+
+	if (o->allowed) {
+		snprintf(buf, cap, "%s", o->allowed);
+		return;
+	}
+	switch (o->kind) {
+	case ST_OPT_INT:
+		if (ranged(o))
+			snprintf(buf, cap, "an integer in %lld..%lld", (long long)o->min, (long long)o->max);
+		else
+			snprintf(buf, cap, "a decimal integer");
+		return;
+	case ST_OPT_DURATION:
+		if (ranged(o)) {
+			duration_text(o->min, lo, sizeof(lo));
+			duration_text(o->max, hi, sizeof(hi));
+			snprintf(buf, cap, "a duration in %s..%s (0, 250ms, 30s, 15m, 12h, 7d)", lo, hi);
+		} else {
+			snprintf(buf, cap, "a duration (0, 250ms, 30s, 15m, 12h, 7d)");
+		}
+		return;
+	case ST_OPT_BOOL:
+		snprintf(buf, cap, "true, false, 1 or 0");
+		return;
+	case ST_OPT_STR:
+	case ST_OPT_LIST:
+		buf[0] = '\0';
+		return;
+	}
+}
+
 static void
 print_help(const st_opt *opts, size_t n, const char *prog, const char *usage)
 {
-	char env[128];
+	char env[128], allowed[256];
 
 	printf("usage: %s\n\noptions (each also as the environment variable shown; a flag wins):\n", usage ? usage : prog);
 	for (size_t i = 0; i < n; i++) {
 		env_name(env, sizeof(env), opts[i].name);
 		printf("  --%s%s\n      %s", opts[i].name, kind_meta(opts[i].kind), opts[i].help ? opts[i].help : "");
-		if (opts[i].required)
-			printf(" (required)");
-		else if (opts[i].def)
+		if (opts[i].def)
 			printf(" (default: %s)", opts[i].def[0] ? opts[i].def : "\"\"");
+		else if (opts[i].required)
+			printf(" (required)");
+		allowed_text(&opts[i], allowed, sizeof(allowed));
+		if (allowed[0] && opts[i].kind != ST_OPT_BOOL)
+			printf(" (allowed: %s)", allowed);
 		if (opts[i].kind == ST_OPT_LIST)
 			printf(" (repeatable)");
 		printf(" [%s]\n", env);
@@ -197,38 +260,86 @@ find(st_opt *opts, size_t n, const char *name, size_t len)
 	return NULL;
 }
 
+/*
+ * The value as it goes into an error line: as is when it is short and
+ * plain, otherwise quoted with control bytes escaped and cut at 120 bytes,
+ * so that the line stays one line whatever the value holds.
+ */
+static void
+value_text(const char *v, char *buf, size_t cap)
+{
+	size_t n = strlen(v), o = 0;
+	bool plain = n > 0 && n <= 120;
+
+	for (size_t i = 0; i < n && plain; i++)
+		plain = v[i] > ' ' && v[i] != '"' && v[i] != 0x7f;
+	if (plain) {
+		snprintf(buf, cap, "%s", v);
+		return;
+	}
+	ST_ASSERT(cap >= 16);
+	buf[o++] = '"';
+	for (size_t i = 0; i < n && i < 120 && o + 6 < cap; i++) {
+		unsigned char c = (unsigned char)v[i];
+
+		if (c < ' ' || c == 0x7f || c == '"' || c == '\\')
+			o += (size_t)snprintf(buf + o, cap - o, c == '"' || c == '\\' ? "\\%c" : "\\x%02x", c);
+		else
+			buf[o++] = (char)c;
+	}
+	if (n > 120 && o + 5 < cap) {
+		memcpy(buf + o, "...", 3);
+		o += 3;
+	}
+	buf[o++] = '"';
+	buf[o] = '\0';
+}
+
+/* Exits 2: "PROG: SRC VALUE: WHY" (the value left out for a secret option). */
+static void
+refuse(const st_opt *o, const char *prog, const char *src, const char *why)
+{
+	char val[512];
+
+	if (o->secret || o->sval == NULL) {
+		st_config_fail(prog, "%s: %s", src, why);
+	}
+	value_text(o->sval, val, sizeof(val));
+	st_config_fail(prog, "%s %s: %s", src, val, why);
+}
+
 /* Checks and converts one value; src names where it came from, for the error line. */
 static void
 convert(st_opt *o, const char *prog, const char *src)
 {
-	st_err rv = ST_OK;
-	bool ranged = !(o->min == 0 && o->max == 0);
+	char allowed[256], why[512];
 
 	if (o->sval == NULL)
 		return;
+	allowed_text(o, allowed, sizeof(allowed));
+	snprintf(why, sizeof(why), "must be %s", allowed);
 	switch (o->kind) {
 	case ST_OPT_STR:
 	case ST_OPT_LIST:
-		return;
+		break;
 	case ST_OPT_BOOL:
 		if (parse_bool(o->sval, &o->ival) != ST_OK)
-			st_config_fail(prog, "%s: \"%s\" is not a boolean (true, false, 1 or 0)", src, o->sval);
-		return;
+			refuse(o, prog, src, why);
+		break;
 	case ST_OPT_INT:
-		if ((rv = parse_int(o->sval, &o->ival)) != ST_OK)
-			st_config_fail(prog, "%s: \"%s\" is not %s", src, o->sval,
-			               rv == ST_ERANGE ? "a representable integer" : "a decimal integer");
-		if (ranged && (o->ival < o->min || o->ival > o->max))
-			st_config_fail(prog, "%s: %lld is out of range [%lld, %lld]", src, (long long)o->ival,
-			               (long long)o->min, (long long)o->max);
-		return;
+		if (parse_int(o->sval, &o->ival) != ST_OK || (ranged(o) && (o->ival < o->min || o->ival > o->max)))
+			refuse(o, prog, src, why);
+		break;
 	case ST_OPT_DURATION:
-		if ((rv = st_config_parse_duration(o->sval, &o->ival)) != ST_OK)
-			st_config_fail(prog, "%s: \"%s\" is not a duration (0, 250ms, 30s, 15m, 12h, 7d)", src, o->sval);
-		if (ranged && (o->ival < o->min || o->ival > o->max))
-			st_config_fail(prog, "%s: %s (%lld ms) is out of range [%lld ms, %lld ms]", src, o->sval,
-			               (long long)o->ival, (long long)o->min, (long long)o->max);
-		return;
+		if (st_config_parse_duration(o->sval, &o->ival) != ST_OK ||
+		    (ranged(o) && (o->ival < o->min || o->ival > o->max)))
+			refuse(o, prog, src, why);
+		break;
+	}
+	if (o->check != NULL && o->sval[0] != '\0') {
+		why[0] = '\0';
+		if (!o->check(o, why, sizeof(why)))
+			refuse(o, prog, src, why[0] ? why : "not allowed");
 	}
 }
 
@@ -342,7 +453,8 @@ st_config_parse(st_opt *opts, size_t n, int argc, char **argv, const char *prog,
 		else
 			snprintf(what, sizeof(what), "default of --%s", o->name);
 		if (o->required && (o->sval == NULL || o->sval[0] == '\0'))
-			st_config_fail(prog, "--%s (or %s) is required", o->name, env);
+			st_config_fail(prog, "--%s (or %s) is required%s%s", o->name, env, o->help ? ": " : "",
+			               o->help ? o->help : "");
 		convert(o, prog, what);
 	}
 	ST_FREE(&src);

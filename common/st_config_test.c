@@ -8,18 +8,40 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-enum { O_DSN, O_IVAL, O_RET, O_VERBOSE, O_WRITERS, O_N };
+enum { O_DSN, O_IVAL, O_RET, O_VERBOSE, O_WRITERS, O_KEY, O_N };
+
+static bool
+key_check(const st_opt *o, char *why, size_t cap)
+{
+	if (o->ival != 7)
+		return true;
+	snprintf(why, cap, "must be 1..100 and not 7");
+	return false;
+}
+
+static bool
+dsn_check(const st_opt *o, char *why, size_t cap)
+{
+	if (strstr(o->sval, "bad") == NULL)
+		return true;
+	snprintf(why, cap, "holds \"bad\"");
+	return false;
+}
 
 static void
 opts_init(st_opt *o)
 {
 	memset(o, 0, sizeof(st_opt) * O_N);
-	o[O_DSN] = (st_opt){ .name = "pg-dsn", .kind = ST_OPT_STR, .help = "PostgreSQL DSN", .required = true };
+	o[O_DSN] = (st_opt){ .name = "pg-dsn", .kind = ST_OPT_STR, .help = "PostgreSQL DSN", .required = true,
+		             .check = dsn_check, .secret = true };
 	o[O_IVAL] = (st_opt){ .name = "flush-interval-ms", .kind = ST_OPT_INT, .def = "1000",
 		              .help = "flush interval", .min = 10, .max = 60000 };
-	o[O_RET] = (st_opt){ .name = "retention", .kind = ST_OPT_DURATION, .def = "7d", .help = "retention" };
+	o[O_RET] = (st_opt){ .name = "retention", .kind = ST_OPT_DURATION, .def = "7d", .help = "retention",
+		             .max = 36500LL * 86400000 };
 	o[O_VERBOSE] = (st_opt){ .name = "verbose", .kind = ST_OPT_BOOL, .def = "false", .help = "verbose" };
 	o[O_WRITERS] = (st_opt){ .name = "writers", .kind = ST_OPT_LIST, .help = "writer URLs" };
+	o[O_KEY] = (st_opt){ .name = "lock-key", .kind = ST_OPT_INT, .def = "5", .help = "a key", .min = 1, .max = 100,
+		             .allowed = "1..100 and not 7", .check = key_check };
 }
 
 static void
@@ -30,6 +52,7 @@ env_clear(void)
 	unsetenv("STUDIO_RETENTION");
 	unsetenv("STUDIO_VERBOSE");
 	unsetenv("STUDIO_WRITERS");
+	unsetenv("STUDIO_LOCK_KEY");
 }
 
 #define MAXARGS 16
@@ -187,12 +210,21 @@ t_exit2(void)
 		{ "p --pg-dsn a --nope 1", NULL, "unknown option \"--nope\"" },
 		{ "p --pg-dsn a -x", NULL, "unknown option \"-x\"" },
 		{ "p --pg-dsn a --flush-interval-ms", NULL, "--flush-interval-ms needs a value" },
-		{ "p --pg-dsn a --flush-interval-ms abc", NULL, "--flush-interval-ms: \"abc\" is not a decimal integer" },
-		{ "p --pg-dsn a --flush-interval-ms 5", NULL, "--flush-interval-ms: 5 is out of range [10, 60000]" },
-		{ "p --pg-dsn a", "70000", "STUDIO_FLUSH_INTERVAL_MS: 70000 is out of range" },
-		{ "p --pg-dsn a --retention 10", NULL, "--retention: \"10\" is not a duration" },
-		{ "p --pg-dsn a --verbose=maybe", NULL, "--verbose: \"maybe\" is not a boolean" },
+		{ "p --pg-dsn a --flush-interval-ms abc", NULL, "prog: --flush-interval-ms abc: must be an integer in 10..60000\n" },
+		{ "p --pg-dsn a --flush-interval-ms 5", NULL, "prog: --flush-interval-ms 5: must be an integer in 10..60000\n" },
+		{ "p --pg-dsn a --flush-interval-ms 99999999999999999999", NULL,
+		  "prog: --flush-interval-ms 99999999999999999999: must be an integer in 10..60000\n" },
+		{ "p --pg-dsn a", "70000", "prog: STUDIO_FLUSH_INTERVAL_MS 70000: must be an integer in 10..60000\n" },
+		{ "p --pg-dsn a --retention 10", NULL, "prog: --retention 10: must be a duration in 0..36500d (0, 250ms" },
+		{ "p --pg-dsn a --retention 36501d", NULL, "prog: --retention 36501d: must be a duration in 0..36500d" },
+		{ "p --pg-dsn a --verbose=maybe", NULL, "prog: --verbose maybe: must be true, false, 1 or 0\n" },
 		{ "p --pg-dsn=", NULL, "is required" },
+		{ "p --pg-dsn a --lock-key 7", NULL, "prog: --lock-key 7: must be 1..100 and not 7\n" },
+		{ "p --pg-dsn a --lock-key 0", NULL, "prog: --lock-key 0: must be 1..100 and not 7\n" },
+		{ "p --pg-dsn a --lock-key=", NULL, "prog: --lock-key \"\": must be 1..100 and not 7\n" },
+		{ "p --pg-dsn=x\001y --lock-key=1\ty", NULL, "prog: --lock-key \"1\\x09y\": must be 1..100 and not 7\n" },
+		/* secret: the check's reason, never the value */
+		{ "p --pg-dsn=password=s3cret_bad", NULL, "prog: --pg-dsn: holds \"bad\"\n" },
 	};
 
 	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
@@ -205,6 +237,7 @@ t_exit2(void)
 		ST_CHECK(strncmp(out, "prog: ", 6) == 0);
 		ST_CHECK(strstr(out, cases[i].needle) != NULL);
 		ST_CHECK(nl != NULL && nl[1] == '\0'); /* exactly one line */
+		ST_CHECK(strstr(out, "s3cret") == NULL);
 	}
 }
 
@@ -222,6 +255,8 @@ t_help(void)
 	ST_CHECK(strstr(out, "[STUDIO_PG_DSN]") != NULL);
 	ST_CHECK(strstr(out, "[STUDIO_FLUSH_INTERVAL_MS]") != NULL);
 	ST_CHECK(strstr(out, "--writers") != NULL);
+	ST_CHECK(strstr(out, "(default: 1000) (allowed: an integer in 10..60000)") != NULL);
+	ST_CHECK(strstr(out, "(default: 5) (allowed: 1..100 and not 7)") != NULL);
 }
 
 static void

@@ -1252,14 +1252,18 @@ listen_addr_ok(const char *listen)
 }
 
 /* evutil_parse_sockaddr_port refuses port 0, so the port is parsed here. */
-static st_err
-listen_addr_parse(const char *listen, struct sockaddr_storage *ss, int *sslen)
+st_err
+http_listen_parse(const char *listen, struct sockaddr_storage *ss, int *sslen)
 {
-	const char *colon = strrchr(listen, ':');
+	const char *colon;
 	char host[128];
 	uint64_t port;
-	size_t hl = (size_t)(colon - listen);
+	size_t hl;
 
+	if (listen == NULL || !listen_addr_ok(listen))
+		return ST_EINVAL;
+	colon = strrchr(listen, ':');
+	hl = (size_t)(colon - listen);
 	if (hl >= sizeof(host) || st_parse_u64(colon + 1, strlen(colon + 1), &port) != ST_OK || port > 65535)
 		return ST_EINVAL;
 	memcpy(host, listen, hl);
@@ -1286,7 +1290,7 @@ server_create(struct event_base *base, const char *listen, const http_server_con
 	st_err rv = ST_EINVAL;
 
 	*out = NULL;
-	if (!base || !listen || !fn || !listen_addr_ok(listen) || listen_addr_parse(listen, &ss, &sslen) != ST_OK)
+	if (!base || !listen || !fn || http_listen_parse(listen, &ss, &sslen) != ST_OK)
 		return ST_EINVAL;
 	s = st_xcalloc(1, sizeof(*s));
 	s->base = base;

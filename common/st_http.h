@@ -95,6 +95,13 @@ void http_server_set_origin(http_server *s, uint64_t origin_ns);
 void http_server_set_delivery_histogram(http_server *s, struct st_histogram *h);
 /* The port actually bound (useful with port 0 in tests). */
 int http_server_port(const http_server *s);
+/*
+ * Parses a listen address as http_server_new does: "IPv4:PORT" or
+ * "[IPv6]:PORT", numeric, port 0..65535 (no name resolution).  ST_EINVAL
+ * otherwise.  Any thread; for configuration checks before anything listens.
+ */
+struct sockaddr_storage;
+st_err http_listen_parse(const char *listen, struct sockaddr_storage *ss, int *sslen);
 
 /* ---- the request (valid until answered or gone) ---- */
 const char *http_req_method(const http_req *r);   /* "GET", "HEAD", ... */

@@ -76,6 +76,7 @@
 #include "st_log.h"
 #include "st_mailbox.h"
 #include "st_metrics.h"
+#include "st_preflight.h"
 #include "st_util.h"
 #include "stream.h"
 #include "sub.h"
@@ -704,24 +705,28 @@ listen_with_port(const char *listen, int port, char *out, size_t cap)
 /* ---- main ------------------------------------------------------------- */
 
 static st_opt opts[] = {
-	{ "pg-dsn", ST_OPT_STR, NULL, "PostgreSQL connection string (libpq)", 0, 0, true, NULL, 0, false },
-	{ "writers", ST_OPT_LIST, NULL, "nng sub0 dial URLs of the writers' publish sockets, comma separated", 0, 0,
-	  true, NULL, 0, false },
-	{ "listen", ST_OPT_STR, "0.0.0.0:8080", "HTTP listen address ADDR:PORT", 0, 0, false, NULL, 0, false },
-	{ "control", ST_OPT_STR, "", "nng rep0 URL of the ops socket (empty: none)", 0, 0, false, NULL, 0, false },
-	{ "replay-cap", ST_OPT_INT, "10000", "most events one resume replays before it answers resync", 0,
-	  100000000, false, NULL, 0, false },
-	{ "heartbeat-s", ST_OPT_INT, "15", "seconds between heartbeats", 1, 3600, false, NULL, 0, false },
-	{ "drain-grace-s", ST_OPT_INT, "25", "seconds a drain spreads reconnects over before closing the rest", 0,
-	  3600, false, NULL, 0, false },
-	{ "threads", ST_OPT_INT, "1", "event loop threads serving HTTP streams (see docs/edge.md)", 1,
-	  EDGE_MAX_THREADS, false, NULL, 0, false },
-	{ "max-streams", ST_OPT_INT, "100000", "open streams before new ones get 429", 1, 10000000, false, NULL, 0,
-	  false },
-	{ "cors-origins", ST_OPT_STR, "", "origins allowed by CORS, comma separated, or *", 0, 0, false, NULL, 0,
-	  false },
-	{ "flush-interval-ms", ST_OPT_INT, "1000", "the writers' flush interval (readiness waits 3 of them)", 10,
-	  600000, false, NULL, 0, false },
+	{ .name = "pg-dsn", .kind = ST_OPT_STR, .help = "PostgreSQL connection string (libpq key=value or URI)",
+	  .required = true, .check = st_preflight_dsn, .secret = true },
+	{ .name = "writers", .kind = ST_OPT_LIST,
+	  .help = "nng sub0 dial URLs of the writers' publish sockets, comma separated (at most 64)", .required = true,
+	  .check = st_preflight_dial_urls },
+	{ .name = "listen", .kind = ST_OPT_STR, .def = "0.0.0.0:8080", .help = "HTTP listen address ADDR:PORT",
+	  .required = true, .check = st_preflight_http_addr },
+	{ .name = "control", .kind = ST_OPT_STR, .def = "", .help = "nng rep0 URL of the ops socket (empty: none)",
+	  .check = st_preflight_listen_url },
+	{ .name = "replay-cap", .kind = ST_OPT_INT, .def = "10000",
+	  .help = "most events one resume replays before it answers resync", .min = 0, .max = 100000000 },
+	{ .name = "heartbeat-s", .kind = ST_OPT_INT, .def = "15", .help = "seconds between heartbeats", .min = 1,
+	  .max = 3600 },
+	{ .name = "drain-grace-s", .kind = ST_OPT_INT, .def = "25",
+	  .help = "seconds a drain spreads reconnects over before closing the rest", .min = 0, .max = 3600 },
+	{ .name = "threads", .kind = ST_OPT_INT, .def = "1",
+	  .help = "event loop threads serving HTTP streams (see docs/edge.md)", .min = 1, .max = EDGE_MAX_THREADS },
+	{ .name = "max-streams", .kind = ST_OPT_INT, .def = "100000", .help = "open streams before new ones get 429",
+	  .min = 1, .max = 10000000 },
+	{ .name = "cors-origins", .kind = ST_OPT_STR, .def = "", .help = "origins allowed by CORS, comma separated, or *" },
+	{ .name = "flush-interval-ms", .kind = ST_OPT_INT, .def = "1000",
+	  .help = "the writers' flush interval (readiness waits 3 of them)", .min = 10, .max = 600000 },
 };
 #define OPT(name) st_config_get(opts, ST_ARRAY_LEN(opts), name)
 
@@ -743,9 +748,17 @@ main(int argc, char **argv)
 	                "edge-gateway --pg-dsn DSN --writers URL[,URL...] [options]", &first_pos);
 	if (first_pos != argc)
 		st_config_fail("edge-gateway", "unexpected argument '%s'", argv[first_pos]);
-	n_writers = st_config_split(OPT("writers")->sval, &writers, 64);
+	n_writers = st_config_split(OPT("writers")->sval, &writers, ST_PREFLIGHT_MAX_DIAL);
 	if (n_writers == 0)
 		st_config_fail("edge-gateway", "--writers needs at least one URL");
+	{
+		/* Before the database and the writers: an address that cannot listen is bad configuration. */
+		const st_preflight_addr addrs[] = {
+			{ "listen", OPT("listen")->sval, OPT("threads")->ival > 1 ? ST_PREFLIGHT_HTTP_SHARED : ST_PREFLIGHT_HTTP },
+			{ "control", OPT("control")->sval, ST_PREFLIGHT_NNG },
+		};
+		st_preflight_listen("edge-gateway", addrs, ST_ARRAY_LEN(addrs));
+	}
 	signal(SIGPIPE, SIG_IGN);
 	evthread_use_pthreads();
 	e.base = event_base_new();

@@ -4,7 +4,8 @@
 # out of memory) and names the reproducer.  For CI: one line per target,
 #   fuzz/run.sh json_compact 30
 # Environment: FUZZ_BUILD_DIR (default <repo>/build-fuzz), FUZZ_CC (default
-# clang-14, else clang), FUZZ_JOBS (build parallelism, default 2).
+# clang-14, else clang), FUZZ_JOBS (build parallelism, default 2), FUZZ_WERROR
+# (ON: warnings are errors, as scripts/test.sh runs it; default OFF).
 # New corpus entries go to $FUZZ_BUILD_DIR/fuzz-work/TARGET/corpus (the
 # checked-in seeds under fuzz/corpus/TARGET are only read), reproducers to
 # $FUZZ_BUILD_DIR/fuzz-work/TARGET/artifacts/.
@@ -35,7 +36,10 @@ fi
 
 if [ ! -f "$build/CMakeCache.txt" ]; then
 	cmake -S "$here" -B "$build" -DCMAKE_C_COMPILER="$cc" -DSTUDIO_FUZZ=ON \
-		-DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+		-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTUDIO_WERROR="${FUZZ_WERROR:-OFF}" >/dev/null
+else
+	# an existing build dir keeps its compiler; the warning policy follows this run
+	cmake -S "$here" -B "$build" -DSTUDIO_WERROR="${FUZZ_WERROR:-OFF}" >/dev/null
 fi
 cmake --build "$build" --target "fuzz_$target" -j"${FUZZ_JOBS:-2}" >/dev/null
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # scripts/test.sh: the whole test run on a fresh Debian 12 machine (as root).
 #
-# Installs what is missing, builds twice (build/ plain, build-asan/ with
-# ASan+UBSan), starts a throwaway PostgreSQL 15 of its own under build/
+# Installs what is missing, builds three times, each with warnings as
+# errors (-DSTUDIO_WERROR=ON; a user's build leaves them warnings): build/
+# plain, build-release/ (Release, only built: a user's release build must
+# compile) and build-asan/ with ASan+UBSan, then starts a throwaway PostgreSQL 15 of its own under build/
 # (127.0.0.1, a free port, fsync off), exports STUDIO_TEST_PG_DSN and runs
 # ctest on both builds: everything on build/, everything but the
 # memory/throughput measurements (label measure) on build-asan/.  The server
@@ -17,9 +19,12 @@ cd "$ST_ROOT"
 
 t0=$(date +%s)
 st_install "${ST_BUILD_PKGS[@]}" chromium clang libclang-rt-14-dev valgrind
-st_build "$ST_ROOT/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+st_build "$ST_ROOT/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTUDIO_WERROR=ON
+# -O2 without -g finds warnings (format-truncation, maybe-uninitialized) that
+# the other builds do not; nothing runs from it.
+st_build "$ST_ROOT/build-release" -DCMAKE_BUILD_TYPE=Release -DSTUDIO_WERROR=ON
 if [ "${STUDIO_TEST_ONLY_PLAIN:-0}" != 1 ]; then
-	st_build "$ST_ROOT/build-asan" -DCMAKE_BUILD_TYPE=Debug -DSTUDIO_SANITIZE=ON
+	st_build "$ST_ROOT/build-asan" -DCMAKE_BUILD_TYPE=Debug -DSTUDIO_SANITIZE=ON -DSTUDIO_WERROR=ON
 fi
 
 trap 'st_pg_stop' EXIT
@@ -45,7 +50,7 @@ if [ "${STUDIO_TEST_FUZZ_S:-20}" != 0 ]; then
 	st_log "fuzzing each parser for ${STUDIO_TEST_FUZZ_S:-20}s"
 	for t in proto_request_decode proto_pub_decode proto_reply_decode json_compact json_parse \
 	         http_query_each http_head parse_u64 replay_text_array_parse; do
-		bash fuzz/run.sh "$t" "${STUDIO_TEST_FUZZ_S:-20}" >"build/fuzz-$t.log" 2>&1 ||
+		FUZZ_WERROR=ON bash fuzz/run.sh "$t" "${STUDIO_TEST_FUZZ_S:-20}" >"build/fuzz-$t.log" 2>&1 ||
 			{ status=1; st_log "fuzz $t FAILED (build/fuzz-$t.log)"; tail -20 "build/fuzz-$t.log"; }
 	done
 	# Read by CI as the closing count of this step.

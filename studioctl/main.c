@@ -24,6 +24,7 @@
  */
 #include "st_config.h"
 #include "st_control.h"
+#include "st_preflight.h"
 #include "st_json.h"
 #include "st_log.h"
 #include "st_clock.h"
@@ -31,6 +32,7 @@
 #include "wire.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <nng/nng.h>
 #include <nng/protocol/pubsub0/sub.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -51,8 +53,10 @@ enum { O_WRITER, O_CONTROL, O_TOPIC, O_ABOUT, O_DATA, O_KEY, O_FILE, O_TICKS, O_
 
 static st_opt opts[O_N] = {
 	[O_WRITER] = { .name = "writer", .kind = ST_OPT_STR,
-	               .help = "publish: the writer's ingest URL; tail: its publish URL" },
-	[O_CONTROL] = { .name = "control", .kind = ST_OPT_STR, .help = "stats, drain: the control URL" },
+	               .help = "publish: the writer's ingest URL; tail: its publish URL",
+	               .check = st_preflight_dial_urls },
+	[O_CONTROL] = { .name = "control", .kind = ST_OPT_STR, .help = "stats, drain: the control URL",
+	                .check = st_preflight_dial_urls },
 	[O_TOPIC] = { .name = "topic", .kind = ST_OPT_STR, .help = "publish: the event's topic" },
 	[O_ABOUT] = { .name = "about", .kind = ST_OPT_LIST,
 	              .help = "publish: what the event is about (values with commas: use --file)" },
@@ -91,6 +95,28 @@ sleep_ms(unsigned ms)
 		;
 }
 
+/*
+ * An event the writer would refuse as invalid, found before sending: the
+ * same outcome as the writer's refusal (exit 1, nothing sent, so nothing
+ * stored), with one line saying why.  Exit 2 stays for usage and input
+ * that is not JSON at all.
+ */
+static void refuse(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void
+refuse(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, PROG ": invalid event, not sent: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	fflush(stderr);
+	exit(1);
+}
+
 /* ---- event validation (the contract's bounds, checked before sending) ---- */
 
 static bool
@@ -120,26 +146,25 @@ text_problem(const char *s, size_t len, size_t max)
 	return NULL;
 }
 
+/*
+ * NULL when s is a valid event data text, otherwise what is wrong ("is
+ * longer than 256 KiB", "is not a valid JSON text"); *detail then gets the
+ * JSON parser's reason when it has one (a static string), else NULL.
+ */
 static const char *
-data_problem(const char *s, size_t len)
+data_problem(const char *s, size_t len, const char **detail)
 {
 	char *tmp;
 	size_t n = 0;
-	const char *why = NULL;
 	st_err rv;
 
+	*detail = NULL;
 	if (len > PROTO_MAX_DATA)
 		return "is longer than 256 KiB";
 	tmp = st_xmalloc(len + 1);
-	rv = st_json_compact(s, len, tmp, &n, &why);
+	rv = st_json_compact(s, len, tmp, &n, detail);
 	free(tmp);
-	if (rv != ST_OK) {
-		static char msg[160]; /* single-threaded CLI */
-
-		snprintf(msg, sizeof(msg), "is not a valid JSON text (%s)", why ? why : "syntax");
-		return msg;
-	}
-	return NULL;
+	return rv == ST_OK ? NULL : "is not a valid JSON text";
 }
 
 /* Upper bound of one event's msgpack size, for the batch byte limit. */
@@ -168,19 +193,34 @@ ev_line_fini(ev_line *l)
 	memset(l, 0, sizeof(*l));
 }
 
-/* Parses and checks one line; on error err gets the reason. */
+/*
+ * Parses and checks one line; on error err gets the reason.  ST_EPROTO: the
+ * line is not JSON at all (bad input, exit 2); ST_EINVAL: it is JSON but
+ * not an event the writer would accept (a refused request, exit 1).
+ */
 static st_err
 ev_line_parse(ev_line *l, const char *line, size_t len, char *err, size_t cap)
 {
 	st_json *j = NULL;
 	int n;
-	const char *s, *why;
+	const char *s, *why, *detail;
 	size_t slen;
 
 	memset(l, 0, sizeof(*l));
 	if (st_json_parse(line, len, MAX_LINE_NODES, &j) != ST_OK) {
+		char *tmp = st_xmalloc(len + 1);
+		size_t clen = 0;
+		bool json = st_json_compact(line, len, tmp, &clen, NULL) == ST_OK;
+
+		free(tmp);
+		if (json) {
+			/* valid JSON beyond the DOM's bound: more values than any event has */
+			snprintf(err, cap, "more than %d JSON values: larger than any valid event", MAX_LINE_NODES);
+			goto fail;
+		}
 		snprintf(err, cap, "not a valid JSON text");
-		goto fail;
+		ev_line_fini(l);
+		return ST_EPROTO;
 	}
 	l->j = j;
 	if (st_json_type(j, 0) != ST_JSON_OBJECT) {
@@ -232,8 +272,9 @@ ev_line_parse(ev_line *l, const char *line, size_t len, char *err, size_t cap)
 	}
 	if ((n = st_json_get(j, 0, "data")) >= 0 && st_json_type(j, n) != ST_JSON_NULL) {
 		st_json_raw(j, n, &s, &slen);
-		if ((why = data_problem(s, slen)) != NULL) {
-			snprintf(err, cap, "\"data\" %s", why);
+		if ((why = data_problem(s, slen, &detail)) != NULL) {
+			snprintf(err, cap, "\"data\" %s%s%.80s%s", why, detail ? " (" : "", detail ? detail : "",
+			         detail ? ")" : "");
 			goto fail;
 		}
 		l->ev.data = (proto_str){ s, slen };
@@ -384,22 +425,22 @@ publish_one(void)
 	proto_str *about = NULL;
 	char **items = NULL;
 	size_t n_items = 0;
-	const char *t = opts[O_TOPIC].sval, *why;
+	const char *t = opts[O_TOPIC].sval, *why, *detail;
 	st_buf req;
 	nng_socket s;
 	uint64_t *seqs;
 
 	if (!topic_ok(t, strlen(t)))
-		st_config_fail(PROG, "--topic: \"%s\" is not 1..200 bytes of [A-Za-z0-9._:/-]", t);
+		refuse("--topic \"%.220s\" is not 1..200 bytes of [A-Za-z0-9._:/-]", t);
 	ev.topic = (proto_str){ t, strlen(t) };
 	if (opts[O_ABOUT].sval) {
 		n_items = st_config_split(opts[O_ABOUT].sval, &items, PROTO_MAX_ABOUT + 1);
 		if (n_items > PROTO_MAX_ABOUT)
-			st_config_fail(PROG, "--about: more than 64 entries");
+			refuse("--about: more than 64 entries");
 		about = st_xcalloc(n_items ? n_items : 1, sizeof(*about));
 		for (size_t i = 0; i < n_items; i++) {
 			if ((why = text_problem(items[i], strlen(items[i]), PROTO_MAX_ABOUT_LEN)) != NULL)
-				st_config_fail(PROG, "--about: \"%.40s\" %s", items[i], why);
+				refuse("--about \"%.40s\" %s", items[i], why);
 			about[i] = (proto_str){ items[i], strlen(items[i]) };
 		}
 		ev.about = about;
@@ -408,8 +449,8 @@ publish_one(void)
 	if (opts[O_DATA].sval) {
 		const char *d = opts[O_DATA].sval;
 
-		if ((why = data_problem(d, strlen(d))) != NULL)
-			st_config_fail(PROG, "--data: %s", why);
+		if ((why = data_problem(d, strlen(d), &detail)) != NULL)
+			refuse("--data %s%s%.80s%s", why, detail ? " (" : "", detail ? detail : "", detail ? ")" : "");
 		ev.data = (proto_str){ d, strlen(d) };
 		ev.has_data = true;
 	}
@@ -417,7 +458,7 @@ publish_one(void)
 		const char *k = opts[O_KEY].sval;
 
 		if ((why = text_problem(k, strlen(k), PROTO_MAX_KEY)) != NULL)
-			st_config_fail(PROG, "--key: %s", why);
+			refuse("--key %s", why);
 		ev.key = (proto_str){ k, strlen(k) };
 		ev.has_key = true;
 	}
@@ -466,8 +507,9 @@ events_pass(FILE *f, const char *path, bool send, nng_socket s)
 	ev_line *batch = NULL;
 	proto_event *evs = NULL;
 	size_t lineno = 0, n = 0, bytes = 0, total = 0;
-	char err[160];
+	char err[256];
 	int r;
+	st_err rv;
 
 	st_buf_init(&line);
 	st_buf_init(&req);
@@ -485,12 +527,15 @@ events_pass(FILE *f, const char *path, bool send, nng_socket s)
 		if (r == 0)
 			break;
 		lineno++;
+		/* a line is bounded to read it; an event's data is at most 256 KiB */
 		if (r < 0)
-			st_config_fail(PROG, "%s: line %zu: longer than %u bytes", path, lineno, MAX_LINE);
+			refuse("%s: line %zu: longer than %u bytes, larger than any valid event", path, lineno, MAX_LINE);
 		if (blank(&line))
 			continue;
-		if (ev_line_parse(&l, line.p, line.len, err, sizeof(err)) != ST_OK)
+		if ((rv = ev_line_parse(&l, line.p, line.len, err, sizeof(err))) == ST_EPROTO)
 			st_config_fail(PROG, "%s: line %zu: %s", path, lineno, err);
+		if (rv != ST_OK)
+			refuse("%s: line %zu: %s", path, lineno, err);
 		total++;
 		if (!send) {
 			ev_line_fini(&l);
