@@ -106,8 +106,9 @@ emit_above_head(sequencer *s, frame *const *frames, size_t n)
 	s->st.duplicates += i;
 	if (i == n)
 		return 0;
-	s->emit(s->arg, frames + i, n - i);
+	/* Head first: the callee reads it as the head after this batch. */
 	s->head = frame_seq(frames[n - 1]);
+	s->emit(s->arg, frames + i, n - i);
 	s->st.emitted += n - i;
 	return n - i;
 }
@@ -378,17 +379,22 @@ sequencer_fill_done(sequencer *s, st_err err, frame *const *frames, size_t n, ui
 	s->backing_off = false;
 	s->backoff_ms = SEQUENCER_BACKOFF_MIN_MS;
 	s->st.fills++;
-	if (i1 > i0) {
-		s->emit(s->arg, frames + i0, i1 - i0);
-		s->st.emitted += i1 - i0;
-		s->st.filled_events += i1 - i0;
+	/*
+	 * Head first, so the callee reads the head after this batch.  Nothing
+	 * committed between the last row and upto_reached: rolled-back holes,
+	 * so the head after the fill is upto_reached.
+	 */
+	if (i1 > i0)
 		s->head = frame_seq(frames[i1 - 1]);
-	}
-	/* Nothing committed between the last row and upto_reached: rolled-back holes. */
 	if (s->head < upto_reached)
 		s->head = upto_reached;
 	if (s->known < s->head)
 		s->known = s->head;
+	if (i1 > i0) {
+		s->emit(s->arg, frames + i0, i1 - i0);
+		s->st.emitted += i1 - i0;
+		s->st.filled_events += i1 - i0;
+	}
 	step(s);
 }
 

@@ -39,7 +39,9 @@ typedef struct sequencer sequencer;
  * The history, in order: frames[0..n) are items with strictly increasing
  * seqs, all above every seq emitted before.  The callee takes a reference
  * (frame_ref) for whatever it keeps; the sequencer drops its own after the
- * call.  n >= 1.
+ * call.  n >= 1.  Inside the call sequencer_head() is already the head after
+ * this batch (for a fill, the seq the fill reached, which may lie above the
+ * last frame when rolled-back holes follow it).
  */
 typedef void (*sequencer_emit_fn)(void *arg, frame *const *frames, size_t n);
 

@@ -22,9 +22,11 @@ typedef struct rec {
 	} fills[64];
 	size_t n_fills;
 	st_err fill_rv;
+	uint64_t heads[64]; /* sequencer_head() seen inside each emit */
 } rec;
 
 static rec R;
+static sequencer *S; /* the one under test, for on_emit */
 static st_clock_fake C;
 
 static void
@@ -32,6 +34,8 @@ on_emit(void *arg, frame *const *frames, size_t n)
 {
 	rec *r = arg;
 
+	if (r->emits < ST_ARRAY_LEN(r->heads))
+		r->heads[r->emits] = sequencer_head(S);
 	r->emits++;
 	for (size_t i = 0; i < n; i++) {
 		/* Take and drop a reference, as a subscriber queue would. */
@@ -66,6 +70,7 @@ setup(void)
 	memset(&R, 0, sizeof(R));
 	st_clock_fake_init(&C, 1000);
 	ST_CHECK(sequencer_new(&C.clock, on_emit, on_fill, &R, &s) == ST_OK);
+	S = s;
 	return s;
 }
 
@@ -549,10 +554,36 @@ t_wire(void)
 	sequencer_free(s);
 }
 
+/* stream.h: a batch is published with the head from after it, fills included. */
+static void
+t_head_after_batch_inside_emit(void)
+{
+	static const uint64_t holes[] = { 9, 10 };
+	sequencer *s = setup();
+
+	sequencer_set_head(s, 0);
+	batch(s, 0, 1, 3);
+	ST_CHECK_EQ_U64(R.emits, 1);
+	ST_CHECK_EQ_U64(R.heads[0], 3);
+	/* behind a gap, then drained: the held batch's emit sees its own last seq */
+	batch(s, 10, 11, 12);
+	C.now += 250;
+	sequencer_on_timer(s);
+	ST_CHECK_EQ_U64(R.n_fills, 1);
+	/* the fill returns 4..8 of (3, 10]; 9 and 10 are rolled-back holes */
+	fill_answer(s, 4, 10, 10, holes, 2);
+	ST_CHECK_EQ_U64(R.emits, 3);
+	ST_CHECK_EQ_U64(R.heads[1], 10); /* the fill's batch: head is upto_reached */
+	ST_CHECK_EQ_U64(R.heads[2], 12); /* the held batch after it */
+	ST_CHECK(!R.order_broken);
+	sequencer_free(s);
+}
+
 int
 main(void)
 {
 	ST_RUN(t_in_order);
+	ST_RUN(t_head_after_batch_inside_emit);
 	ST_RUN(t_duplicate);
 	ST_RUN(t_reorder);
 	ST_RUN(t_gap);
