@@ -439,7 +439,7 @@ http_cb(http_req *req, void *arg)
 		return;
 	}
 	if (strcmp(path, "/v1/stream") == 0) {
-		streams_handle(w->streams, req);
+		streams_handle(w->streams, req, edge_ready(e, w, &why));
 	} else if (strcmp(path, "/healthz") == 0) {
 		http_reply(req, 200, "text/plain; charset=utf-8", "ok\n", 3, NULL);
 	} else if (strcmp(path, "/readyz") == 0) {

@@ -30,7 +30,9 @@ def live_frames_the_replay_covered_stop_at_the_seam():
         w1.wait_ready()
         w2.wait_ready()
         first = harness.publish(w2, "lag", data={"i": 0})
-        edge = env.start_edge([w2])
+        # A long flush interval keeps the edge ready (a writer tick within 3
+        # intervals) while its writer is stopped.
+        edge = env.start_edge([w2], flush_interval_ms=20000)
         edge.wait_ready()
         # The edge must know the first event before the writer pauses.
         harness.SseClient(edge.url + "/v1/stream?topic=lag&until=head").wait_items(1, 20)
