@@ -32,6 +32,7 @@ typedef struct held {
 	uint64_t prev;
 	uint64_t last;
 	size_t n;
+	size_t bytes;   /* held_cost of the batch */
 	frame **frames;
 } held;
 
@@ -122,6 +123,7 @@ drain(sequencer *s)
 		s->n_held--;
 		memmove(&s->held[0], &s->held[1], s->n_held * sizeof(held));
 		s->st.held -= h.n;
+		s->st.held_bytes -= h.bytes;
 		emit_above_head(s, h.frames, h.n);
 		held_fini(&h);
 	}
@@ -218,6 +220,25 @@ frames_free(frame **f, size_t n)
 	free(f);
 }
 
+/*
+ * What holding these events may cost, computed from the wire lengths before
+ * any frame is made: a frame's cost is its envelope + FRAME_OVERHEAD, and
+ * the envelope is at most the data text, the topic, each about escaped (at
+ * worst 6 bytes a byte: \u00XX) and a fixed frame of keys and the id.
+ */
+static size_t
+held_cost(const proto_pub_event *ev, size_t n)
+{
+	size_t bytes = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		bytes += FRAME_OVERHEAD + 96 + ev[i].topic.len + (ev[i].has_data ? ev[i].data.len : 0);
+		for (uint32_t k = 0; k < ev[i].n_about; k++)
+			bytes += 3 + 6 * ev[i].about[k].len;
+	}
+	return bytes;
+}
+
 /* Index where a batch with this prev goes; *found when one is already there. */
 static size_t
 held_find(const sequencer *s, uint64_t prev, bool *found)
@@ -239,20 +260,23 @@ static void
 hold(sequencer *s, uint64_t prev, const proto_pub_event *ev, size_t n)
 {
 	bool found;
-	size_t at = held_find(s, prev, &found);
+	size_t at = held_find(s, prev, &found), bytes;
 
 	if (found && s->held[at].last >= ev[n - 1].seq) {
 		/* The same commit from a second writer. */
 		s->st.duplicates += n;
 		return;
 	}
-	if (s->st.held - (found ? s->held[at].n : 0) + n > SEQUENCER_MAX_HELD) {
+	bytes = held_cost(ev, n);
+	if (s->st.held - (found ? s->held[at].n : 0) + n > SEQUENCER_MAX_HELD ||
+	    s->st.held_bytes - (found ? s->held[at].bytes : 0) + bytes > SEQUENCER_MAX_HELD_BYTES) {
 		s->st.held_dropped += n;
 		return;
 	}
 	if (found) {
 		/* Same prev but reaching further: keep the longer copy. */
 		s->st.held -= s->held[at].n;
+		s->st.held_bytes -= s->held[at].bytes;
 		held_fini(&s->held[at]);
 	} else {
 		if (s->n_held == s->cap_held) {
@@ -265,8 +289,10 @@ hold(sequencer *s, uint64_t prev, const proto_pub_event *ev, size_t n)
 	s->held[at].prev = prev;
 	s->held[at].last = ev[n - 1].seq;
 	s->held[at].n = n;
+	s->held[at].bytes = bytes;
 	s->held[at].frames = frames_make(ev, n);
 	s->st.held += n;
+	s->st.held_bytes += bytes;
 }
 
 st_err

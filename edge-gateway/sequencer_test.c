@@ -488,6 +488,54 @@ t_hold_bound(void)
 	sequencer_free(s);
 }
 
+/* Writers cannot make the hold cost more than SEQUENCER_MAX_HELD_BYTES, however large the events. */
+static void
+t_hold_bound_bytes(void)
+{
+	static char big[PROTO_MAX_DATA];
+	sequencer *s = setup();
+	sequencer_stats st;
+	proto_pub_event ev[4];
+	uint64_t q = 100, kept = 0, held_events = 0;
+
+	memset(big, 'x', sizeof(big));
+	big[0] = '"';
+	big[sizeof(big) - 1] = '"';
+	sequencer_set_head(s, 0);
+	/* batches of 4 events of 256 KiB data each after a gap: ~1 MiB a batch */
+	for (int i = 0; i < 64; i++, q += 4) {
+		for (int k = 0; k < 4; k++) {
+			memset(&ev[k], 0, sizeof(ev[k]));
+			ev[k].seq = q + 1 + (uint64_t)k;
+			ev[k].topic.p = "t";
+			ev[k].topic.len = 1;
+			ev[k].data.p = big;
+			ev[k].data.len = sizeof(big);
+			ev[k].has_data = true;
+		}
+		ST_CHECK(sequencer_push_batch(s, q, ev, 4) == ST_OK);
+	}
+	sequencer_stats_get(s, &st);
+	held_events = st.held;
+	kept = st.held_bytes;
+	ST_CHECK(kept <= SEQUENCER_MAX_HELD_BYTES);
+	ST_CHECK(kept > SEQUENCER_MAX_HELD_BYTES - 4 * (PROTO_MAX_DATA + 1024)); /* full, not refusing early */
+	ST_CHECK(held_events < 4 * 64);
+	ST_CHECK_EQ_U64(st.held_dropped + held_events, 4 * 64);
+	/* the fill brings everything back, nothing emitted twice */
+	C.now += 250;
+	sequencer_on_timer(s);
+	ST_CHECK_EQ_U64(R.fills[0].upto, 100);
+	fill_answer(s, 1, 100, 100, NULL, 0);
+	ST_CHECK_EQ_U64(R.n_fills, 2);
+	ST_CHECK_EQ_U64(R.fills[1].after, 100 + held_events);
+	fill_answer(s, 101 + held_events, 100 + 4 * 64, 100 + 4 * 64, NULL, 0);
+	ST_CHECK(emitted_range(1, 100 + 4 * 64));
+	sequencer_stats_get(s, &st);
+	ST_CHECK_EQ_U64(st.held_bytes, 0);
+	sequencer_free(s);
+}
+
 static void
 t_protocol_error(void)
 {
@@ -596,6 +644,7 @@ main(void)
 	ST_RUN(t_before_head);
 	ST_RUN(t_overlap);
 	ST_RUN(t_hold_bound);
+	ST_RUN(t_hold_bound_bytes);
 	ST_RUN(t_protocol_error);
 	ST_RUN(t_wire);
 	return st_test_done();

@@ -111,6 +111,7 @@ struct streams {
 	st_counter *m_seam_overlap;
 	st_counter *m_seam_gap;
 	st_counter *m_refusal[RF_COUNT];
+	st_counter *m_replay_rows;
 	uint64_t rng;            /* xorshift state for retry jitter */
 };
 
@@ -125,6 +126,7 @@ struct streams_metrics {
 	st_counter *seam_overlap;
 	st_counter *seam_gap;
 	st_counter *refusal[RF_COUNT];
+	st_counter *replay_rows;
 };
 
 struct stream {
@@ -163,6 +165,7 @@ struct stream {
 	uint64_t h0;             /* hub head when registered */
 	uint64_t d;              /* database head of the replay snapshot */
 	uint64_t seam;           /* live: items at or below it were covered at release (overlap) */
+	uint32_t fetch_limit;    /* rows asked of the next replay chunk */
 	uint64_t cursor;         /* last seq the replay fetched */
 	uint64_t last_id;        /* last id written (items and resyncs) */
 };
@@ -681,20 +684,23 @@ on_rows(void *arg, st_err err, frame *const *frames, size_t n, bool done, uint64
 		stream_pump(s);
 		return;
 	}
+	st_counter_add(s->ss->m_replay_rows, n);
+	/*
+	 * The chunk was cut by the database to SUBQ_MAX_BYTES (ADR-0197 bounds
+	 * what a stream holds) or to fetch_limit rows: every row is kept, none
+	 * is read twice.  The next limit follows what the bytes allow, so a
+	 * chunk of large rows does not make the database walk (index entries
+	 * and row headers, not data) far past the cut every time.
+	 */
+	if (!done && n < s->fetch_limit)
+		s->fetch_limit = (uint32_t)ST_MAX(8, ST_MIN(2 * n, STREAM_REPLAY_CHUNK));
+	else
+		s->fetch_limit = (uint32_t)ST_MIN(2u * s->fetch_limit, STREAM_REPLAY_CHUNK);
 	if (n) {
-		size_t bytes = 0, keep = 0;
-
-		/*
-		 * ADR-0197 bounds what a stream holds: keep at most 1 MiB of the
-		 * rows (at least one); the rest is fetched again from the cursor.
-		 */
-		while (keep < n && (keep == 0 || bytes + frame_cost(frames[keep]) <= SUBQ_MAX_BYTES))
-			bytes += frame_cost(frames[keep++]);
-		s->chunk = st_xcalloc(keep, sizeof(*s->chunk));
-		for (size_t i = 0; i < keep; i++)
+		s->chunk = st_xcalloc(n, sizeof(*s->chunk));
+		for (size_t i = 0; i < n; i++)
 			s->chunk[i] = frame_ref(frames[i]);
-		s->chunk_n = keep;
-		done = done && keep == n;
+		s->chunk_n = n;
 	}
 	s->chunk_done = done;
 	stream_pump(s);
@@ -712,7 +718,7 @@ stream_fetch(stream *s)
 		return;
 	}
 	s->job = replay_fetch(s->ss->pool, (const char *const *)s->topics, s->topic_lens, s->n_topics, s->cursor,
-	                      upto, STREAM_REPLAY_CHUNK, on_rows, s);
+	                      upto, s->fetch_limit, SUBQ_MAX_BYTES, on_rows, s);
 	if (s->job == NULL) {
 		st_counter_inc(s->ss->m_replay[RR_ERROR]);
 		stream_fail(s, "the replay queue is full; reconnect with Last-Event-ID");
@@ -788,6 +794,7 @@ on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
 	s->until_known = true;
 	s->cursor = s->after;
 	s->last_id = s->after;
+	s->fetch_limit = STREAM_REPLAY_CHUNK;
 	stream_start_response(s);
 	if (s->after < horizon) {
 		st_counter_inc(ss->m_replay[RR_EXPIRED]);
@@ -1383,6 +1390,8 @@ streams_metrics_new(st_metrics *m)
 		sm->refusal[i] = st_metrics_counter(m, "studio_stream_refusals_total", labels,
 		                                    i == 0 ? "Stream requests refused with a retry hint, by reason." : NULL);
 	}
+	sm->replay_rows = st_metrics_counter(m, "studio_replay_rows_total", NULL,
+	                                     "Rows replays received from the database (each row once).");
 	return sm;
 }
 
@@ -1427,6 +1436,7 @@ streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, co
 	ss->m_seam_gap = sm->seam_gap;
 	for (int i = 0; i < RF_COUNT; i++)
 		ss->m_refusal[i] = sm->refusal[i];
+	ss->m_replay_rows = sm->replay_rows;
 	/* Jitter only spreads retries; any seed that differs between registries will do. */
 	ss->rng = (st_clock_now(clock) << 20) ^ (uint64_t)(uintptr_t)ss ^ 0x9e3779b97f4a7c15u;
 	ss->ev_heartbeat = event_new(base, -1, 0, heartbeat_cb, ss);
