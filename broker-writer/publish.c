@@ -134,3 +134,7 @@ publish_tick(publish *p, uint64_t head)
 	proto_pub_tick_encode(&p->buf, p->writer, head);
 	send_buf(p);
 }
+
+/* Every message the writer publishes must fit an edge's receive limit. */
+_Static_assert(PUBLISH_MAX_BYTES + 4096 <= PROTO_MAX_PUB && PROTO_MAX_PUB_EVENT + 4096 <= PROTO_MAX_PUB,
+               "a published message could exceed PROTO_MAX_PUB");

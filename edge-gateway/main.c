@@ -87,7 +87,9 @@
 #define EDGE_WORKER_POOL_CONNS 2 /* threads > 1: resume checks and replays of one worker */
 #define EDGE_MAX_THREADS 64
 #define EDGE_TICK_MS 50
-#define EDGE_FILL_CHUNK 256 /* a fill is fanned out like one published message */
+/* A fill is fanned out like one published message: as many events, as many bytes. */
+#define EDGE_FILL_CHUNK 256
+#define EDGE_FILL_BYTES (256u * 1024)
 #define EDGE_HEAD_RETRY_MS 500
 #define EDGE_FLOW_MS 5
 /* threads > 1: batches main may have posted to a worker before it fanned them out. */
@@ -267,7 +269,7 @@ on_fill(void *arg, uint64_t after, uint64_t upto)
 {
 	edge *e = arg;
 
-	e->fill_job = replay_fill(e->pool, after, upto, EDGE_FILL_CHUNK, on_fill_rows, e);
+	e->fill_job = replay_fill(e->pool, after, upto, EDGE_FILL_CHUNK, EDGE_FILL_BYTES, on_fill_rows, e);
 	return e->fill_job ? ST_OK : ST_EBUSY;
 }
 
@@ -440,7 +442,7 @@ http_cb(http_req *req, void *arg)
 		return;
 	}
 	if (strcmp(path, "/v1/stream") == 0) {
-		streams_handle(w->streams, req);
+		streams_handle(w->streams, req, edge_ready(e, w, &why));
 	} else if (strcmp(path, "/healthz") == 0) {
 		http_reply(req, 200, "text/plain; charset=utf-8", "ok\n", 3, NULL);
 	} else if (strcmp(path, "/readyz") == 0) {

@@ -34,24 +34,50 @@ static const char CHECK_SQL[] =
 	"   LIMIT $3::int8) AS c)::int8";
 
 /*
+ * What a row may cost the edge, in SQL, computed without reading the data:
+ * octet_length of a json value (binary-coercible to text) takes a TOASTed
+ * value's size from its header.  The envelope adds a fixed part to the
+ * topic, the about list and the data.
+ */
+#define ROW_BYTES(t) \
+	"(160 + octet_length(" t ".topic) + octet_length(" t ".about::text) + coalesce(octet_length(" t ".data::text), 0))"
+
+/*
+ * Each chunk is cut by rows ($4) AND by bytes ($5): rows are taken in seq
+ * order while what came before them costs less than $5, so a chunk keeps
+ * at most $5 plus one row, and the data of a row beyond the cut is never
+ * read (the window sums sizes, the outer query returns only what is kept;
+ * the next chunk starts after the last row kept, so every row's data is
+ * read once).  `next` is the seq after each row among those the LIMIT let
+ * through: on the last row returned, not NULL means the chunk was cut by
+ * bytes, not at the end of the range.
+ *
  * The retention horizon comes with every chunk, read in the same snapshot
  * as the rows: a slow replay whose rows retention deleted meanwhile is told
  * so (horizon above its cursor) instead of skipping them silently.  The
  * one-row LEFT JOIN makes an empty chunk still carry it (one row, seq NULL).
  */
 static const char FETCH_SQL[] =
-	"SELECT x.seq, x.topic, x.about, x.data, h.horizon"
+	"SELECT z.seq, z.topic, z.about, z.data, h.horizon, z.next"
 	" FROM (SELECT coalesce((SELECT horizon FROM broker_meta WHERE id = 1), 0)::int8 AS horizon) AS h"
-	" LEFT JOIN LATERAL (SELECT y.* FROM (SELECT DISTINCT u FROM unnest($1::text[]) AS u) AS t(topic)"
-	"   CROSS JOIN LATERAL (SELECT e.seq, e.topic, e.about, e.data FROM broker_event e"
-	"     WHERE e.topic = t.topic AND e.seq > $2::int8 AND e.seq <= $3::int8"
-	"     ORDER BY e.seq LIMIT $4::int8) AS y"
-	"   ORDER BY y.seq LIMIT $4::int8) AS x ON true"
-	" ORDER BY x.seq LIMIT $4::int8";
+	" LEFT JOIN LATERAL (SELECT w.seq, w.topic, w.about, w.data, w.next FROM"
+	"  (SELECT x.seq, x.topic, x.about, x.data, lead(x.seq) OVER o AS next,"
+	"    sum(" ROW_BYTES("x") ") OVER o - " ROW_BYTES("x") " AS before"
+	"   FROM (SELECT y.* FROM (SELECT DISTINCT u FROM unnest($1::text[]) AS u) AS t(topic)"
+	"    CROSS JOIN LATERAL (SELECT e.seq, e.topic, e.about, e.data FROM broker_event e"
+	"      WHERE e.topic = t.topic AND e.seq > $2::int8 AND e.seq <= $3::int8"
+	"      ORDER BY e.seq LIMIT $4::int8) AS y"
+	"    ORDER BY y.seq LIMIT $4::int8) AS x WINDOW o AS (ORDER BY x.seq)) AS w"
+	"  WHERE w.before < $5::int8) AS z ON true"
+	" ORDER BY z.seq";
 
 static const char FILL_SQL[] =
-	"SELECT seq, topic, about, data FROM broker_event"
-	" WHERE seq > $1::int8 AND seq <= $2::int8 ORDER BY seq LIMIT $3::int8";
+	"SELECT w.seq, w.topic, w.about, w.data, w.next FROM"
+	" (SELECT e.seq, e.topic, e.about, e.data, lead(e.seq) OVER o AS next,"
+	"   sum(" ROW_BYTES("e") ") OVER o - " ROW_BYTES("e") " AS before"
+	"  FROM (SELECT * FROM broker_event WHERE seq > $1::int8 AND seq <= $2::int8 ORDER BY seq LIMIT $3::int8) AS e"
+	"  WINDOW o AS (ORDER BY e.seq)) AS w"
+	" WHERE w.before < $4::int8 ORDER BY w.seq";
 
 enum job_kind { J_CHECK, J_FETCH, J_FILL };
 
@@ -168,20 +194,23 @@ row_frame(const PGresult *r, int row, frame **out)
 }
 
 /*
- * All rows -> frames (*out malloc'd, *n entries), ascending seqs checked.
- * With horizon (the fetch), a fifth column carries it, and a single row
- * whose seq is NULL means "no rows".
+ * All rows -> frames (*out malloc'd, *n entries), ascending seqs checked;
+ * *cut: the chunk stopped at the byte budget with rows left in its LIMIT
+ * (the last column, the next seq, is not NULL on the last row).  With
+ * horizon (the fetch), the fifth column carries it, and a single row whose
+ * seq is NULL means "no rows".
  */
 static st_err
-rows_frames(const PGresult *r, uint32_t limit, frame ***out, size_t *n, uint64_t *horizon)
+rows_frames(const PGresult *r, uint32_t limit, frame ***out, size_t *n, bool *cut, uint64_t *horizon)
 {
-	int rows = PQntuples(r), cols = horizon ? 5 : 4;
+	int rows = PQntuples(r), cols = horizon ? 6 : 5;
 	frame **f;
 	st_err rv = ST_OK;
 	int i;
 
 	*out = NULL;
 	*n = 0;
+	*cut = false;
 	if (PQnfields(r) != cols || rows < 0 || (uint32_t)rows > limit)
 		return ST_EPROTO;
 	for (int c = 0; c < cols; c++)
@@ -195,6 +224,7 @@ rows_frames(const PGresult *r, uint32_t limit, frame ***out, size_t *n, uint64_t
 	}
 	if (rows == 0)
 		return ST_OK;
+	*cut = !PQgetisnull(r, rows - 1, cols - 1);
 	f = st_xcalloc((size_t)rows, sizeof(*f));
 	for (i = 0; i < rows; i++) {
 		if ((rv = row_frame(r, i, &f[i])) != ST_OK)
@@ -224,6 +254,7 @@ on_result(void *arg, st_err err, const PGresult *res)
 	frame **f = NULL;
 	size_t n = 0;
 	uint64_t d = 0, horizon = 0, count = 0, fetch_horizon = 0;
+	bool cut = false;
 
 	j->q = NULL;
 	j->calling = true;
@@ -239,11 +270,12 @@ on_result(void *arg, st_err err, const PGresult *res)
 	case J_FETCH:
 	case J_FILL:
 		if (err == ST_OK)
-			err = rows_frames(res, j->limit, &f, &n, j->kind == J_FETCH ? &fetch_horizon : NULL);
+			err = rows_frames(res, j->limit, &f, &n, &cut, j->kind == J_FETCH ? &fetch_horizon : NULL);
+		/* The range is exhausted when neither the LIMIT nor the byte budget cut the chunk. */
 		if (j->kind == J_FETCH) {
-			j->rows_fn(j->arg, err, f, n, err == ST_OK && n < j->limit, fetch_horizon);
+			j->rows_fn(j->arg, err, f, n, err == ST_OK && n < j->limit && !cut, fetch_horizon);
 		} else {
-			uint64_t upto = n < j->limit ? j->upto : frame_seq(f[n - 1]);
+			uint64_t upto = n < j->limit && !cut ? j->upto : frame_seq(f[n - 1]);
 			j->fill_fn(j->arg, err, f, n, err == ST_OK ? upto : 0);
 		}
 		for (size_t i = 0; i < n; i++)
@@ -341,14 +373,14 @@ replay_check(pgpool *p, const char *const *topics, const size_t *lens, size_t n,
 
 replay_job *
 replay_fetch(pgpool *p, const char *const *topics, const size_t *lens, size_t n, uint64_t cursor, uint64_t upto,
-             uint32_t limit, replay_rows_fn fn, void *arg)
+             uint32_t limit, size_t max_bytes, replay_rows_fn fn, void *arg)
 {
 	int arr_len;
 	char *arr;
-	uint64_t ints[3] = {cursor, upto, limit};
+	uint64_t ints[4] = {cursor, upto, limit, max_bytes};
 	replay_job *j;
 
-	if (limit == 0 || limit > REPLAY_MAX_LIMIT)
+	if (limit == 0 || limit > REPLAY_MAX_LIMIT || max_bytes == 0)
 		return NULL;
 	if ((arr = topics_array(topics, lens, n, &arr_len)) == NULL)
 		return NULL;
@@ -358,18 +390,19 @@ replay_fetch(pgpool *p, const char *const *topics, const size_t *lens, size_t n,
 	j->upto = upto;
 	j->rows_fn = fn;
 	j->arg = arg;
-	j = job_submit(p, PGPOOL_PRIO_REPLAY, FETCH_SQL, j, arr, arr_len, ints, 3);
+	j = job_submit(p, PGPOOL_PRIO_REPLAY, FETCH_SQL, j, arr, arr_len, ints, 4);
 	free(arr);
 	return j;
 }
 
 replay_job *
-replay_fill(pgpool *p, uint64_t after, uint64_t upto, uint32_t limit, replay_fill_fn fn, void *arg)
+replay_fill(pgpool *p, uint64_t after, uint64_t upto, uint32_t limit, size_t max_bytes, replay_fill_fn fn,
+            void *arg)
 {
-	uint64_t ints[3] = {after, upto, limit};
+	uint64_t ints[4] = {after, upto, limit, max_bytes};
 	replay_job *j;
 
-	if (limit == 0 || limit > REPLAY_MAX_LIMIT)
+	if (limit == 0 || limit > REPLAY_MAX_LIMIT || max_bytes == 0)
 		return NULL;
 	j = st_xcalloc(1, sizeof(*j));
 	j->kind = J_FILL;
@@ -377,7 +410,7 @@ replay_fill(pgpool *p, uint64_t after, uint64_t upto, uint32_t limit, replay_fil
 	j->upto = upto;
 	j->fill_fn = fn;
 	j->arg = arg;
-	return job_submit(p, PGPOOL_PRIO_FILL, FILL_SQL, j, NULL, 0, ints, 3);
+	return job_submit(p, PGPOOL_PRIO_FILL, FILL_SQL, j, NULL, 0, ints, 4);
 }
 
 void

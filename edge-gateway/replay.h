@@ -40,8 +40,8 @@ typedef struct replay_job replay_job;
  * broker_meta row), count min(events after `after` on the topics, cap + 1). */
 typedef void (*replay_check_fn)(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count);
 
-/* err ST_OK: frames[0..n) in seq order; done when fewer than limit rows came back (the
- * range is exhausted); horizon: the retention horizon in the same snapshot (every seq at
+/* err ST_OK: frames[0..n) in seq order; done when the range is exhausted (fewer than limit
+ * rows and nothing cut by max_bytes); horizon: the retention horizon in the same snapshot (every seq at
  * or below it may be gone, so a horizon above the cursor means rows were deleted under
  * the replay).  The callee refs what it keeps; the frames are unreferenced after the
  * call.  err ST_EDB: the query failed; ST_EPROTO: a row could not be read (logged). */
@@ -49,7 +49,7 @@ typedef void (*replay_rows_fn)(void *arg, st_err err, frame *const *frames, size
                                uint64_t horizon);
 
 /* As replay_rows_fn; upto_reached is the seq up to which (after, upto_reached] is now
- * complete: upto when fewer than limit rows came back, the last row's seq otherwise.
+ * complete: upto when the range is exhausted, the last row's seq otherwise.
  * Exactly what sequencer_fill_done wants. */
 typedef void (*replay_fill_fn)(void *arg, st_err err, frame *const *frames, size_t n, uint64_t upto_reached);
 
@@ -61,10 +61,18 @@ typedef void (*replay_fill_fn)(void *arg, st_err err, frame *const *frames, size
  */
 replay_job *replay_check(pgpool *p, const char *const *topics, const size_t *lens, size_t n, uint64_t after,
                          uint64_t cap, replay_check_fn fn, void *arg);
-/* limit in 1..REPLAY_MAX_LIMIT. */
+/*
+ * A chunk: at most limit rows (1..REPLAY_MAX_LIMIT) and, counting each row
+ * as an upper bound of its frame's cost from the sizes the database keeps
+ * (160 + topic + about + data), rows are taken while the ones before cost
+ * less than max_bytes (> 0): a chunk holds at most max_bytes plus one row
+ * (one row of at most ~270 KiB), and the data of a row is read from the
+ * database once, by the chunk that keeps it.
+ */
 replay_job *replay_fetch(pgpool *p, const char *const *topics, const size_t *lens, size_t n, uint64_t cursor,
-                         uint64_t upto, uint32_t limit, replay_rows_fn fn, void *arg);
-replay_job *replay_fill(pgpool *p, uint64_t after, uint64_t upto, uint32_t limit, replay_fill_fn fn, void *arg);
+                         uint64_t upto, uint32_t limit, size_t max_bytes, replay_rows_fn fn, void *arg);
+replay_job *replay_fill(pgpool *p, uint64_t after, uint64_t upto, uint32_t limit, size_t max_bytes,
+                        replay_fill_fn fn, void *arg);
 
 /* The callback will never be called (the client went away).  NULL-safe; not after the
  * callback has returned; a no-op inside the job's own callback. */

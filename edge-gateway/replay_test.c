@@ -140,11 +140,14 @@ check(got *g, const char *const *t, const size_t *l, size_t n, uint64_t after, u
 	ST_CHECK(g->err == ST_OK);
 }
 
+/* The byte budget of fetch() and fill(); the byte-cut test lowers it. */
+static size_t MAXB = 64u * 1024 * 1024;
+
 static void
 fetch(got *g, const char *const *t, const size_t *l, size_t n, uint64_t cursor, uint64_t upto, uint32_t limit)
 {
 	memset(g, 0, sizeof(*g));
-	ST_CHECK(replay_fetch(P, t, l, n, cursor, upto, limit, on_rows, g) != NULL);
+	ST_CHECK(replay_fetch(P, t, l, n, cursor, upto, limit, MAXB, on_rows, g) != NULL);
 	ST_CHECK(run_until(&g->done_cb, 10000));
 	ST_CHECK(g->err == ST_OK);
 }
@@ -153,7 +156,7 @@ static void
 fill(got *g, uint64_t after, uint64_t upto, uint32_t limit)
 {
 	memset(g, 0, sizeof(*g));
-	ST_CHECK(replay_fill(P, after, upto, limit, on_fill, g) != NULL);
+	ST_CHECK(replay_fill(P, after, upto, limit, MAXB, on_fill, g) != NULL);
 	ST_CHECK(run_until(&g->done_cb, 10000));
 	ST_CHECK(g->err == ST_OK);
 }
@@ -364,27 +367,83 @@ t_cancel_bounds(void)
 	}
 	memset(&g, 0, sizeof(g));
 	memset(&h, 0, sizeof(h));
-	replay_job *j = replay_fetch(P, t, l, 1, 0, 100, 10, on_rows, &g);
+	replay_job *j = replay_fetch(P, t, l, 1, 0, 100, 10, MAXB, on_rows, &g);
 	ST_CHECK(j != NULL);
 	replay_cancel(j);
 	replay_job *k = replay_check(P, t, l, 1, 0, 10, on_check, &g);
 	replay_cancel(k);
-	replay_job *f = replay_fill(P, 0, 10, 10, on_fill, &g);
+	replay_job *f = replay_fill(P, 0, 10, 10, MAXB, on_fill, &g);
 	replay_cancel(f);
 	/* a later job completes, the cancelled ones never call */
-	ST_CHECK(replay_fill(P, 0, 10, 10, on_fill, &h) != NULL);
+	ST_CHECK(replay_fill(P, 0, 10, 10, MAXB, on_fill, &h) != NULL);
 	ST_CHECK(run_until(&h.done_cb, 10000));
 	uint64_t end = now_ms() + 200;
 	while (now_ms() < end)
 		event_base_loop(B, EVLOOP_ONCE);
 	ST_CHECK_EQ_U64(g.calls, 0);
-	ST_CHECK(replay_fetch(P, t, l, 0, 0, 10, 10, on_rows, &g) == NULL);
-	ST_CHECK(replay_fetch(P, t, l, 65, 0, 10, 10, on_rows, &g) == NULL);
-	ST_CHECK(replay_fetch(P, t, l, 64, 0, 10, 0, on_rows, &g) == NULL);
-	ST_CHECK(replay_fetch(P, t, l, 64, 0, 10, REPLAY_MAX_LIMIT + 1, on_rows, &g) == NULL);
-	ST_CHECK(replay_fill(P, 0, 10, 0, on_fill, &g) == NULL);
+	ST_CHECK(replay_fetch(P, t, l, 0, 0, 10, 10, MAXB, on_rows, &g) == NULL);
+	ST_CHECK(replay_fetch(P, t, l, 65, 0, 10, 10, MAXB, on_rows, &g) == NULL);
+	ST_CHECK(replay_fetch(P, t, l, 64, 0, 10, 0, MAXB, on_rows, &g) == NULL);
+	ST_CHECK(replay_fetch(P, t, l, 64, 0, 10, REPLAY_MAX_LIMIT + 1, MAXB, on_rows, &g) == NULL);
+	ST_CHECK(replay_fill(P, 0, 10, 0, MAXB, on_fill, &g) == NULL);
+	ST_CHECK(replay_fetch(P, t, l, 1, 0, 10, 10, 0, on_rows, &g) == NULL);
+	ST_CHECK(replay_fill(P, 0, 10, 10, 0, on_fill, &g) == NULL);
 	l[0] = PROTO_MAX_TOPIC + 1;
 	ST_CHECK(replay_check(P, t, l, 1, 0, 10, on_check, &g) == NULL);
+}
+
+/*
+ * Chunks are cut by bytes in the database: rows of ~100 KiB with a 250 KiB
+ * budget come three at a time (the rows before the third cost 200 KiB <
+ * 250 KiB), a chunk cut by bytes is not "done", and walking the range
+ * chunk by chunk returns every row exactly once.  The same for fills.
+ */
+static void
+t_byte_cut(void)
+{
+	const char *t[] = {"cut"};
+	const size_t l[] = {3};
+	uint64_t cursor = 0, total = 0, prev = 0;
+	got g;
+	int chunks = 0;
+
+	ST_CHECK(sql("TRUNCATE broker_event"));
+	ST_CHECK(sql("INSERT INTO broker_event (topic, about, data) SELECT 'cut', '{}', ('\"' || repeat(md5(i::text), 3200) || '\"')::json"
+	             " FROM generate_series(1, 10) i"));
+	MAXB = 250u * 1024;
+	for (;;) {
+		fetch(&g, t, l, 1, cursor, 1000, 100);
+		chunks++;
+		ST_CHECK(g.n <= 3);
+		for (size_t i = 0; i < g.n; i++) {
+			ST_CHECK(g.seqs[i] > prev);
+			prev = g.seqs[i];
+		}
+		total += g.n;
+		if (g.n)
+			cursor = g.seqs[g.n - 1];
+		ST_CHECK(g.done == (total == 10));
+		if (g.done || chunks > 10)
+			break;
+	}
+	ST_CHECK_EQ_U64(total, 10);
+	ST_CHECK_EQ_U64(chunks, 4); /* 3 + 3 + 3 + 1 */
+	/* at least one row, however small the budget */
+	MAXB = 1;
+	fetch(&g, t, l, 1, 0, 1000, 100);
+	ST_CHECK_EQ_U64(g.n, 1);
+	ST_CHECK(!g.done);
+	/* fills: upto_reached is the last row kept while cut by bytes */
+	MAXB = 250u * 1024;
+	fill(&g, 0, 10, 100);
+	ST_CHECK_EQ_U64(g.n, 3);
+	ST_CHECK_EQ_U64(g.upto, g.seqs[2]);
+	fill(&g, g.seqs[2], 10, 100);
+	ST_CHECK_EQ_U64(g.n, 3);
+	MAXB = 64u * 1024 * 1024;
+	fill(&g, 0, 10, 100);
+	ST_CHECK_EQ_U64(g.n, 10);
+	ST_CHECK_EQ_U64(g.upto, 10);
 }
 
 static void
@@ -489,6 +548,7 @@ main(void)
 	ST_RUN(t_fill);
 	ST_RUN(t_array_parse);
 	ST_RUN(t_cancel_bounds);
+	ST_RUN(t_byte_cut);
 	ST_RUN(t_big);
 	pgpool_free(P);
 	event_free(tick);

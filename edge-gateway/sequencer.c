@@ -32,6 +32,7 @@ typedef struct held {
 	uint64_t prev;
 	uint64_t last;
 	size_t n;
+	size_t bytes;   /* held_cost of the batch */
 	frame **frames;
 } held;
 
@@ -106,8 +107,9 @@ emit_above_head(sequencer *s, frame *const *frames, size_t n)
 	s->st.duplicates += i;
 	if (i == n)
 		return 0;
-	s->emit(s->arg, frames + i, n - i);
+	/* Head first: the callee reads it as the head after this batch. */
 	s->head = frame_seq(frames[n - 1]);
+	s->emit(s->arg, frames + i, n - i);
 	s->st.emitted += n - i;
 	return n - i;
 }
@@ -121,6 +123,7 @@ drain(sequencer *s)
 		s->n_held--;
 		memmove(&s->held[0], &s->held[1], s->n_held * sizeof(held));
 		s->st.held -= h.n;
+		s->st.held_bytes -= h.bytes;
 		emit_above_head(s, h.frames, h.n);
 		held_fini(&h);
 	}
@@ -217,6 +220,25 @@ frames_free(frame **f, size_t n)
 	free(f);
 }
 
+/*
+ * What holding these events may cost, computed from the wire lengths before
+ * any frame is made: a frame's cost is its envelope + FRAME_OVERHEAD, and
+ * the envelope is at most the data text, the topic, each about escaped (at
+ * worst 6 bytes a byte: \u00XX) and a fixed frame of keys and the id.
+ */
+static size_t
+held_cost(const proto_pub_event *ev, size_t n)
+{
+	size_t bytes = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		bytes += FRAME_OVERHEAD + 96 + ev[i].topic.len + (ev[i].has_data ? ev[i].data.len : 0);
+		for (uint32_t k = 0; k < ev[i].n_about; k++)
+			bytes += 3 + 6 * ev[i].about[k].len;
+	}
+	return bytes;
+}
+
 /* Index where a batch with this prev goes; *found when one is already there. */
 static size_t
 held_find(const sequencer *s, uint64_t prev, bool *found)
@@ -238,20 +260,23 @@ static void
 hold(sequencer *s, uint64_t prev, const proto_pub_event *ev, size_t n)
 {
 	bool found;
-	size_t at = held_find(s, prev, &found);
+	size_t at = held_find(s, prev, &found), bytes;
 
 	if (found && s->held[at].last >= ev[n - 1].seq) {
 		/* The same commit from a second writer. */
 		s->st.duplicates += n;
 		return;
 	}
-	if (s->st.held - (found ? s->held[at].n : 0) + n > SEQUENCER_MAX_HELD) {
+	bytes = held_cost(ev, n);
+	if (s->st.held - (found ? s->held[at].n : 0) + n > SEQUENCER_MAX_HELD ||
+	    s->st.held_bytes - (found ? s->held[at].bytes : 0) + bytes > SEQUENCER_MAX_HELD_BYTES) {
 		s->st.held_dropped += n;
 		return;
 	}
 	if (found) {
 		/* Same prev but reaching further: keep the longer copy. */
 		s->st.held -= s->held[at].n;
+		s->st.held_bytes -= s->held[at].bytes;
 		held_fini(&s->held[at]);
 	} else {
 		if (s->n_held == s->cap_held) {
@@ -264,8 +289,10 @@ hold(sequencer *s, uint64_t prev, const proto_pub_event *ev, size_t n)
 	s->held[at].prev = prev;
 	s->held[at].last = ev[n - 1].seq;
 	s->held[at].n = n;
+	s->held[at].bytes = bytes;
 	s->held[at].frames = frames_make(ev, n);
 	s->st.held += n;
+	s->st.held_bytes += bytes;
 }
 
 st_err
@@ -378,17 +405,22 @@ sequencer_fill_done(sequencer *s, st_err err, frame *const *frames, size_t n, ui
 	s->backing_off = false;
 	s->backoff_ms = SEQUENCER_BACKOFF_MIN_MS;
 	s->st.fills++;
-	if (i1 > i0) {
-		s->emit(s->arg, frames + i0, i1 - i0);
-		s->st.emitted += i1 - i0;
-		s->st.filled_events += i1 - i0;
+	/*
+	 * Head first, so the callee reads the head after this batch.  Nothing
+	 * committed between the last row and upto_reached: rolled-back holes,
+	 * so the head after the fill is upto_reached.
+	 */
+	if (i1 > i0)
 		s->head = frame_seq(frames[i1 - 1]);
-	}
-	/* Nothing committed between the last row and upto_reached: rolled-back holes. */
 	if (s->head < upto_reached)
 		s->head = upto_reached;
 	if (s->known < s->head)
 		s->known = s->head;
+	if (i1 > i0) {
+		s->emit(s->arg, frames + i0, i1 - i0);
+		s->st.emitted += i1 - i0;
+		s->st.filled_events += i1 - i0;
+	}
 	step(s);
 }
 

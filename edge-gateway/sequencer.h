@@ -30,6 +30,8 @@
 
 #define SEQUENCER_WAIT_MS 250u        /* wait for a missing message before filling */
 #define SEQUENCER_MAX_HELD 10000u     /* events held (before set_head, or behind a gap) */
+/* ... and their cost (envelope bound + FRAME_OVERHEAD, from the wire lengths, before allocating). */
+#define SEQUENCER_MAX_HELD_BYTES (32u * 1024 * 1024)
 #define SEQUENCER_BACKOFF_MIN_MS 500u /* after a failed fill; doubles */
 #define SEQUENCER_BACKOFF_MAX_MS 5000u
 
@@ -39,7 +41,9 @@ typedef struct sequencer sequencer;
  * The history, in order: frames[0..n) are items with strictly increasing
  * seqs, all above every seq emitted before.  The callee takes a reference
  * (frame_ref) for whatever it keeps; the sequencer drops its own after the
- * call.  n >= 1.
+ * call.  n >= 1.  Inside the call sequencer_head() is already the head after
+ * this batch (for a fill, the seq the fill reached, which may lie above the
+ * last frame when rolled-back holes follow it).
  */
 typedef void (*sequencer_emit_fn)(void *arg, frame *const *frames, size_t n);
 
@@ -57,6 +61,7 @@ typedef struct sequencer_stats {
 	uint64_t filled_events;  /* events emitted from fills */
 	uint64_t fill_errors;    /* fills failed (and retried) */
 	uint64_t held;           /* events held right now */
+	uint64_t held_bytes;     /* their cost (bounded by SEQUENCER_MAX_HELD_BYTES) */
 	uint64_t held_dropped;   /* events dropped because the hold was full (a fill recovers them) */
 	uint64_t emitted;        /* events emitted in total */
 	uint64_t protocol_errors;/* messages refused as malformed (seqs not ascending, <= prev) */
@@ -70,8 +75,8 @@ void sequencer_free(sequencer *s);
 
 /*
  * The starting head (the edge reads max(seq) at start).  Until it is
- * called, messages are held (bounded by SEQUENCER_MAX_HELD events, beyond
- * that dropped: a fill recovers them) and nothing is emitted or filled.
+ * called, messages are held (bounded by SEQUENCER_MAX_HELD events and
+ * SEQUENCER_MAX_HELD_BYTES, beyond that dropped: a fill recovers them) and nothing is emitted or filled.
  * Held messages are released (emitted, or filled behind) at once.  Calling
  * it again is a programmer error.
  */

@@ -22,9 +22,11 @@ typedef struct rec {
 	} fills[64];
 	size_t n_fills;
 	st_err fill_rv;
+	uint64_t heads[64]; /* sequencer_head() seen inside each emit */
 } rec;
 
 static rec R;
+static sequencer *S; /* the one under test, for on_emit */
 static st_clock_fake C;
 
 static void
@@ -32,6 +34,8 @@ on_emit(void *arg, frame *const *frames, size_t n)
 {
 	rec *r = arg;
 
+	if (r->emits < ST_ARRAY_LEN(r->heads))
+		r->heads[r->emits] = sequencer_head(S);
 	r->emits++;
 	for (size_t i = 0; i < n; i++) {
 		/* Take and drop a reference, as a subscriber queue would. */
@@ -66,6 +70,7 @@ setup(void)
 	memset(&R, 0, sizeof(R));
 	st_clock_fake_init(&C, 1000);
 	ST_CHECK(sequencer_new(&C.clock, on_emit, on_fill, &R, &s) == ST_OK);
+	S = s;
 	return s;
 }
 
@@ -483,6 +488,54 @@ t_hold_bound(void)
 	sequencer_free(s);
 }
 
+/* Writers cannot make the hold cost more than SEQUENCER_MAX_HELD_BYTES, however large the events. */
+static void
+t_hold_bound_bytes(void)
+{
+	static char big[PROTO_MAX_DATA];
+	sequencer *s = setup();
+	sequencer_stats st;
+	proto_pub_event ev[4];
+	uint64_t q = 100, kept = 0, held_events = 0;
+
+	memset(big, 'x', sizeof(big));
+	big[0] = '"';
+	big[sizeof(big) - 1] = '"';
+	sequencer_set_head(s, 0);
+	/* batches of 4 events of 256 KiB data each after a gap: ~1 MiB a batch */
+	for (int i = 0; i < 64; i++, q += 4) {
+		for (int k = 0; k < 4; k++) {
+			memset(&ev[k], 0, sizeof(ev[k]));
+			ev[k].seq = q + 1 + (uint64_t)k;
+			ev[k].topic.p = "t";
+			ev[k].topic.len = 1;
+			ev[k].data.p = big;
+			ev[k].data.len = sizeof(big);
+			ev[k].has_data = true;
+		}
+		ST_CHECK(sequencer_push_batch(s, q, ev, 4) == ST_OK);
+	}
+	sequencer_stats_get(s, &st);
+	held_events = st.held;
+	kept = st.held_bytes;
+	ST_CHECK(kept <= SEQUENCER_MAX_HELD_BYTES);
+	ST_CHECK(kept > SEQUENCER_MAX_HELD_BYTES - 4 * (PROTO_MAX_DATA + 1024)); /* full, not refusing early */
+	ST_CHECK(held_events < 4 * 64);
+	ST_CHECK_EQ_U64(st.held_dropped + held_events, 4 * 64);
+	/* the fill brings everything back, nothing emitted twice */
+	C.now += 250;
+	sequencer_on_timer(s);
+	ST_CHECK_EQ_U64(R.fills[0].upto, 100);
+	fill_answer(s, 1, 100, 100, NULL, 0);
+	ST_CHECK_EQ_U64(R.n_fills, 2);
+	ST_CHECK_EQ_U64(R.fills[1].after, 100 + held_events);
+	fill_answer(s, 101 + held_events, 100 + 4 * 64, 100 + 4 * 64, NULL, 0);
+	ST_CHECK(emitted_range(1, 100 + 4 * 64));
+	sequencer_stats_get(s, &st);
+	ST_CHECK_EQ_U64(st.held_bytes, 0);
+	sequencer_free(s);
+}
+
 static void
 t_protocol_error(void)
 {
@@ -549,10 +602,36 @@ t_wire(void)
 	sequencer_free(s);
 }
 
+/* stream.h: a batch is published with the head from after it, fills included. */
+static void
+t_head_after_batch_inside_emit(void)
+{
+	static const uint64_t holes[] = { 9, 10 };
+	sequencer *s = setup();
+
+	sequencer_set_head(s, 0);
+	batch(s, 0, 1, 3);
+	ST_CHECK_EQ_U64(R.emits, 1);
+	ST_CHECK_EQ_U64(R.heads[0], 3);
+	/* behind a gap, then drained: the held batch's emit sees its own last seq */
+	batch(s, 10, 11, 12);
+	C.now += 250;
+	sequencer_on_timer(s);
+	ST_CHECK_EQ_U64(R.n_fills, 1);
+	/* the fill returns 4..8 of (3, 10]; 9 and 10 are rolled-back holes */
+	fill_answer(s, 4, 10, 10, holes, 2);
+	ST_CHECK_EQ_U64(R.emits, 3);
+	ST_CHECK_EQ_U64(R.heads[1], 10); /* the fill's batch: head is upto_reached */
+	ST_CHECK_EQ_U64(R.heads[2], 12); /* the held batch after it */
+	ST_CHECK(!R.order_broken);
+	sequencer_free(s);
+}
+
 int
 main(void)
 {
 	ST_RUN(t_in_order);
+	ST_RUN(t_head_after_batch_inside_emit);
 	ST_RUN(t_duplicate);
 	ST_RUN(t_reorder);
 	ST_RUN(t_gap);
@@ -565,6 +644,7 @@ main(void)
 	ST_RUN(t_before_head);
 	ST_RUN(t_overlap);
 	ST_RUN(t_hold_bound);
+	ST_RUN(t_hold_bound_bytes);
 	ST_RUN(t_protocol_error);
 	ST_RUN(t_wire);
 	return st_test_done();

@@ -72,6 +72,12 @@ static const char *const outcome_names[OUT_COUNT] = { "complete", "failure", "re
 enum replay_result { RR_OK, RR_CAP, RR_EXPIRED, RR_FUTURE, RR_ERROR, RR_COUNT };
 static const char *const replay_result_names[RR_COUNT] = { "ok", "replay_cap", "cursor_expired", "future", "error" };
 
+/* Refusals that retrying can fix (answered 200 + reconnect to SSE clients). */
+enum refusal { RF_DRAINING, RF_NOT_READY, RF_OVERLOADED, RF_UNAVAILABLE, RF_COUNT };
+static const char *const refusal_names[RF_COUNT] = { "draining", "not_ready", "overloaded", "unavailable" };
+/* The retry hint's middle: 1 s, except overloaded (5 s: a full edge frees slots slowly). */
+static const uint32_t refusal_retry_ms[RF_COUNT] = { 1000, 1000, 5000, 1000 };
+
 typedef struct stream stream;
 
 struct streams {
@@ -104,6 +110,9 @@ struct streams {
 	st_counter *m_refused;
 	st_counter *m_seam_overlap;
 	st_counter *m_seam_gap;
+	st_counter *m_refusal[RF_COUNT];
+	st_counter *m_replay_rows;
+	uint64_t rng;            /* xorshift state for retry jitter */
 };
 
 /* Registered once per process; every registry (one per loop) copies the handles. */
@@ -116,6 +125,8 @@ struct streams_metrics {
 	st_counter *refused;
 	st_counter *seam_overlap;
 	st_counter *seam_gap;
+	st_counter *refusal[RF_COUNT];
+	st_counter *replay_rows;
 };
 
 struct stream {
@@ -153,6 +164,8 @@ struct stream {
 	uint64_t until;          /* complete once the history reached this seq */
 	uint64_t h0;             /* hub head when registered */
 	uint64_t d;              /* database head of the replay snapshot */
+	uint64_t seam;           /* live: items at or below it were covered at release (overlap) */
+	uint32_t fetch_limit;    /* rows asked of the next replay chunk */
 	uint64_t cursor;         /* last seq the replay fetched */
 	uint64_t last_id;        /* last id written (items and resyncs) */
 };
@@ -453,6 +466,17 @@ hub_deliver_cb(void *arg, frame *f)
 		(void)subq_push(s->hold, f, 0);
 		break;
 	case ST_LIVE:
+		/*
+		 * After release the edge's live history can still lag the
+		 * database (a batch waiting for another writer's message): frames
+		 * the replay already covered arrive now.  They are overlap, not a
+		 * bug, so they stop here and the last step's id guard stays an
+		 * alarm for real bugs.
+		 */
+		if (frame_type(f) == FRAME_ITEM && frame_seq(f) <= s->seam) {
+			st_counter_inc(s->ss->m_seam_overlap);
+			break;
+		}
 		stream_push_live(s, f);
 		/* A message carries many frames: write as they come, not only at the batch's end. */
 		if (subq_count(s->q) >= STREAM_PUMP_AT) {
@@ -574,6 +598,47 @@ format_content_type(enum frame_format f)
 }
 
 static void
+refusal_send(streams *ss, http_req *req, enum frame_format fmt, enum refusal why, uint32_t retry_ms,
+             const char *detail)
+{
+	char hdr[40];
+
+	st_counter_inc(ss->m_refusal[why]);
+	if (fmt == FRAME_SSE) {
+		frame *f = frame_reconnect_new(retry_ms, refusal_names[why]);
+		size_t len;
+		const char *body = frame_bytes(f, FRAME_SSE, &len);
+
+		http_reply(req, 200, format_content_type(FRAME_SSE), body, len, NULL);
+		frame_unref(f);
+		return;
+	}
+	snprintf(hdr, sizeof(hdr), "Retry-After: %u\r\n", (retry_ms + 999) / 1000);
+	http_reply_problem(req, why == RF_OVERLOADED ? 429 : 503, NULL,
+	                   why == RF_OVERLOADED ? "Too Many Requests" : "Service Unavailable", detail, hdr);
+}
+
+/*
+ * A refusal that retrying can fix.  A browser's EventSource treats every
+ * answer but 200 as final and never reconnects, so a client that asked for
+ * SSE gets 200, one reconnect envelope (its retry: hint jittered between
+ * half and one and a half times the reason's middle, so refused clients do
+ * not come back together) and the end of the response.  NDJSON and json-seq
+ * clients read statuses: they get the problem document with Retry-After.
+ * Frees req.
+ */
+static void
+refuse_retryable(streams *ss, http_req *req, enum frame_format fmt, enum refusal why, const char *detail)
+{
+	uint32_t mid = refusal_retry_ms[why];
+
+	ss->rng ^= ss->rng << 13;
+	ss->rng ^= ss->rng >> 7;
+	ss->rng ^= ss->rng << 17;
+	refusal_send(ss, req, fmt, why, mid / 2 + (uint32_t)(ss->rng % (mid + 1)), detail);
+}
+
+static void
 stream_start_response(stream *s)
 {
 	static const http_stream_cbs cbs = { on_writable, on_close };
@@ -619,20 +684,23 @@ on_rows(void *arg, st_err err, frame *const *frames, size_t n, bool done, uint64
 		stream_pump(s);
 		return;
 	}
+	st_counter_add(s->ss->m_replay_rows, n);
+	/*
+	 * The chunk was cut by the database to SUBQ_MAX_BYTES (ADR-0197 bounds
+	 * what a stream holds) or to fetch_limit rows: every row is kept, none
+	 * is read twice.  The next limit follows what the bytes allow, so a
+	 * chunk of large rows does not make the database walk (index entries
+	 * and row headers, not data) far past the cut every time.
+	 */
+	if (!done && n < s->fetch_limit)
+		s->fetch_limit = (uint32_t)ST_MAX(8, ST_MIN(2 * n, STREAM_REPLAY_CHUNK));
+	else
+		s->fetch_limit = (uint32_t)ST_MIN(2u * s->fetch_limit, STREAM_REPLAY_CHUNK);
 	if (n) {
-		size_t bytes = 0, keep = 0;
-
-		/*
-		 * ADR-0197 bounds what a stream holds: keep at most 1 MiB of the
-		 * rows (at least one); the rest is fetched again from the cursor.
-		 */
-		while (keep < n && (keep == 0 || bytes + frame_cost(frames[keep]) <= SUBQ_MAX_BYTES))
-			bytes += frame_cost(frames[keep++]);
-		s->chunk = st_xcalloc(keep, sizeof(*s->chunk));
-		for (size_t i = 0; i < keep; i++)
+		s->chunk = st_xcalloc(n, sizeof(*s->chunk));
+		for (size_t i = 0; i < n; i++)
 			s->chunk[i] = frame_ref(frames[i]);
-		s->chunk_n = keep;
-		done = done && keep == n;
+		s->chunk_n = n;
 	}
 	s->chunk_done = done;
 	stream_pump(s);
@@ -650,7 +718,7 @@ stream_fetch(stream *s)
 		return;
 	}
 	s->job = replay_fetch(s->ss->pool, (const char *const *)s->topics, s->topic_lens, s->n_topics, s->cursor,
-	                      upto, STREAM_REPLAY_CHUNK, on_rows, s);
+	                      upto, s->fetch_limit, SUBQ_MAX_BYTES, on_rows, s);
 	if (s->job == NULL) {
 		st_counter_inc(s->ss->m_replay[RR_ERROR]);
 		stream_fail(s, "the replay queue is full; reconnect with Last-Event-ID");
@@ -682,6 +750,7 @@ stream_release(stream *s)
 		floor = subq_overflow_seq(s->hold);
 		stream_write_frame(s, frame_resync_new(floor, "overflow"));
 	}
+	s->seam = floor;
 	while ((f = subq_pop(s->hold)) != NULL) {
 		if (frame_type(f) == FRAME_ITEM && (frame_seq(f) <= floor || beyond_until(s, f))) {
 			st_counter_inc(ss->m_seam_overlap);
@@ -708,8 +777,7 @@ on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
 	s->job = NULL;
 	if (err != ST_OK) {
 		st_counter_inc(ss->m_replay[RR_ERROR]);
-		http_reply_problem(s->req, 503, NULL, "Service Unavailable",
-		                   "the event store cannot be reached; retry later", "Retry-After: 5\r\n");
+		refuse_retryable(ss, s->req, s->fmt, RF_UNAVAILABLE, "the event store cannot be reached; retry later");
 		s->req = NULL;
 		goto drop;
 	}
@@ -726,6 +794,7 @@ on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
 	s->until_known = true;
 	s->cursor = s->after;
 	s->last_id = s->after;
+	s->fetch_limit = STREAM_REPLAY_CHUNK;
 	stream_start_response(s);
 	if (s->after < horizon) {
 		st_counter_inc(ss->m_replay[RR_EXPIRED]);
@@ -961,24 +1030,23 @@ stream_unlink(stream *s)
 	st_gauge_add(ss->m_open, -1);
 }
 
+/*
+ * A refusal that retrying can fix.  A browser's EventSource treats every
+ * answer but 200 as final and never reconnects, so a client that asked for
+ * SSE gets 200, one reconnect envelope (its retry: hint jittered between
+ * half and one and a half times the reason's middle, so refused clients do
+ * not come back together) and the end of the response.  NDJSON and json-seq
+ * clients read statuses: they get the problem document with Retry-After.
+ * Frees req.
+ */
 void
-streams_handle(streams *ss, http_req *req)
+streams_handle(streams *ss, http_req *req, bool ready)
 {
 	query_state qs = { 0 };
 	const char *hdr;
 	stream *s;
 	st_err rv;
 
-	if (ss->draining) {
-		http_reply_problem(req, 503, NULL, "Service Unavailable", "this edge is draining; reconnect",
-		                   "Retry-After: 1\r\n");
-		return;
-	}
-	if (!ss->head_known) {
-		http_reply_problem(req, 503, NULL, "Service Unavailable", "this edge is not ready yet",
-		                   "Retry-After: 1\r\n");
-		return;
-	}
 	s = st_xcalloc(1, sizeof(*s));
 	s->ss = ss;
 	s->outcome = OUT_NONE;
@@ -1017,10 +1085,23 @@ streams_handle(streams *ss, http_req *req)
 		s->after = qs.qid;
 		s->has_after = true;
 	}
+	/*
+	 * The retryable refusals come after the query is read: what the client
+	 * gets depends on the format it asked for, and a request that retrying
+	 * cannot fix (400, 406) says so even while the edge drains.
+	 */
+	if (ss->draining) {
+		refuse_retryable(ss, req, s->fmt, RF_DRAINING, "this edge is draining; reconnect");
+		goto refuse;
+	}
+	/* The same readiness as /readyz: the database, a known head, a recent writer tick. */
+	if (!ready || !ss->head_known) {
+		refuse_retryable(ss, req, s->fmt, RF_NOT_READY, "this edge is not ready yet");
+		goto refuse;
+	}
 	/* The shared gauge: the bound is the edge's, whichever loop took the connection. */
 	if (ss->cfg.max_streams && st_gauge_get(ss->m_open) >= (int64_t)ss->cfg.max_streams) {
-		http_reply_problem(req, 429, NULL, "Too Many Requests", "this edge serves its maximum of streams",
-		                   "Retry-After: 5\r\n");
+		refuse_retryable(ss, req, s->fmt, RF_OVERLOADED, "this edge serves its maximum of streams");
 		goto refuse;
 	}
 	if (s->is_head) {
@@ -1055,8 +1136,7 @@ streams_handle(streams *ss, http_req *req)
 	                      ss->cfg.replay_cap, on_check, s);
 	if (s->job == NULL) {
 		st_counter_inc(ss->m_replay[RR_ERROR]);
-		http_reply_problem(req, 503, NULL, "Service Unavailable", "the replay queue is full; retry later",
-		                   "Retry-After: 1\r\n");
+		refuse_retryable(ss, req, s->fmt, RF_UNAVAILABLE, "the replay queue is full; retry later");
 		s->req = NULL;
 		stream_unlink(s);
 		stream_free(s);
@@ -1209,8 +1289,7 @@ stream_send_reconnect(stream *s, uint32_t retry_ms)
 	if (s->state == ST_CHECKING) {
 		frame_unref(f);
 		stream_cancel_job(s);
-		http_reply_problem(s->req, 503, NULL, "Service Unavailable", "this edge is draining; reconnect",
-		                   "Retry-After: 1\r\n");
+		refusal_send(s->ss, s->req, s->fmt, RF_DRAINING, retry_ms, "this edge is draining; reconnect");
 		s->req = NULL;
 		stream_unlink(s);
 		stream_free(s);
@@ -1306,6 +1385,13 @@ streams_metrics_new(st_metrics *m)
 	                                      "Live frames dropped at the resume seam because the replay sent them.");
 	sm->seam_gap = st_metrics_counter(m, "studio_seam_gaps_total", NULL,
 	                                  "Resume seams that would have left a hole (answered with resync gap).");
+	for (int i = 0; i < RF_COUNT; i++) {
+		snprintf(labels, sizeof(labels), "reason=\"%s\"", refusal_names[i]);
+		sm->refusal[i] = st_metrics_counter(m, "studio_stream_refusals_total", labels,
+		                                    i == 0 ? "Stream requests refused with a retry hint, by reason." : NULL);
+	}
+	sm->replay_rows = st_metrics_counter(m, "studio_replay_rows_total", NULL,
+	                                     "Rows replays received from the database (each row once).");
 	return sm;
 }
 
@@ -1348,6 +1434,11 @@ streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, co
 	ss->m_refused = sm->refused;
 	ss->m_seam_overlap = sm->seam_overlap;
 	ss->m_seam_gap = sm->seam_gap;
+	for (int i = 0; i < RF_COUNT; i++)
+		ss->m_refusal[i] = sm->refusal[i];
+	ss->m_replay_rows = sm->replay_rows;
+	/* Jitter only spreads retries; any seed that differs between registries will do. */
+	ss->rng = (st_clock_now(clock) << 20) ^ (uint64_t)(uintptr_t)ss ^ 0x9e3779b97f4a7c15u;
 	ss->ev_heartbeat = event_new(base, -1, 0, heartbeat_cb, ss);
 	ss->ev_grace = event_new(base, -1, 0, grace_cb, ss);
 	ss->ev_drain_done = event_new(base, -1, 0, drain_done_cb, ss);

@@ -62,8 +62,16 @@ streams *streams_new(struct event_base *base, pgpool *pool, const streams_metric
  * started stream); requests still waiting for the database get 503.  NULL-safe. */
 void streams_free(streams *ss);
 
-/* GET or HEAD /v1/stream.  Answers req (now or after the database answered). */
-void streams_handle(streams *ss, http_req *req);
+/*
+ * GET or HEAD /v1/stream.  Answers req (now or after the database answered).
+ * ready: what /readyz would say apart from draining (database up, history
+ * head known, a writer tick within 3 flush intervals); a request that is
+ * not refused for its own sake gets the retryable not_ready refusal without
+ * it.  Retryable refusals (draining, not_ready, overloaded, unavailable)
+ * are 200 + one reconnect envelope to SSE clients, 503/429 problems with
+ * Retry-After to the other formats.
+ */
+void streams_handle(streams *ss, http_req *req, bool ready);
 
 /*
  * One contiguous batch of the ordered history (from the sequencer): fans
@@ -88,7 +96,7 @@ bool streams_backpressure(streams *ss);
 bool streams_ready(const streams *ss);
 
 /*
- * Drain: new streams get 503, every open stream is sent reconnect with a
+ * Drain: new streams are refused (draining), every open stream is sent reconnect with a
  * retry hint spread over the grace period, streams still open after the
  * grace are closed.  done(arg) is called (once, from the loop) when no
  * stream is left.  Idempotent.

@@ -370,7 +370,7 @@ sub_new(struct event_base *base, const char *const *urls, size_t n, sub_fn fn, v
 		goto nng_fail;
 	s->sock_open = true;
 	if ((rv = nng_socket_set(s->sock, NNG_OPT_SUB_SUBSCRIBE, "", 0)) != 0 ||
-	    (rv = nng_socket_set_int(s->sock, NNG_OPT_RECVBUF, 8192)) != 0 ||
+	    (rv = nng_socket_set_int(s->sock, NNG_OPT_RECVBUF, SUB_RECVBUF)) != 0 ||
 	    (rv = nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, PROTO_MAX_PUB)) != 0 ||
 	    (rv = nng_socket_set_ms(s->sock, NNG_OPT_RECONNMINT, 100)) != 0 ||
 	    (rv = nng_socket_set_ms(s->sock, NNG_OPT_RECONNMAXT, 5000)) != 0 ||

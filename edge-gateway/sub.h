@@ -1,8 +1,13 @@
 /*
  * sub: the edge's SUB side - one nng sub0 socket dialing every writer.
  *
- * Subscribes to everything, receive buffer 8192 messages, messages above
- * PROTO_MAX_PUB refused by nng, reconnect 100 ms doubling to 5 s.  Each URL
+ * Subscribes to everything, receive buffer SUB_RECVBUF messages, messages
+ * above PROTO_MAX_PUB refused by nng, reconnect 100 ms doubling to 5 s.
+ * So what writers can make nng hold here is at most SUB_RECVBUF x
+ * PROTO_MAX_PUB (256 x 512 KiB = 128 MiB) queued, plus one message being
+ * read per writer connection (at most SUB_MAX_URLS x SUB_MAX_ADDRS
+ * connections x 512 KiB); past the queue SUB
+ * drops the oldest and the sequencer fills the hole from PostgreSQL.  Each URL
  * is dialed with NNG_FLAG_NONBLOCK (so a writer that is down at start is
  * retried).  A tcp:// URL whose host is a DNS name is resolved by a
  * resolver thread every SUB_RESOLVE_MS; every address is dialed as
@@ -28,6 +33,9 @@ struct event_base;
 typedef struct sub sub;
 
 #define SUB_MAX_URLS 64u
+/* Messages nng queues for us: a writer's flush of 20,000 events is 79 messages
+ * of 256 events, so two writers' bursts fit while the intake pauses. */
+#define SUB_RECVBUF 256
 #define SUB_MAX_ADDRS 32u   /* addresses dialed per DNS name */
 #define SUB_RESOLVE_MS 10000u
 /*

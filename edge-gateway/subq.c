@@ -299,6 +299,49 @@ fits(size_t count, size_t bytes)
 	return count <= SUBQ_MAX_FRAMES && bytes <= SUBQ_MAX_BYTES;
 }
 
+/*
+ * Rule 4.  Returns true when f was absorbed by a queued signal for its
+ * resource.
+ *
+ * When that signal is the newest frame queued, it simply becomes f: the
+ * client is told the newest change with the newest id, so its last id does
+ * not lag behind what it was told about (and a resume does not replay
+ * signals it already knows).
+ *
+ * With frames queued behind it, the queued signal keeps its place and its
+ * id: putting the newer id in the older slot would put a higher id before
+ * the items queued between the two, and the stream's last step refuses a
+ * regressing id - those items would be lost.  A signal carries no data, and
+ * the client that acts on the queued one refetches state that already
+ * holds the newer change.
+ *
+ * Not in the hold buffer, though: at release every held frame at or below
+ * the replay's head is dropped as overlap, and a signal that absorbed a
+ * newer seq under an older id would be dropped with it - the client would
+ * never hear of the newer change.  There the newer signal is queued on its
+ * own (the hold buffer's bounds still apply).
+ */
+static bool
+coalesce(subq *q, frame *f, size_t cost)
+{
+	uint16_t tail = (uint16_t)((q->head + q->count - 1u) & (q->cap - 1u));
+	frame *last = q->count ? q->ring[tail] : NULL;
+
+	if (last != NULL && frame_is_signal(last) && frame_same_resource(last, f) &&
+	    fits(q->count, q->bytes - frame_cost(last) + cost)) {
+		/* Same resource, same slot: the signal index entry stays valid. */
+		q->bytes = q->bytes - frame_cost(last) + cost;
+		q->ring[tail] = frame_ref(f);
+		frame_unref(last);
+		count_drop(ctr_of(q, C_COALESCED), 1);
+		return true;
+	}
+	if (q->hold || idx_find(q, f) < 0)
+		return false;
+	count_drop(ctr_of(q, C_COALESCED), 1);
+	return true;
+}
+
 /* ---- the API ----------------------------------------------------------------- */
 
 subq *
@@ -336,18 +379,8 @@ subq_push(subq *q, frame *f, uint64_t blocked_ms)
 	}
 	if (!q->hold && blocked_ms > SUBQ_BLOCKED_MS)
 		return drop(q, C_BLOCKED, "blocked");
-	if (frame_is_signal(f) && idx_find(q, f) >= 0) {
-		/*
-		 * The queued signal stands for the newer one: it keeps its place
-		 * and its id.  Putting the newer id in the older slot would put a
-		 * higher id before the items queued between the two, and the
-		 * stream's last step refuses a regressing id - those items would
-		 * be lost.  A signal carries no data, and the client that acts on
-		 * the queued one refetches state that already holds the newer change.
-		 */
-		count_drop(ctr_of(q, C_COALESCED), 1);
+	if (frame_is_signal(f) && coalesce(q, f, cost))
 		return SUBQ_COALESCED;
-	}
 	if (fits((size_t)q->count + 1, q->bytes + cost)) {
 		append(q, f);
 		return SUBQ_QUEUED;

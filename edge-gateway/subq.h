@@ -21,12 +21,16 @@
  *     write in progress has been blocked (0 if none) on EVERY push; the
  *     heartbeat guarantees one push per heartbeat interval.
  *  4. A change signal (frame_is_signal) for a resource (frame_same_resource)
- *     that already has a signal queued is absorbed by it: the queued one
- *     keeps the first position AND its id, the pushed one counts as dropped
- *     'coalesced' -> SUBQ_COALESCED.  (ADR-0197 says "replaced in place by
- *     a newer one"; a signal is only "this changed, refetch", so the queued
- *     one stands for both, and keeping its id keeps ids increasing past the
- *     items queued behind it.)  O(1): a hash index of the queued signals.
+ *     that already has a signal queued is absorbed -> SUBQ_COALESCED, the
+ *     pushed one counting as dropped 'coalesced'.  When the queued signal is
+ *     the newest frame queued, it is replaced by the pushed one in place
+ *     (same position, the newer id).  With frames queued behind it, the
+ *     queued one keeps its position AND its id (ids keep increasing past the
+ *     items queued behind it; the client refetches state that already holds
+ *     the newer change).  In hold mode the second case does not coalesce:
+ *     the pushed signal is queued (rule 5), so the release's cut at the
+ *     replay head can never drop a newer seq hidden under an older id.
+ *     O(1): the tail check, and a hash index of the queued signals.
  *     Data frames are never coalesced; signals for other resources are kept.
  *  5. A frame that fits is appended -> SUBQ_QUEUED.
  *  6. A heartbeat that does not fit is discarded, nothing else changes

@@ -425,8 +425,13 @@ t_index_model(void)
 			for (i = 0; sig && i < mn; i++)
 				if (model[i].sig && model[i].res == res)
 					break;
-			if (sig && i < mn) {
-				/* the queued signal keeps its place and its id */
+			if (sig && mn > 0 && model[mn - 1].sig && model[mn - 1].res == res) {
+				/* the newest frame queued: it takes the newer id */
+				model[mn - 1].seq = seq;
+				want = SUBQ_COALESCED;
+				coalesced++;
+			} else if (sig && i < mn) {
+				/* frames behind it: the queued signal keeps its place and its id */
 				want = SUBQ_COALESCED;
 				coalesced++;
 			} else {
@@ -453,11 +458,88 @@ t_index_model(void)
 	subq_free(q);
 }
 
+/* Contract "Coalescing and ids": nothing queued behind -> the newer id. */
+static void
+t_coalesce_takes_newer_id_at_tail(void)
+{
+	subq *q;
+
+	setup();
+	q = subq_new(&clk.clock, &ctr, false);
+	ST_CHECK(push(q, item(1, 9, true), 0) == SUBQ_QUEUED);
+	ST_CHECK(push(q, item(2, 1, false), 0) == SUBQ_QUEUED);
+	ST_CHECK(push(q, item(3, 1, false), 0) == SUBQ_COALESCED);
+	ST_CHECK(push(q, item(7, 1, false), 0) == SUBQ_COALESCED);
+	ST_CHECK_EQ_U64(subq_count(q), 2);
+	ST_CHECK_EQ_U64(st_counter_get(ctr.coalesced), 2);
+	ST_CHECK_EQ_U64(pop_seq(q), 1);
+	CHECK_HEAD(q, "{\"type\":\"item\",\"id\":\"7\",\"topic\":\"t\",\"about\":[\"r1\"]}");
+	ST_CHECK_EQ_U64(pop_seq(q), 7);
+	ST_CHECK(subq_pop(q) == NULL);
+	ST_CHECK_EQ_U64(subq_bytes(q), 0);
+	/* the replaced signal left the index with its slot: a new one queues */
+	ST_CHECK(push(q, item(8, 1, false), 0) == SUBQ_QUEUED);
+	ST_CHECK(push(q, item(9, 2, true), 0) == SUBQ_QUEUED);
+	ST_CHECK(push(q, item(10, 1, false), 0) == SUBQ_COALESCED); /* data behind: keeps 8 */
+	ST_CHECK_EQ_U64(pop_seq(q), 8);
+	ST_CHECK_EQ_U64(pop_seq(q), 9);
+	ST_CHECK(subq_pop(q) == NULL);
+	subq_free(q);
+}
+
+/*
+ * The resume seam (a client resumes with L = 90; the check's snapshot head
+ * D = 103): S1 (id 100) and S2 (id 105, same topic and about) are held.  The
+ * release drops held frames at or below D; the change 105 must survive, with
+ * or without frames held between the two signals.
+ */
+static uint64_t
+release_above(subq *hold, uint64_t cut, uint64_t *out, size_t cap)
+{
+	size_t n = 0;
+	frame *f;
+
+	while ((f = subq_pop(hold)) != NULL) {
+		if (frame_seq(f) > cut && n < cap)
+			out[n++] = frame_seq(f);
+		frame_unref(f);
+	}
+	return n;
+}
+
+static void
+t_hold_seam_keeps_newer_signal(void)
+{
+	uint64_t got[8];
+	subq *q;
+
+	setup();
+	/* S1 then S2: S2 takes S1's slot with its own id. */
+	q = subq_new(&clk.clock, &ctr, true);
+	ST_CHECK(push(q, item(100, 1, false), 0) == SUBQ_QUEUED);
+	ST_CHECK(push(q, item(105, 1, false), 0) == SUBQ_COALESCED);
+	ST_CHECK_EQ_U64(release_above(q, 103, got, 8), 1);
+	ST_CHECK_EQ_U64(got[0], 105);
+	subq_free(q);
+	/* S1, an item, then S2: S2 is held on its own, after the item. */
+	q = subq_new(&clk.clock, &ctr, true);
+	ST_CHECK(push(q, item(100, 1, false), 0) == SUBQ_QUEUED);
+	ST_CHECK(push(q, item(102, 2, true), 0) == SUBQ_QUEUED);
+	ST_CHECK(push(q, item(105, 1, false), 0) == SUBQ_QUEUED);
+	ST_CHECK(push(q, item(106, 1, false), 0) == SUBQ_COALESCED); /* at the tail again */
+	ST_CHECK_EQ_U64(subq_count(q), 3);
+	ST_CHECK_EQ_U64(release_above(q, 103, got, 8), 1);
+	ST_CHECK_EQ_U64(got[0], 106);
+	subq_free(q);
+}
+
 int
 main(void)
 {
 	ST_RUN(t_coalesce_keeps_first_position);
 	ST_RUN(t_data_never_coalesced);
+	ST_RUN(t_coalesce_takes_newer_id_at_tail);
+	ST_RUN(t_hold_seam_keeps_newer_signal);
 	ST_RUN(t_overflow_by_count);
 	ST_RUN(t_overflow_small);
 	ST_RUN(t_overflow_by_bytes);

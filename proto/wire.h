@@ -30,7 +30,15 @@
 #define PROTO_MAX_ABOUT_LEN 200u              /* bytes per entry */
 #define PROTO_MAX_DATA (256u * 1024)          /* bytes of the JSON text */
 #define PROTO_MAX_KEY 200u                    /* bytes */
-#define PROTO_MAX_PUB (64u * 1024 * 1024)     /* bytes of one published message */
+/*
+ * Bytes of one published message.  The writer's messages are far smaller
+ * (broker-writer/publish.h: at most ~256 KiB of events, or one event of at
+ * most ~276 KiB, plus a header; checked there at compile time), and this
+ * limit is what an edge's receive queue is sized by, so it stays tight.
+ */
+#define PROTO_MAX_PUB (512u * 1024)
+/* An upper bound of one event's encoded size in a published message. */
+#define PROTO_MAX_PUB_EVENT (64u + PROTO_MAX_TOPIC + PROTO_MAX_DATA + PROTO_MAX_ABOUT * (5u + PROTO_MAX_ABOUT_LEN))
 
 typedef struct proto_str {
 	const char *p; /* not NUL-terminated */

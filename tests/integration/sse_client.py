@@ -771,6 +771,39 @@ def check_problem(c, status):
     return errs
 
 
+def check_refusal(c, fmt, reason, status):
+    """Errors (list of str) of a refusal that retrying can fix.  SSE: 200 and
+    exactly one reconnect envelope with that reason and a retry hint (SSE
+    retry: equal to retry_ms), then the end; NDJSON and json-seq: the
+    problem status with a numeric Retry-After."""
+    if fmt != "sse":
+        errs = check_problem(c, status)
+        ra = c.header("retry-after")
+        if ra is None or not ra.isdigit():
+            errs.append("Retry-After %r, want whole seconds" % ra)
+        return errs
+    errs = []
+    if c.status != 200:
+        errs.append("status %r, want 200 (an EventSource gives up on anything else)%s"
+                    % (c.status, " body %r" % bytes(c.raw[:200]) if c.status else ""))
+        return errs
+    frames = [f for f in c.frames if f["type"] not in ("comment", "heartbeat")]
+    if len(frames) != 1 or frames[0]["type"] != "reconnect":
+        errs.append("frames %r, want exactly one reconnect" % [(f["type"], f.get("data")) for f in frames])
+        return errs
+    env = frames[0]["env"]
+    if env.get("reason") != reason:
+        errs.append("reconnect reason %r, want %r" % (env.get("reason"), reason))
+    r = env.get("retry_ms")
+    if not isinstance(r, int) or isinstance(r, bool) or r <= 0:
+        errs.append("retry_ms %r, want a positive integer" % r)
+    elif frames[0]["sse_retry"] != r:
+        errs.append("SSE retry: %r, want retry_ms %r" % (frames[0]["sse_retry"], r))
+    if c.outcome != "reconnect":
+        errs.append("outcome %r, want reconnect (the response ends after it)" % c.outcome)
+    return errs + check_envelopes(c, "sse")
+
+
 def check_envelopes(c, fmt="sse"):
     """Structural errors of a parsed stream: ids strictly increase, SSE
     fields match the envelope, nothing after the terminal envelope, no parse

@@ -2,8 +2,8 @@
 "Every stream is in a registry, and shutdown drains it").
 
 2,000 open SSE streams (tests/tools/streamload), SIGTERM with
---drain-grace-s 10: /readyz turns 503 at once, new streams get 503 with
-Retry-After, every stream gets reconnect (reason draining) before its end,
+--drain-grace-s 10: /readyz turns 503 at once, new streams are refused
+(SSE: 200 + reconnect draining; NDJSON/json-seq: 503 with Retry-After), every stream gets reconnect (reason draining) before its end,
 the retry hints are spread over the grace, and the process exits 0 within
 the grace plus a second.  Then the same through studioctl drain --control.
 """
@@ -68,9 +68,12 @@ with harness.Env() as env:
             elif rz.status == 503:
                 ready503 = ts
         c = sc.fetch(port, "/v1/stream?topic=d.a", timeout=5)
+        cn = sc.fetch(port, "/v1/stream?topic=d.a&format=ndjson", timeout=5)
         soft(ready503 is not None, "/readyz turned 503 after SIGTERM")
-        soft_eq(sc.check_problem(c, 503), [], "a new stream while draining -> 503 problem")
-        soft(c.header("retry-after") is not None, "503 carries Retry-After")
+        soft_eq(sc.check_refusal(c, "sse", "draining", 503), [],
+                "a new SSE stream while draining -> 200 + reconnect draining")
+        soft_eq(sc.check_refusal(cn, "ndjson", "draining", 503), [],
+                "a new NDJSON stream while draining -> 503 problem with Retry-After")
         code = edge.wait_exit(GRACE + 5)
         t_exit = time.monotonic() - t_sig
         stalled.unstall()
@@ -126,7 +129,11 @@ with harness.Env() as env:
         st, _, _ = harness.http_get(edge.url + "/readyz", timeout=5)
         check_eq(st, 503, "/readyz after the drain command")
         n = sc.fetch(port, "/v1/stream?topic=d.b", timeout=5)
-        check_eq(sc.check_problem(n, 503), [], "new stream after the drain command -> 503")
+        check_eq(sc.check_refusal(n, "sse", "draining", 503), [],
+                 "new SSE stream after the drain command -> 200 + reconnect draining")
+        n = sc.fetch(port, "/v1/stream?topic=d.b&format=json-seq", timeout=5)
+        check_eq(sc.check_refusal(n, "json-seq", "draining", 503), [],
+                 "new json-seq stream after the drain command -> 503")
         sc.run_clients(cs, 6)
         fmts = ["sse"] * 10 + ["ndjson"] * 10 + ["json-seq"] * 10
         for c, f in zip(cs, fmts):
