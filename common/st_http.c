@@ -126,6 +126,9 @@ struct http_stream {
 	 * (output empty after our own write); in_out while on the server's
 	 * outq, to be written at the end of this loop turn. */
 	bool direct : 1, in_out : 1;
+	/* The handler watches for the client going away (http_req_set_gone_cb):
+	 * input after the request is dropped, so reading goes on and EOF is seen. */
+	bool watch_gone : 1;
 	char peer[56];
 };
 
@@ -1078,7 +1081,16 @@ read_cb(struct bufferevent *bev, void *arg)
 		conn_parse(c);
 		break;
 	case ST_HANDLER:
-		break; /* pipelined bytes wait, bounded by the read high watermark */
+		/*
+		 * Pipelined bytes wait, bounded by the read high watermark - which
+		 * also stops reading, so a client that filled it and then went away
+		 * would not be noticed while the answer waits.  A handler that
+		 * watches for the client going away gets its input dropped instead
+		 * (and its connection closed after the answer).
+		 */
+		if (c->watch_gone)
+			evbuffer_drain(in, evbuffer_get_length(in));
+		break;
 	default:
 		/* Streams and draining connections read only to see EOF early. */
 		evbuffer_drain(in, evbuffer_get_length(in));
@@ -1420,6 +1432,11 @@ http_req_set_gone_cb(http_req *r, void (*gone)(void *arg), void *arg)
 {
 	r->gone = gone;
 	r->gone_arg = arg;
+	r->keep_alive = false;
+	r->c->watch_gone = true;
+	/* What is already buffered would keep the read side stopped. */
+	evbuffer_drain(bufferevent_get_input(r->c->bev), evbuffer_get_length(bufferevent_get_input(r->c->bev)));
+	bufferevent_enable(r->c->bev, EV_READ);
 }
 
 /* Decodes [p, e) into out (HTTP_QUERY_ITEM_MAX + 1 bytes); ST_EINVAL on a bad escape or overflow. */

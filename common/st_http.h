@@ -109,7 +109,13 @@ const char *http_req_path(const http_req *r);     /* path only, undecoded, e.g. 
 const char *http_req_query(const http_req *r);    /* after '?', undecoded, "" when none */
 /* First header with that name (case-insensitive), value trimmed; NULL when absent. */
 const char *http_req_header(const http_req *r, const char *name);
-/* Called (once) if the client closes before the request is answered; after it returns, r is freed. */
+/*
+ * Called (once) if the client closes before the request is answered; after
+ * it returns, r is freed.  Watching costs the connection its keep-alive:
+ * bytes the client pipelined behind this request are dropped (so reading
+ * goes on and the close is seen however much was pipelined) and the
+ * connection closes after the answer.
+ */
 void http_req_set_gone_cb(http_req *r, void (*gone)(void *arg), void *arg);
 
 /*
