@@ -363,8 +363,13 @@ committed(writer *w, uint64_t prev)
 	}
 	/* already ascending (consecutive in row order); sorting keeps that a checked property */
 	qsort(pe, n_fresh, sizeof(*pe), cmp_seq);
+	/* A flush whose every event was stored already (a producer resending a
+	 * key) still tells the edges the head: without it they see neither a
+	 * batch nor a tick (the timer found cur non-empty) and go unready. */
 	if (n_fresh > 0)
 		publish_batch(w->pub, prev, pe, n_fresh);
+	else
+		publish_tick(w->pub, prev);
 	free(pe);
 	st_counter_add(w->committed, n_fresh);
 	for (size_t i = 0; i < batch_requests(b); i++) {
