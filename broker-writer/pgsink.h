@@ -10,8 +10,10 @@
  * over the DSN's own), polled with PQconnectPoll on
  * socket events (10 s deadline), then the session is set up (lock_timeout
  * 5s, statement_timeout 30s, idle_in_transaction_session_timeout 10s,
- * client_encoding UTF8, application_name broker-writer) before it counts as
- * up.  A lost connection is re-opened after a backoff of 100 ms doubling to
+ * client_encoding UTF8, application_name broker-writer, and pinned against
+ * database and role defaults: default_transaction_isolation read committed,
+ * default_transaction_read_only off, synchronous_commit at least on) before
+ * it counts as up.  A lost connection is re-opened after a backoff of 100 ms doubling to
  * 5 s.  While idle the socket is watched, so a server that goes away is
  * noticed at once (db_up, /readyz).
  *
