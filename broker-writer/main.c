@@ -426,13 +426,14 @@ flush_error_permanent(const PGresult *res)
 	       strcmp(st, "P0001") == 0;
 }
 
-/* Schedules the resend of fl, or ends the process once it has failed for give_up_ms. */
+/* Schedules the resend of fl, or ends the process once it has failed for
+ * give_up_ms.  sent: an attempt failed (counted, logged); otherwise the
+ * connection was down and nothing was sent (pgsink logged the loss). */
 static void
-flush_retry_later(writer *w, const char *msg)
+flush_retry_later(writer *w, const char *msg, bool sent)
 {
 	uint64_t failing = now_ms(w) - w->fl_first_ms;
 
-	st_counter_inc(w->flush_failures);
 	db_failed(w);
 	if (failing >= w->give_up_ms) {
 		st_error("flush %s (%zu events) has failed for %" PRIu64 " s since its first attempt (limit %" PRIu64
@@ -442,8 +443,11 @@ flush_retry_later(writer *w, const char *msg)
 		event_base_loopbreak(w->base);
 		return;
 	}
-	st_warn("flush %s (%zu events) failed, retrying in %u ms: %s", w->flush_id, batch_rows(w->fl), w->retry_ms,
-	        msg);
+	if (sent) {
+		st_counter_inc(w->flush_failures);
+		st_warn("flush %s (%zu events) failed, retrying in %u ms: %s", w->flush_id, batch_rows(w->fl),
+		        w->retry_ms, msg);
+	}
 	arm(w->retry_timer, w->retry_ms);
 	w->retry_ms = ST_MIN(w->retry_ms * 2, RETRY_MAX_MS);
 }
@@ -501,7 +505,7 @@ on_flush_result(void *arg, PGresult *res, const char *err)
 		if (res != NULL && PQresultStatus(res) == PGRES_FATAL_ERROR && flush_error_permanent(res))
 			flush_failed_permanently(w, res, msg);
 		else
-			flush_retry_later(w, msg);
+			flush_retry_later(w, msg, true);
 		return;
 	}
 	w->fail_since = 0;
@@ -540,7 +544,7 @@ flush_send(writer *w)
 	                 6, types, vals, lens, fmts, on_flush_result, w) != ST_OK) {
 		w->fl_sent = false;
 		if (!pgsink_up(w->db)) {
-			flush_retry_later(w, "database not connected");
+			flush_retry_later(w, "database not connected", false);
 		} else {
 			arm(w->retry_timer, 10); /* a tick is in flight: it takes a round trip */
 		}
