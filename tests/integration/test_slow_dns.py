@@ -19,7 +19,7 @@ t = h.Tests()
 
 SLOW_MS = 3000
 ROUNDS = 3
-BOUND_S = 1.0  # well below SLOW_MS: a loop that resolved itself would stall for SLOW_MS
+BOUND_S = SLOW_MS / 2000.0  # half of SLOW_MS: a loop that resolved itself would stall for all of it
 
 
 class Prober(threading.Thread):
