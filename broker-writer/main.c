@@ -25,7 +25,7 @@
  * keeps accepting, up to its own bounds (busy beyond).  After a commit:
  * the test hook, then publish (fresh rows, ascending seq), then the replies.
  *
- * Failures are classified by SQLSTATE (flush_error_permanent): a lost
+ * Failures are classified by SQLSTATE (pgerr_permanent): a lost
  * connection, a timeout, a lock, a serialisation failure and anything
  * unknown are transient and retried as above, for at most FLUSH_GIVE_UP_MS
  * (12 h) after the flush's first attempt; then the writer logs one line and
@@ -66,6 +66,7 @@
 #include "batch.h"
 #include "ingest.h"
 #include "pgarray.h"
+#include "pgerr.h"
 #include "pgsink.h"
 #include "publish.h"
 #include "retention.h"
@@ -403,29 +404,6 @@ committed(writer *w, uint64_t prev)
 	update_pending(w);
 }
 
-/*
- * Whether a failed flush would fail again identically: the data of the
- * batch cannot be stored (class 22 data exception, e.g. a character the
- * database encoding cannot hold; 23 integrity constraint, e.g. a CHECK or a
- * trigger's constraint; 54 program limit, e.g. a row too big to index),
- * or a trigger refused it (P0001 raise_exception).  unique_violation
- * (23505) is not: the flush's own seqs can meet a row inserted without the
- * lock, and a retry takes new ones.  Everything else (connection, timeout,
- * lock, serialisation, resources, shutdown, unknown) is transient.
- */
-static bool
-flush_error_permanent(const PGresult *res)
-{
-	const char *st = res != NULL ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-
-	if (st == NULL || strlen(st) != 5)
-		return false;
-	if (strcmp(st, "23505") == 0)
-		return false;
-	return strncmp(st, "22", 2) == 0 || strncmp(st, "23", 2) == 0 || strncmp(st, "54", 2) == 0 ||
-	       strcmp(st, "P0001") == 0;
-}
-
 /* Schedules the resend of fl, or ends the process once it has failed for
  * give_up_ms.  sent: an attempt failed (counted, logged); otherwise the
  * connection was down and nothing was sent (pgsink logged the loss). */
@@ -502,7 +480,8 @@ on_flush_result(void *arg, PGresult *res, const char *err)
 		         res == NULL ? err : PQresultStatus(res) != PGRES_TUPLES_OK ? PQresultErrorMessage(res)
 		                                                                    : "malformed broker_append result");
 		one_line(msg);
-		if (res != NULL && PQresultStatus(res) == PGRES_FATAL_ERROR && flush_error_permanent(res))
+		if (res != NULL && PQresultStatus(res) == PGRES_FATAL_ERROR &&
+		    pgerr_permanent(PQresultErrorField(res, PG_DIAG_SQLSTATE)))
 			flush_failed_permanently(w, res, msg);
 		else
 			flush_retry_later(w, msg, true);
