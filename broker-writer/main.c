@@ -25,6 +25,19 @@
  * keeps accepting, up to its own bounds (busy beyond).  After a commit:
  * the test hook, then publish (fresh rows, ascending seq), then the replies.
  *
+ * Failures are classified by SQLSTATE (pgerr_permanent): a lost
+ * connection, a timeout, a lock, a serialisation failure and anything
+ * unknown are transient and retried as above, for at most FLUSH_GIVE_UP_MS
+ * (12 h) after the flush's first attempt; then the writer logs one line and
+ * exits 1 (its producers resend to another replica).  A data error (class
+ * 22 data exception, 23 integrity violation but unique_violation, 54
+ * program limit) would fail again identically: the transaction rolled back,
+ * so nothing of the flush is stored, and its requests move to `iso`, which
+ * is flushed one request per transaction (new flush_ids) before anything of
+ * cur.  A request that fails with a data error on its own is refused
+ * `invalid` with the database's reason; the others are stored and answered
+ * as usual.
+ *
  * Unavailability: from the first failed database round trip (or lost
  * connection) until the next successful one, fail_since holds the time;
  * past 10 s new requests are refused "unavailable", and so are all requests
@@ -57,6 +70,7 @@
 #include "batch.h"
 #include "ingest.h"
 #include "pgarray.h"
+#include "pgerr.h"
 #include "pgsink.h"
 #include "publish.h"
 #include "retention.h"
@@ -87,6 +101,11 @@
  * memory stay bounded; a backlog goes out as back-to-back flushes. */
 #define FLUSH_MAX_EVENTS 20000u
 #define FLUSH_MAX_BYTES (32u * 1024 * 1024)
+/* A flush is retried at most this long after its first attempt (then exit
+ * 1).  broker_flush keeps its records longer (24 h), so a retry always finds
+ * the record of an attempt that did commit.  Tests shorten it with
+ * STUDIO_TEST_FLUSH_GIVE_UP_MS. */
+#define FLUSH_GIVE_UP_MS (12u * 3600 * 1000)
 
 /* A flush or retention key equal to the migration's session lock would wait on it. */
 #define MIGRATION_LOCK_KEY ((int64_t)SCHEMA_MIGRATE_LOCK_KEY)
@@ -139,7 +158,10 @@ typedef struct writer {
 	http_server *http;
 	st_control *ctl;
 	batch *cur, *fl;
+	batch *iso;       /* requests of a flush that failed with a data error: flushed one at a time */
 	char flush_id[160];
+	uint64_t fl_first_ms; /* first attempt of the flush in fl */
+	uint64_t give_up_ms;  /* FLUSH_GIVE_UP_MS, or the test hook's value */
 	st_buf p_topics, p_abouts, p_datas, p_keys;
 	bool fl_sent;     /* statement outstanding for fl */
 	bool due;         /* cur holds requests that were due at a flush tick already */
@@ -336,7 +358,8 @@ refusal_update(writer *w)
 static void
 update_pending(writer *w)
 {
-	st_gauge_set(w->pending, (int64_t)(batch_events(w->cur) + batch_events(w->fl)));
+	st_gauge_set(w->pending,
+	             (int64_t)(batch_events(w->cur) + batch_events(w->fl) + (w->iso ? batch_events(w->iso) : 0)));
 }
 
 static const proto_event *
@@ -426,8 +449,13 @@ committed(writer *w, uint64_t prev)
 	}
 	/* already ascending (consecutive in row order); sorting keeps that a checked property */
 	qsort(pe, n_fresh, sizeof(*pe), cmp_seq);
+	/* A flush whose every event was stored already (a producer resending a
+	 * key) still tells the edges the head: without it they see neither a
+	 * batch nor a tick (the timer found cur non-empty) and go unready. */
 	if (n_fresh > 0)
 		publish_batch(w->pub, prev, pe, n_fresh);
+	else
+		publish_tick(w->pub, prev);
 	free(pe);
 	st_counter_add(w->committed, n_fresh);
 	for (size_t i = 0; i < batch_requests(b); i++) {
@@ -437,6 +465,69 @@ committed(writer *w, uint64_t prev)
 	}
 	batch_reset(b);
 	update_pending(w);
+}
+
+/* Schedules the resend of fl, or ends the process once it has failed for
+ * give_up_ms.  sent: an attempt failed (counted, logged); otherwise the
+ * connection was down and nothing was sent (pgsink logged the loss). */
+static void
+flush_retry_later(writer *w, const char *msg, bool sent)
+{
+	uint64_t failing = now_ms(w) - w->fl_first_ms;
+
+	db_failed(w);
+	if (failing >= w->give_up_ms) {
+		st_error("flush %s (%zu events) has failed for %" PRIu64 " s since its first attempt (limit %" PRIu64
+		         " s), last error: %s; exiting so that its producers resend to another replica",
+		         w->flush_id, batch_rows(w->fl), failing / 1000, w->give_up_ms / 1000, msg);
+		w->exit_code = 1;
+		event_base_loopbreak(w->base);
+		return;
+	}
+	if (sent) {
+		st_counter_inc(w->flush_failures);
+		st_warn("flush %s (%zu events) failed, retrying in %u ms: %s", w->flush_id, batch_rows(w->fl),
+		        w->retry_ms, msg);
+	}
+	arm(w->retry_timer, w->retry_ms);
+	w->retry_ms = ST_MIN(w->retry_ms * 2, RETRY_MAX_MS);
+}
+
+/*
+ * fl failed with a data error; nothing of it is stored (the statement's
+ * transaction rolled back).  Several requests: all move to iso, to be
+ * flushed one by one.  One request: it is what cannot be stored, refused.
+ */
+static void
+flush_failed_permanently(writer *w, const PGresult *res, const char *msg)
+{
+	const char *st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	const char *primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+	char detail[400];
+
+	st_counter_inc(w->flush_failures);
+	if (batch_requests(w->fl) > 1) {
+		st_warn("flush %s (%zu requests) failed with data error %s: %s; flushing its requests one at a time",
+		        w->flush_id, batch_requests(w->fl), st, msg);
+		/* iso is empty: a split flush holds one request, and never reaches here */
+		batch_take(w->iso, w->fl, BATCH_MAX_EVENTS, BATCH_MAX_BYTES);
+	} else {
+		/* the primary message names the constraint or the reason, without the SQL context */
+		snprintf(detail, sizeof(detail), "the database cannot store it (SQLSTATE %.5s): %.300s", st,
+		         primary != NULL ? primary : msg);
+		one_line(detail);
+		st_warn("flush %s: request of %zu events refused: %s", w->flush_id, batch_events(w->fl), detail);
+		st_counter_inc(w->rej_invalid);
+		ingest_reply_err(batch_req_owner(w->fl, 0), "invalid", detail);
+		batch_reset(w->fl);
+	}
+	update_pending(w);
+	/* the database answered: it is reachable */
+	w->fail_since = 0;
+	refusal_update(w);
+	w->retry_ms = RETRY_MIN_MS;
+	flush_start(w);
+	maybe_finish(w);
 }
 
 static void
@@ -452,12 +543,11 @@ on_flush_result(void *arg, PGresult *res, const char *err)
 		         res == NULL ? err : PQresultStatus(res) != PGRES_TUPLES_OK ? PQresultErrorMessage(res)
 		                                                                    : "malformed broker_append result");
 		one_line(msg);
-		st_warn("flush %s (%zu events) failed, retrying in %u ms: %s", w->flush_id, batch_rows(w->fl),
-		        w->retry_ms, msg);
-		st_counter_inc(w->flush_failures);
-		db_failed(w);
-		arm(w->retry_timer, w->retry_ms);
-		w->retry_ms = ST_MIN(w->retry_ms * 2, RETRY_MAX_MS);
+		if (res != NULL && PQresultStatus(res) == PGRES_FATAL_ERROR &&
+		    pgerr_permanent(PQresultErrorField(res, PG_DIAG_SQLSTATE)))
+			flush_failed_permanently(w, res, msg);
+		else
+			flush_retry_later(w, msg, true);
 		return;
 	}
 	w->fail_since = 0;
@@ -468,8 +558,9 @@ on_flush_result(void *arg, PGresult *res, const char *err)
 	committed(w, prev);
 	/* do not wait for the timer when stopping (drain what is left), when
 	 * what is left was due already (a split, or a tick that found this
-	 * flush in flight), or when a whole flush is waiting anyway */
-	if (w->stopping || w->due || batch_events(w->cur) >= FLUSH_MAX_EVENTS ||
+	 * flush in flight), when requests wait to be flushed one at a time, or
+	 * when a whole flush is waiting anyway */
+	if (w->stopping || w->due || !batch_empty(w->iso) || batch_events(w->cur) >= FLUSH_MAX_EVENTS ||
 	    batch_bytes(w->cur) >= FLUSH_MAX_BYTES)
 		flush_start(w);
 	maybe_finish(w);
@@ -495,9 +586,7 @@ flush_send(writer *w)
 	                 6, types, vals, lens, fmts, on_flush_result, w) != ST_OK) {
 		w->fl_sent = false;
 		if (!pgsink_up(w->db)) {
-			db_failed(w);
-			arm(w->retry_timer, w->retry_ms);
-			w->retry_ms = ST_MIN(w->retry_ms * 2, RETRY_MAX_MS);
+			flush_retry_later(w, "database not connected", false);
 		} else {
 			arm(w->retry_timer, 10); /* a tick is in flight: it takes a round trip */
 		}
@@ -533,12 +622,26 @@ on_tick_result(void *arg, PGresult *res, const char *err)
 static void
 flush_start(writer *w)
 {
+	if (w->give_up_ms == 0) {
+		const char *env = getenv("STUDIO_TEST_FLUSH_GIVE_UP_MS");
+		w->give_up_ms = FLUSH_GIVE_UP_MS;
+		if (env != NULL && env[0] != '\0' && (!parse_u64(env, &w->give_up_ms) || w->give_up_ms == 0)) {
+			st_error("STUDIO_TEST_FLUSH_GIVE_UP_MS: not a positive number: %s", env);
+			w->give_up_ms = FLUSH_GIVE_UP_MS;
+		}
+	}
 	if (!batch_empty(w->fl)) {
 		/* at most one flush in flight (or waiting for its retry); what
 		 * this tick would have sent goes right after its commit */
 		if (!batch_empty(w->cur))
 			w->due = true;
 		return;
+	}
+	if (!batch_empty(w->iso)) {
+		/* one request per transaction, before anything newer (arrival order) */
+		batch_take(w->fl, w->iso, 1, 1);
+		w->due = w->due || !batch_empty(w->cur);
+		goto send;
 	}
 	if (batch_empty(w->cur)) {
 		if (!w->stopping && !w->tick_sent && pgsink_idle(w->db)) {
@@ -551,6 +654,8 @@ flush_start(writer *w)
 	}
 	batch_take(w->fl, w->cur, FLUSH_MAX_EVENTS, FLUSH_MAX_BYTES);
 	w->due = !batch_empty(w->cur);
+send:
+	w->fl_first_ms = now_ms(w);
 	snprintf(w->flush_id, sizeof(w->flush_id), "%s:%" PRIu64, w->instance, ++w->flush_counter);
 	st_buf_reset(&w->p_topics);
 	st_buf_reset(&w->p_abouts);
@@ -606,7 +711,7 @@ on_exit_timer(evutil_socket_t fd, short what, void *arg)
 static void
 maybe_finish(writer *w)
 {
-	if (!w->stopping || w->finishing || !batch_empty(w->cur) || !batch_empty(w->fl))
+	if (!w->stopping || w->finishing || !batch_empty(w->cur) || !batch_empty(w->fl) || !batch_empty(w->iso))
 		return;
 	w->finishing = true;
 	st_info("everything accepted is committed, published and answered; exiting");
@@ -624,7 +729,7 @@ on_give_up(evutil_socket_t fd, short what, void *arg)
 	if (w->finishing)
 		return;
 	st_error("shutdown: the database stayed unavailable for %d s; giving up with %zu accepted events not stored",
-	         STOP_GIVE_UP_MS / 1000, batch_events(w->cur) + batch_events(w->fl));
+	         STOP_GIVE_UP_MS / 1000, batch_events(w->cur) + batch_events(w->fl) + batch_events(w->iso));
 	w->exit_code = 1;
 	event_base_loopbreak(w->base);
 }
@@ -788,6 +893,7 @@ run(writer *w)
 	metrics_init(w);
 	w->cur = batch_new(BATCH_MAX_EVENTS, BATCH_MAX_BYTES);
 	w->fl = batch_new(BATCH_MAX_EVENTS, BATCH_MAX_BYTES);
+	w->iso = batch_new(BATCH_MAX_EVENTS, BATCH_MAX_BYTES);
 	w->seqs = st_xcalloc(PROTO_MAX_BATCH, sizeof(*w->seqs));
 	w->retry_ms = RETRY_MIN_MS;
 	w->flush_timer = event_new(w->base, -1, EV_PERSIST, on_flush_timer, w);
@@ -847,6 +953,7 @@ writer_fini(writer *w)
 	pgsink_free(w->db);
 	batch_free(w->cur);
 	batch_free(w->fl);
+	batch_free(w->iso);
 	free(w->seqs);
 	st_buf_fini(&w->p_topics);
 	st_buf_fini(&w->p_abouts);

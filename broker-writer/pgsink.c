@@ -1,9 +1,16 @@
 /*
  * pgsink: an explicit state machine around one non-blocking PGconn.
  *
- *   DOWN --timer--> CONNECTING --PQconnectPoll OK--> SETUP --result--> IDLE
+ *   DOWN --timer--> RESOLVING --addresses--> CONNECTING --PQconnectPoll OK--> SETUP --result--> IDLE
+ *   DOWN --timer (no host name in the DSN)--> CONNECTING
  *   IDLE --pgsink_query--> BUSY --last result--> IDLE
  *   any --error, EOF, deadline--> DOWN (callback of a BUSY statement gets NULL)
+ *
+ * RESOLVING: the DSN's host names are resolved on a thread (st_resolve) and
+ * the connection is opened by address (st_pgdsn: host=name for TLS,
+ * hostaddr=address), because PQconnectStartParams would resolve a name
+ * synchronously on the loop.  The backoff timer doubles as the deadline of
+ * RESOLVING (CONNECT_DEADLINE_MS); every reconnect resolves again.
  *
  * One libevent event is (re)created for every wait, because PQsocket may
  * change across PQconnectPoll calls and between connections, and the set
@@ -24,23 +31,46 @@
 #include <event2/event.h>
 
 #include "st_log.h"
+#include "st_pgdsn.h"
+#include "st_resolve.h"
 #include "st_util.h"
 
-enum pgsink_state { PS_DOWN, PS_CONNECTING, PS_SETUP, PS_IDLE, PS_BUSY };
+enum pgsink_state { PS_DOWN, PS_RESOLVING, PS_CONNECTING, PS_SETUP, PS_IDLE, PS_BUSY };
 
 #define CONNECT_DEADLINE_MS 10000
 #define QUERY_DEADLINE_MS 60000
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
 
+/*
+ * Pinned on every session, so that a database or role default (ALTER
+ * DATABASE/ROLE ... SET) cannot change what the flush relies on:
+ * - default_transaction_isolation read committed: broker_append2 reads
+ *   max(seq) and the stored keys AFTER taking the advisory lock; under
+ *   repeatable read or serializable its snapshot would be taken at the
+ *   lock call's statement start, before the previous holder committed, and
+ *   it would miss that flush's rows (a stale prev, a stored key taken
+ *   for new: a serialization failure on every contended flush);
+ * - default_transaction_read_only off: a read-only default fails every flush;
+ * - synchronous_commit at least on: a reply says "stored", so the commit
+ *   must be durable before it.  off and local are raised to on; remote_write
+ *   and remote_apply (a synchronous standby) are stronger and kept;
+ * - the timeouts bound a flush (a hung replica cannot hold the lock), and
+ *   client_encoding UTF8 is what the events are.
+ */
 static const char session_sql[] =
     "SET lock_timeout = '5s'; SET statement_timeout = '30s'; "
     "SET idle_in_transaction_session_timeout = '10s'; SET client_encoding = 'UTF8'; "
-    "SET application_name = 'broker-writer'";
+    "SET application_name = 'broker-writer'; "
+    "SET default_transaction_isolation = 'read committed'; SET default_transaction_read_only = off; "
+    "SELECT set_config('synchronous_commit', 'on', false) "
+    "WHERE current_setting('synchronous_commit') IN ('off', 'local')";
 
 struct pgsink {
 	struct event_base *base;
-	char *dsn;
+	st_pgdsn *dsn;
+	st_resolver *resolver;
+	st_resolve_req *lookup; /* RESOLVING */
 	const char *name;
 	pgsink_state_fn on_state;
 	void *state_arg;
@@ -111,6 +141,8 @@ lost(pgsink *s, const char *why)
 	if (!s->logged_down || was_up)
 		st_warn("%s: database connection lost: %s", s->name, msg);
 	s->logged_down = true;
+	st_resolve_cancel(s->lookup);
+	s->lookup = NULL;
 	if (s->ev != NULL) {
 		event_free(s->ev);
 		s->ev = NULL;
@@ -132,9 +164,14 @@ lost(pgsink *s, const char *why)
 static void
 on_timer(evutil_socket_t fd, short what, void *arg)
 {
+	pgsink *s = arg;
+
 	(void)fd;
 	(void)what;
-	start_connect(arg);
+	if (s->st == PS_RESOLVING)
+		lost(s, "name resolution timed out");
+	else
+		start_connect(s);
 }
 
 static void
@@ -181,15 +218,27 @@ quiet_notice(void *arg, const char *msg)
 	(void)msg;
 }
 
+/*
+ * Opens the connection by address (addrs from st_resolve, NULL when the DSN
+ * names no host).  Keepalives and tcp_user_timeout override the DSN's: a
+ * partitioned connection is noticed within about 11 s idle (5 s + 3 probes
+ * 2 s apart) or 10 s with unacknowledged data, not after the kernel's
+ * 2 hours / 15 minutes.
+ */
 static void
-start_connect(pgsink *s)
+connect_to(pgsink *s, const char *const *addrs)
 {
-	const char *const keys[] = { "dbname", "keepalives", "keepalives_idle", "tcp_user_timeout", "application_name",
-		                     NULL };
-	const char *const vals[] = { s->dsn, "1", "5", "10000", "broker-writer", NULL };
+	static const char *const xkeys[] = { "keepalives", "keepalives_idle", "keepalives_interval",
+		                             "keepalives_count", "tcp_user_timeout", "application_name", NULL };
+	static const char *const xvals[] = { "1", "5", "2", "3", "10000", "broker-writer", NULL };
+	const char *const *keys, *const *vals;
 
-	ST_ASSERT(s->st == PS_DOWN);
-	s->conn = PQconnectStartParams(keys, vals, 1);
+	if (st_pgdsn_params(s->dsn, addrs, xkeys, xvals, &keys, &vals) != ST_OK) {
+		lost(s, "no address to connect to");
+		return;
+	}
+	/* expand_dbname 0: the DSN was parsed already, and dbname is only a name now */
+	s->conn = PQconnectStartParams(keys, vals, 0);
 	if (s->conn == NULL) {
 		lost(s, "out of memory");
 		return;
@@ -202,6 +251,42 @@ start_connect(pgsink *s)
 	PQsetNoticeProcessor(s->conn, quiet_notice, NULL);
 	s->st = PS_CONNECTING;
 	watch(s, EV_WRITE, CONNECT_DEADLINE_MS);
+}
+
+static void
+on_resolved(void *arg, const char *const *addrs, size_t n, const char *err)
+{
+	pgsink *s = arg;
+
+	(void)n;
+	ST_ASSERT(s->st == PS_RESOLVING);
+	s->lookup = NULL;
+	evtimer_del(s->timer);
+	if (err != NULL) {
+		lost(s, err);
+		return;
+	}
+	connect_to(s, addrs);
+}
+
+static void
+start_connect(pgsink *s)
+{
+	const char *const *names;
+	size_t n = st_pgdsn_names(s->dsn, &names);
+	struct timeval tv = { CONNECT_DEADLINE_MS / 1000, 0 };
+
+	ST_ASSERT(s->st == PS_DOWN);
+	if (n == 0) {
+		connect_to(s, NULL);
+		return;
+	}
+	if (st_resolver_lookup(s->resolver, names, n, on_resolved, s, &s->lookup) != ST_OK) {
+		lost(s, "cannot start name resolution");
+		return;
+	}
+	s->st = PS_RESOLVING;
+	evtimer_add(s->timer, &tv);
 }
 
 static bool
@@ -321,6 +406,7 @@ on_socket(evutil_socket_t fd, short what, void *arg)
 		      s->st == PS_SETUP ? CONNECT_DEADLINE_MS : QUERY_DEADLINE_MS);
 		return;
 	case PS_DOWN:
+	case PS_RESOLVING:
 		return;
 	}
 }
@@ -330,15 +416,20 @@ pgsink_new(struct event_base *base, const char *dsn, const char *name, pgsink_st
            pgsink **out)
 {
 	pgsink *s = st_xcalloc(1, sizeof(*s));
+	char err[512];
 
 	s->base = base;
-	s->dsn = st_xstrdup(dsn);
+	if (st_pgdsn_parse(dsn, &s->dsn, err, sizeof(err)) != ST_OK) {
+		st_error("%s: %s", name, err);
+		free(s);
+		return ST_EINVAL;
+	}
 	s->name = name;
 	s->on_state = on_state;
 	s->state_arg = arg;
 	s->st = PS_DOWN;
 	s->backoff_ms = BACKOFF_MIN_MS;
-	if ((s->timer = evtimer_new(base, on_timer, s)) == NULL) {
+	if ((s->timer = evtimer_new(base, on_timer, s)) == NULL || st_resolver_new(base, &s->resolver) != ST_OK) {
 		pgsink_free(s);
 		return ST_ESYS;
 	}
@@ -358,7 +449,9 @@ pgsink_free(pgsink *s)
 		event_free(s->timer);
 	PQclear(s->res);
 	PQfinish(s->conn);
-	free(s->dsn);
+	st_resolve_cancel(s->lookup);
+	st_resolver_free(s->resolver);
+	st_pgdsn_free(s->dsn);
 	free(s);
 }
 

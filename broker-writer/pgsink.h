@@ -2,18 +2,24 @@
  * pgsink: one asynchronous libpq connection driven by the event loop, with
  * reconnection, session settings and one statement in flight at a time.
  *
- * The connection is opened with PQconnectStartParams (the DSN expanded as
- * dbname, followed by keepalives=1 keepalives_idle=5 tcp_user_timeout=10000,
- * which therefore win over the DSN's own), polled with PQconnectPoll on
+ * The DSN's host names are resolved off the loop (st_resolve, on every
+ * reconnect) and the connection is opened by address with
+ * PQconnectStartParams (st_pgdsn: host=name, hostaddr=address, so TLS
+ * verification still uses the name), with keepalives=1 keepalives_idle=5
+ * keepalives_interval=2 keepalives_count=3 tcp_user_timeout=10000 (they win
+ * over the DSN's own), polled with PQconnectPoll on
  * socket events (10 s deadline), then the session is set up (lock_timeout
  * 5s, statement_timeout 30s, idle_in_transaction_session_timeout 10s,
- * client_encoding UTF8, application_name broker-writer) before it counts as
- * up.  A lost connection is re-opened after a backoff of 100 ms doubling to
+ * client_encoding UTF8, application_name broker-writer, and pinned against
+ * database and role defaults: default_transaction_isolation read committed,
+ * default_transaction_read_only off, synchronous_commit at least on) before
+ * it counts as up.  A lost connection is re-opened after a backoff of 100 ms doubling to
  * 5 s.  While idle the socket is watched, so a server that goes away is
  * noticed at once (db_up, /readyz).
  *
- * Nothing here blocks, except that libpq resolves a host NAME synchronously
- * inside PQconnectStartParams: give hostaddr= or an IP in the DSN.
+ * Nothing here blocks the loop: name resolution runs on a thread and
+ * answers through a mailbox (a name that takes longer than 10 s counts as
+ * a failed connect).
  *
  * Thread: the loop thread of base only.
  */
@@ -43,7 +49,8 @@ typedef void (*pgsink_result_fn)(void *arg, PGresult *res, const char *err);
 /* Called when the connection comes up (true) or is lost (false). */
 typedef void (*pgsink_state_fn)(void *arg, bool up);
 
-/* Starts connecting at once.  dsn is copied.  name is used in logs (static). */
+/* Starts connecting at once.  dsn is parsed and copied (ST_EINVAL, logged, when
+ * libpq cannot parse it).  name is used in logs (static). */
 st_err pgsink_new(struct event_base *base, const char *dsn, const char *name, pgsink_state_fn on_state,
                   void *arg, pgsink **out);
 /* Closes the connection (an in-flight statement's callback is NOT called). NULL-safe. */

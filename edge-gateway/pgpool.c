@@ -3,9 +3,17 @@
  *
  * DESIGN.  Each connection is a small state machine:
  *
- *   DOWN --timer--> CONNECTING --PQconnectPoll OK--> SETUP --results--> IDLE <--> BUSY
- *     ^                 |                              |                 |        |
- *     +---- fail: PQfinish, back-off (100 ms .. 5 s) --+-----------------+--------+
+ *   DOWN --timer--> RESOLVING --addresses--> CONNECTING --PQconnectPoll OK--> SETUP --results--> IDLE <--> BUSY
+ *     ^                 |                         |                              |                 |        |
+ *     +---- fail: PQfinish, back-off (100 ms .. 5 s) -------------------------------+-----------------+--------+
+ *
+ * RESOLVING (only when the DSN names a host): libpq would resolve a host
+ * name synchronously inside PQconnectStartParams, so the pool resolves the
+ * DSN's names on a thread (st_resolve) and opens connections by address
+ * (st_pgdsn: host=name, hostaddr=address).  One lookup per reconnect round:
+ * a connection that needs addresses joins the lookup in flight, or starts
+ * one; its answer opens every connection waiting for it.  The lookup has
+ * the connect deadline (10 s, the pool's own timer).
  *
  * One persistent event per connection watches PQsocket() for what libpq
  * wants (it is re-created whenever the socket or the wanted events change,
@@ -36,6 +44,8 @@
 
 #include "st_clock.h"
 #include "st_log.h"
+#include "st_pgdsn.h"
+#include "st_resolve.h"
 #include "st_util.h"
 
 #define BACKOFF_MIN_MS 100u
@@ -43,7 +53,7 @@
 #define CONNECT_TIMEOUT_MS 10000u
 #define SETUP_SQL "SET statement_timeout = '30s'; SET client_encoding = 'UTF8'"
 
-enum conn_state { C_DOWN, C_CONNECTING, C_SETUP, C_IDLE, C_BUSY };
+enum conn_state { C_DOWN, C_RESOLVING, C_CONNECTING, C_SETUP, C_IDLE, C_BUSY };
 enum query_state { Q_QUEUED, Q_INFLIGHT, Q_CALLING };
 
 struct pgpool_query {
@@ -86,7 +96,10 @@ typedef struct qlist {
 
 struct pgpool {
 	struct event_base *base;
-	char *dsn;
+	st_pgdsn *dsn;
+	st_resolver *resolver;
+	st_resolve_req *lookup;      /* the round's lookup in flight */
+	struct event *lookup_timer;  /* its deadline */
 	unsigned n;
 	conn *conns;
 	qlist queue[2];
@@ -212,14 +225,26 @@ on_notice(void *arg, const char *message)
 	st_info("pgpool: connection %u: server: %s", c->idx, msg);
 }
 
+/*
+ * Opens c by address (addrs: the round's answer, NULL when the DSN names no
+ * host).  Keepalives and tcp_user_timeout override the DSN's: a partitioned
+ * connection is noticed within about 11 s idle (5 s + 3 probes 2 s apart)
+ * or 10 s with unacknowledged data.
+ */
 static void
-conn_start(conn *c)
+conn_open(conn *c, const char *const *addrs)
 {
-	const char *keys[] = {"dbname", "application_name", "keepalives_idle", "keepalives_interval",
-	                      "keepalives_count", NULL};
-	const char *vals[] = {c->pool->dsn, "edge-gateway", "30", "10", "3", NULL};
+	static const char *const xkeys[] = {"application_name", "keepalives", "keepalives_idle",
+	                                    "keepalives_interval", "keepalives_count", "tcp_user_timeout", NULL};
+	static const char *const xvals[] = {"edge-gateway", "1", "5", "2", "3", "10000", NULL};
+	const char *const *keys, *const *vals;
 
-	c->pg = PQconnectStartParams(keys, vals, 1);
+	if (st_pgdsn_params(c->pool->dsn, addrs, xkeys, xvals, &keys, &vals) != ST_OK) {
+		conn_fail(c, "no address to connect to");
+		return;
+	}
+	/* expand_dbname 0: the DSN was parsed already */
+	c->pg = PQconnectStartParams(keys, vals, 0);
 	if (c->pg == NULL) {
 		conn_fail(c, "out of memory");
 		return;
@@ -233,6 +258,63 @@ conn_start(conn *c)
 	timer_arm(c, CONNECT_TIMEOUT_MS);
 	/* libpq: behave as if PQconnectPoll had returned PGRES_POLLING_WRITING. */
 	sock_watch(c, EV_WRITE);
+}
+
+/* The round's answer: opens (or fails) every connection that waits for it. */
+static void
+on_resolved(void *arg, const char *const *addrs, size_t n, const char *err)
+{
+	pgpool *p = arg;
+
+	(void)n;
+	p->lookup = NULL;
+	evtimer_del(p->lookup_timer);
+	for (unsigned i = 0; i < p->n; i++) {
+		conn *c = &p->conns[i];
+		if (c->st != C_RESOLVING)
+			continue;
+		if (err != NULL)
+			conn_fail(c, err);
+		else
+			conn_open(c, addrs);
+	}
+}
+
+static void
+on_lookup_timeout(evutil_socket_t fd, short what, void *arg)
+{
+	pgpool *p = arg;
+
+	(void)fd;
+	(void)what;
+	st_resolve_cancel(p->lookup);
+	p->lookup = NULL;
+	for (unsigned i = 0; i < p->n; i++)
+		if (p->conns[i].st == C_RESOLVING)
+			conn_fail(&p->conns[i], "name resolution timed out");
+}
+
+static void
+conn_start(conn *c)
+{
+	pgpool *p = c->pool;
+	const char *const *names;
+	size_t n = st_pgdsn_names(p->dsn, &names);
+	struct timeval tv = {CONNECT_TIMEOUT_MS / 1000, 0};
+
+	if (n == 0) {
+		conn_open(c, NULL);
+		return;
+	}
+	c->st = C_RESOLVING;
+	if (p->lookup != NULL)
+		return; /* joins the round in flight */
+	if (st_resolver_lookup(p->resolver, names, n, on_resolved, p, &p->lookup) != ST_OK) {
+		p->lookup = NULL;
+		conn_fail(c, "cannot start name resolution");
+		return;
+	}
+	evtimer_add(p->lookup_timer, &tv);
 }
 
 /* Flushes the outgoing query; watches the socket accordingly.  false: the connection failed. */
@@ -413,6 +495,7 @@ on_sock(evutil_socket_t fd, short what, void *arg)
 		conn_idle_read(c);
 		break;
 	case C_DOWN:
+	case C_RESOLVING:
 		break;
 	}
 }
@@ -520,25 +603,23 @@ on_kick(evutil_socket_t fd, short what, void *arg)
 st_err
 pgpool_new(struct event_base *base, const char *dsn, unsigned n, pgpool **out)
 {
-	char *errmsg = NULL;
-	PQconninfoOption *opts;
+	char err[512];
+	st_pgdsn *d;
 	pgpool *p;
 
 	if (n == 0 || n > PGPOOL_MAX_CONNS)
 		return ST_EINVAL;
-	if ((opts = PQconninfoParse(dsn, &errmsg)) == NULL) {
-		char msg[512];
-		trim_msg(msg, sizeof(msg), errmsg ? errmsg : "out of memory");
-		st_error("pgpool: bad dsn: %s", msg);
-		PQfreemem(errmsg);
+	if (st_pgdsn_parse(dsn, &d, err, sizeof(err)) != ST_OK) {
+		st_error("pgpool: %s", err);
 		return ST_EINVAL;
 	}
-	PQconninfoFree(opts);
 
 	p = st_xcalloc(1, sizeof(*p));
 	p->base = base;
-	p->dsn = st_xstrdup(dsn);
+	p->dsn = d;
 	p->n = n;
+	p->lookup_timer = evtimer_new(base, on_lookup_timeout, p);
+	ST_ASSERT(p->lookup_timer != NULL && st_resolver_new(base, &p->resolver) == ST_OK);
 	p->conns = st_xcalloc(n, sizeof(conn));
 	p->kick = event_new(base, -1, 0, on_kick, p);
 	p->sweep = event_new(base, -1, EV_PERSIST, on_sweep, p);
@@ -704,7 +785,10 @@ pgpool_free(pgpool *p)
 		event_free(p->kick);
 	if (p->sweep != NULL)
 		event_free(p->sweep);
+	st_resolve_cancel(p->lookup);
+	st_resolver_free(p->resolver);
+	event_free(p->lookup_timer);
 	free(p->conns);
-	free(p->dsn);
+	st_pgdsn_free(p->dsn);
 	free(p);
 }

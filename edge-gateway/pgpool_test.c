@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include <event2/event.h>
+#include <event2/thread.h>
 
 #include "st_test.h"
 #include "st_util.h"
@@ -347,6 +348,36 @@ t_restart(void)
 	pgpool_free(p);
 }
 
+/*
+ * A host NAME in the DSN: resolved on the resolver thread, connected by
+ * address with the name kept (host=localhost, hostaddr=...); localhost may
+ * resolve to ::1 first, where nothing listens, and the next address is
+ * tried as libpq would have.
+ */
+static void
+t_host_name(void)
+{
+	char dsn[512];
+	const char *at = strstr(DSN, "host=127.0.0.1");
+	pgpool *p = NULL;
+	res r;
+	many m = {&r, 1};
+
+	if (at == NULL) {
+		printf("t_host_name: the DSN has no host=127.0.0.1, nothing to rename\n");
+		return;
+	}
+	snprintf(dsn, sizeof(dsn), "%.*shost=localhost%s", (int)(at - DSN), DSN, at + strlen("host=127.0.0.1"));
+	ST_CHECK(pgpool_new(B, dsn, 2, &p) == ST_OK);
+	ST_CHECK(run_until(is_ready, p, 10000));
+	memset(&r, 0, sizeof(r));
+	ST_CHECK(sub(p, PGPOOL_PRIO_FILL, "SELECT 41 + 1", &r) != NULL);
+	ST_CHECK(run_until(all_done, &m, 5000));
+	ST_CHECK(r.err == ST_OK);
+	ST_CHECK_STR(r.val, "42");
+	pgpool_free(p);
+}
+
 int
 main(void)
 {
@@ -358,6 +389,7 @@ main(void)
 		printf("skip: STUDIO_TEST_PG_DSN not set\n");
 		return 77;
 	}
+	evthread_use_pthreads(); /* the resolver answers through a mailbox */
 	B = event_base_new();
 	/* A 20 ms tick so run_until re-checks its deadline. */
 	tick = event_new(B, -1, EV_PERSIST, on_tick, NULL);
@@ -368,6 +400,7 @@ main(void)
 	ST_RUN(t_cancel);
 	ST_RUN(t_queue_bound);
 	ST_RUN(t_restart);
+	ST_RUN(t_host_name);
 	event_free(tick);
 	event_base_free(B);
 	return st_test_done();
