@@ -106,20 +106,40 @@ def check_eq(a, b, msg):
         raise TestFailure("%s: got %r, expected %r" % (msg, a, b))
 
 
-def wait_until(pred, timeout, what, interval=0.05):
-    """Polls pred() until truthy; bounded: raises TestFailure naming `what`."""
+def wait_until(pred, timeout, what, interval=0.05, detail=None):
+    """Polls pred() until truthy; bounded: raises TestFailure naming `what`,
+    pred's last value and detail() (a callable giving the facts to print:
+    the values the test compares, a process's log tail...)."""
     deadline = time.monotonic() + timeout
+    n = 0
     while True:
         v = pred()
+        n += 1
         if v:
             return v
         if time.monotonic() >= deadline:
-            raise TestFailure("timed out after %.1fs waiting for %s" % (timeout, what))
+            msg = "timed out after %.1fs (%d polls) waiting for %s; last value %s" % (
+                timeout, n, what, _short(repr(v)))
+            if detail is not None:
+                try:
+                    msg += "\n" + str(detail())
+                except Exception as e:  # the detail must not hide the timeout
+                    msg += "\n(detail failed: %r)" % e
+            raise TestFailure(msg)
         time.sleep(interval)
+
+
+def _short(text, n=300):
+    return text if len(text) <= n else text[:n] + "...(%d chars)" % len(text)
 
 
 def log(*a):
     print(*a, flush=True)
+
+
+# Failed cases so far in this process (Env prints its processes' logs when a
+# case failed while it was active, even when the runner caught the failure).
+_failed_cases = 0
 
 
 # ---------------------------------------------------------------- runner
@@ -139,8 +159,15 @@ class Tests:
         if self.needs_pg and not os.environ.get("STUDIO_TEST_PG_DSN"):
             log("STUDIO_TEST_PG_DSN is not set: skipping")
             sys.exit(SKIP)
+        global _failed_cases
         only = set(sys.argv[1:])
+        unknown = only - {fn.__name__ for fn in self.cases}
+        if unknown:
+            log("FAIL no such case: %s (cases: %s)" % (" ".join(sorted(unknown)),
+                                                        " ".join(fn.__name__ for fn in self.cases)))
+            sys.exit(1)
         passed = failed = 0
+        failures = []
         for fn in self.cases:
             if only and fn.__name__ not in only:
                 continue
@@ -150,13 +177,22 @@ class Tests:
                 fn()
             except Exception as e:  # any exception is a failed case
                 failed += 1
-                log("FAIL %s (%.1fs): %s" % (fn.__name__, time.monotonic() - t0, e))
+                _failed_cases += 1
+                what = "%s: %s" % (type(e).__name__, e) if not isinstance(e, TestFailure) else str(e)
+                line = "FAIL %s (%.1fs): %s" % (fn.__name__, time.monotonic() - t0, what)
+                log(line)
                 if not isinstance(e, TestFailure):
                     traceback.print_exc(file=sys.stdout)
+                    sys.stdout.flush()
+                failures.append(line)
             else:
                 passed += 1
                 log("ok   %s (%.1fs)" % (fn.__name__, time.monotonic() - t0))
-        log("%d passed, %d failed" % (passed, failed))
+        # The verdict again, last: whatever keeps only the head or the tail
+        # of the output (ctest truncates long output) still shows it.
+        for line in failures:
+            log(_short(line, 4000))
+        log("%d passed, %d failed (%s)" % (passed, failed, os.path.basename(sys.argv[0])))
         sys.exit(1 if failed or passed == 0 else 0)
 
 
@@ -329,7 +365,8 @@ class Proc:
     def logs(self, tail=60):
         parts = []
         for path in (self.stdout_path, self.stderr_path):
-            self._out.flush()
+            if not self._out.closed:
+                self._out.flush()
             try:
                 with open(path, "rb") as f:
                     lines = f.read().decode(errors="replace").splitlines()
@@ -418,6 +455,7 @@ class Env:
         self.tmp = None
 
     def __enter__(self):
+        self.failed_at_enter = _failed_cases
         self.tmp = tempfile.mkdtemp(prefix="studio-%s-" % self.dbname)
         psql(self.admin_dsn, "CREATE DATABASE %s" % self.dbname)
         _active_envs.append(self)
@@ -450,19 +488,177 @@ class Env:
             except subprocess.TimeoutExpired:
                 p.p.kill()
                 p.p.wait(10)
-        if et is not None:
+        ok_exit = et is None or (issubclass(et, SystemExit) and getattr(ev, "code", 1) in (0, None))
+        failed = not ok_exit or _failed_cases > self.failed_at_enter
+        if failed:
+            # Every process's log tail, and where the whole logs stay.
             for p in self.procs:
-                log("=== logs of %s: %s" % (p.name, " ".join(p.args)))
+                log("=== logs of %s (exit %s): %s" % (p.name, p.returncode, " ".join(p.args)))
                 log(p.logs())
+            log("=== whole logs kept in %s" % self.tmp)
         for p in self.procs:
             p.close_files()
         try:
             psql(self.admin_dsn, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % self.dbname)
         except TestFailure as e:
             log("warning: %s" % e)
-        if not self.keep and et is None:
+        if not self.keep and not failed:
             shutil.rmtree(self.tmp, ignore_errors=True)
         return False
+
+
+class PsqlSession:
+    """One long-lived psql session (to hold a lock or a transaction open
+    across other steps).  execute(sql) runs it and waits (bounded) until psql
+    has answered; a failing statement raises with psql's error text."""
+
+    _n = itertools.count(1)
+
+    def __init__(self, dsn):
+        env = dict(os.environ, PGCONNECT_TIMEOUT="10", PGOPTIONS="-c client_min_messages=warning")
+        self.p = subprocess.Popen([PSQL, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=0", "-d", dsn],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, env=env)
+        self._lines = []
+        self._cv = threading.Condition()
+        self._t = threading.Thread(target=self._read, daemon=True)
+        self._t.start()
+
+    def _read(self):
+        for raw in self.p.stdout:
+            with self._cv:
+                self._lines.append(raw.decode(errors="replace").rstrip("\n"))
+                self._cv.notify_all()
+        with self._cv:
+            self._lines.append(None)
+            self._cv.notify_all()
+
+    def execute(self, sql, timeout=30):
+        mark = "__psql_session_done_%d" % next(PsqlSession._n)
+        with self._cv:
+            start = len(self._lines)
+        self.p.stdin.write(("%s\n\\echo %s\n" % (sql, mark)).encode())
+        self.p.stdin.flush()
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while True:
+                out = self._lines[start:]
+                if mark in out:
+                    out = out[:out.index(mark)]
+                    break
+                if None in out or time.monotonic() >= deadline:
+                    raise TestFailure("psql session: %r %s; output %r" % (
+                        sql[:200], "ended" if None in out else "no answer after %ss" % timeout, out[-10:]))
+                self._cv.wait(0.1)
+        errs = [ln for ln in out if ln.startswith(("ERROR", "psql:", "FATAL"))]
+        if errs:
+            raise TestFailure("psql session: %r failed: %s" % (sql[:200], " | ".join(errs)))
+        return out
+
+    def close(self):
+        try:
+            self.p.stdin.write(b"\\q\n")
+            self.p.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.p.wait(10)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait(10)
+
+
+class TcpRelay:
+    """A TCP relay on 127.0.0.1 in front of a real server (a network fault
+    injector, not a mock: the bytes are the server's own).  pause_down()
+    holds back every byte the server sends to clients (already connected or
+    not) until resume_down(); the server has answered, the clients just do
+    not see it yet.  .port, .close()."""
+
+    def __init__(self, host, port):
+        self.target = (host, port)
+        self.ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(64)
+        self.port = self.ls.getsockname()[1]
+        self._down = threading.Event()
+        self._down.set()
+        self._closed = False
+        self._socks = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self._closed:
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            try:
+                u = socket.create_connection(self.target, timeout=10)
+            except OSError:
+                c.close()
+                continue
+            u.settimeout(None)
+            with self._lock:
+                self._socks += [c, u]
+            threading.Thread(target=self._pump, args=(c, u, None), daemon=True).start()
+            threading.Thread(target=self._pump, args=(u, c, self._down), daemon=True).start()
+
+    def _pump(self, src, dst, gate):
+        try:
+            while True:
+                b = src.recv(65536)
+                if not b:
+                    break
+                if gate is not None:
+                    gate.wait()
+                dst.sendall(b)
+        except OSError:
+            pass
+        for x in (src, dst):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def pause_down(self):
+        self._down.clear()
+
+    def resume_down(self):
+        self._down.set()
+
+    def close(self):
+        self._closed = True
+        self._down.set()
+        try:
+            self.ls.close()
+        except OSError:
+            pass
+        with self._lock:
+            for x in self._socks:
+                try:
+                    x.close()
+                except OSError:
+                    pass
+
+
+def dsn_params(dsn):
+    """host and port of a key=value or URI DSN (defaults 127.0.0.1, 5432)."""
+    if dsn.startswith(("postgres://", "postgresql://")):
+        u = urllib.parse.urlsplit(dsn)
+        return u.hostname or "127.0.0.1", u.port or 5432
+    kv = dict(re.findall(r"(\w+)\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", dsn))
+    return kv.get("host", "127.0.0.1"), int(kv.get("port", "5432"))
+
+
+def dsn_with(dsn, **params):
+    """The key=value DSN with params replaced or added."""
+    for k, v in params.items():
+        dsn = re.sub(r"(^|\s)%s\s*=\s*('(?:[^'\\]|\\.)*'|\S+)" % k, " ", dsn).strip()
+        dsn = (dsn + " %s=%s" % (k, v)).strip()
+    return dsn
 
 
 # ---------------------------------------------------------------- studioctl / nngreq
@@ -739,9 +935,11 @@ class SseClient:
                 if left <= 0 or self.closed:
                     other = [e for e in self.events if e.get("event") != "message"
                              and "comment" not in e][-3:]
-                    raise TestFailure("SSE %s: %d of %d items after %.1fs (closed=%s error=%r, "
-                                      "last non-item events %r)"
-                                      % (self.url, got, n, timeout, self.closed, self.error, other))
+                    last = [e.get("id") for e in self.events if e.get("event") == "message"][-3:]
+                    raise TestFailure("SSE %s: %d of %d items after %.1fs (closed=%s error=%r, status %s, "
+                                      "last item ids %s, last non-item events %s)"
+                                      % (self.url, got, n, timeout, self.closed, self.error, self.status,
+                                         last, _short(repr(other))))
                 self._cv.wait(min(left, 0.5))
 
     def wait_event(self, pred, timeout, what):
@@ -753,8 +951,10 @@ class SseClient:
                         return e
                 left = deadline - time.monotonic()
                 if left <= 0 or self.closed:
-                    raise TestFailure("SSE %s: no %s after %.1fs (closed=%s)" % (
-                        self.url, what, timeout, self.closed))
+                    raise TestFailure("SSE %s: no %s after %.1fs (closed=%s error=%r, status %s, %d events, "
+                                      "last %s)" % (self.url, what, timeout, self.closed, self.error,
+                                                    self.status, len(self.events),
+                                                    _short(repr(self.events[-3:]))))
                 self._cv.wait(min(left, 0.5))
 
     def close(self):
@@ -845,14 +1045,19 @@ def db_events(dsn, topics=None):
 def check_items_match_rows(items, rows, what):
     """Every row once, in seq order, with its id, topic and data byte for byte."""
     ids = [it.get("id") for it in items]
-    if len(items) != len(rows):
-        seen = set(ids)
-        missing = [r[0] for r in rows if str(r[0]) not in seen][:10]
-        raise TestFailure("%s: %d items for %d rows (first missing seqs %s)"
-                          % (what, len(items), len(rows), missing))
+    want = [str(r[0]) for r in rows]
+    if ids != want:
+        seen, stored = set(ids), set(want)
+        missing = [x for x in want if x not in seen]
+        extra = [x for x in ids if x not in stored]
+        dups = sorted({x for x in ids if ids.count(x) > 1}, key=lambda x: int(x) if x and x.isdigit() else -1) \
+            if len(ids) != len(seen) else []
+        i = next((k for k, (a, b) in enumerate(zip(ids, want)) if a != b), min(len(ids), len(want)))
+        raise TestFailure("%s: %d items for %d rows; missing %d %s, not stored %d %s, repeated %s; "
+                          "first difference at index %d: got %s, want %s"
+                          % (what, len(ids), len(want), len(missing), missing[:10], len(extra), extra[:10],
+                             dups[:10], i, ids[max(0, i - 2):i + 3], want[max(0, i - 2):i + 3]))
     for it, (seq, topic, about, data) in zip(items, rows):
-        if it.get("id") != str(seq):
-            raise TestFailure("%s: SSE id %r where row seq %d is next" % (what, it.get("id"), seq))
         env = json.loads(it["data"])
         if env.get("type") != "item" or env.get("id") != str(seq) or env.get("topic") != topic:
             raise TestFailure("%s: envelope %r does not match row %d/%s" % (what, it["data"][:200], seq, topic))
