@@ -68,6 +68,8 @@ Stable API (G2's tests rely on it; add, never change):
   metric(url, name, labels=None) -> float|None   one sample from GET /metrics.
 """
 
+import atexit
+import glob
 import http.client
 import itertools
 import json
@@ -442,8 +444,8 @@ class Env:
 
     _n = itertools.count(1)
 
-    def __init__(self, migrate=True, keep=False):
-        self.admin_dsn = os.environ.get("STUDIO_TEST_PG_DSN")
+    def __init__(self, migrate=True, keep=False, admin_dsn=None):
+        self.admin_dsn = admin_dsn or os.environ.get("STUDIO_TEST_PG_DSN")
         if not self.admin_dsn:
             log("STUDIO_TEST_PG_DSN is not set: skipping")
             sys.exit(SKIP)
@@ -505,6 +507,101 @@ class Env:
         if not self.keep and not failed:
             shutil.rmtree(self.tmp, ignore_errors=True)
         return False
+
+
+class PgServer:
+    """A PostgreSQL server of the test's own, which it may stop and restart
+    (the shared STUDIO_TEST_PG_DSN server must never be restarted: other
+    tests use it).  initdb in a temp dir, its own free port on 127.0.0.1,
+    unix socket in a private dir, trust auth, fsync off; as root every server
+    command runs as the `postgres` user (PostgreSQL refuses root), like
+    scripts/lib.sh.  .dsn (admin DSN), start(), stop(mode="fast"),
+    restart(mode="fast") -> seconds it took, running(), logs(tail), close().
+    """
+
+    def __init__(self, name="pg"):
+        bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                      key=lambda x: int(x.split("/")[4]) if x.split("/")[4].isdigit() else 0)
+        if not bins:
+            raise TestFailure("initdb not found (/usr/lib/postgresql/*/bin)")
+        self.bindir = os.path.dirname(bins[-1])
+        self.root = os.geteuid() == 0
+        self.base = tempfile.mkdtemp(prefix="studio-%s-" % name)
+        os.chmod(self.base, 0o755)
+        self.data = os.path.join(self.base, "data")
+        self.sock = os.path.join(self.base, "sock")
+        self.logfile = os.path.join(self.base, "server.log")
+        self.port = free_port()
+        self.dsn = "host=127.0.0.1 port=%d user=postgres dbname=postgres" % self.port
+        for d in (self.data, self.sock):
+            os.mkdir(d, 0o700)
+        if self.root:
+            import pwd
+            pw = pwd.getpwnam("postgres")
+            for d in (self.base, self.data, self.sock):
+                os.chown(d, pw.pw_uid, pw.pw_gid)
+        self._run("initdb", "-D", self.data, "-U", "postgres", "--auth=trust", "-E", "UTF8",
+                  "--locale=C.UTF-8", timeout=120)
+        conf = ("listen_addresses = '127.0.0.1'\nport = %d\nunix_socket_directories = '%s'\n"
+                "max_connections = 100\nfsync = off\nsynchronous_commit = off\n"
+                "full_page_writes = off\n" % (self.port, self.sock))
+        with open(os.path.join(self.data, "postgresql.conf"), "a") as f:
+            f.write(conf)
+        self.started = False
+        atexit.register(self.close)
+
+    def _run(self, prog, *args, timeout=60):
+        cmd = [os.path.join(self.bindir, prog)] + list(args)
+        if self.root:
+            cmd = ["runuser", "-u", "postgres", "--"] + cmd
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           stdin=subprocess.DEVNULL, timeout=timeout)
+        if p.returncode != 0:
+            raise TestFailure("%s %s exited %d: %s\n%s" % (prog, " ".join(args[:3]), p.returncode,
+                                                           p.stdout.decode(errors="replace")[-2000:],
+                                                           self.logs(30)))
+        return p
+
+    def start(self):
+        self._run("pg_ctl", "-D", self.data, "-l", self.logfile, "-w", "-t", "60", "start", timeout=90)
+        self.started = True
+        return self
+
+    def stop(self, mode="fast"):
+        self._run("pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", "60", "stop", timeout=90)
+        self.started = False
+
+    def restart(self, mode="fast"):
+        """pg_ctl restart -m mode; returns the seconds until it accepts connections again."""
+        t0 = time.monotonic()
+        self._run("pg_ctl", "-D", self.data, "-l", self.logfile, "-m", mode, "-w", "-t", "60",
+                  "restart", timeout=90)
+        self.started = True
+        return time.monotonic() - t0
+
+    def running(self):
+        return os.path.exists(os.path.join(self.data, "postmaster.pid"))
+
+    def logs(self, tail=40):
+        try:
+            with open(self.logfile, "rb") as f:
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return "--- %s: none" % self.logfile
+        return "--- %s (last %d of %d lines)\n%s" % (self.logfile, min(tail, len(lines)), len(lines),
+                                                     "\n".join(lines[-tail:]))
+
+    def close(self, keep_logs=False):
+        """Stops the server (immediate) and removes its files."""
+        if self.running():
+            try:
+                self._run("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "-t", "30", "stop",
+                          timeout=60)
+            except (TestFailure, subprocess.TimeoutExpired) as e:
+                log("warning: stopping the test's PostgreSQL: %s" % e)
+        self.started = False
+        if not keep_logs:
+            shutil.rmtree(self.base, ignore_errors=True)
 
 
 class PsqlSession:
