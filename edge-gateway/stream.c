@@ -18,8 +18,9 @@
  * hub saw before the registration (seq <= H0) is committed, so H0 <= D and
  * the hold buffer holds everything after D.  At release, held frames with
  * seq <= D are the expected overlap (an edge a little behind) and dropped;
- * H0 > D would be a hole and is answered with resync gap.  The last step
- * before the socket refuses any id that does not increase.
+ * H0 > D would be a hole and is answered with resync gap.  The hold's
+ * bound is spent on what follows D only (stream_hold_settle).  The last
+ * step before the socket refuses any id that does not increase.
  *
  * Ownership: a stream is owned by the registry from creation to the close
  * callback of its connection (or, before the response started, to the

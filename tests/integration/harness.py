@@ -8,16 +8,23 @@ Real PostgreSQL, real processes, no mocks.
 Stable API (G2's tests rely on it; add, never change):
 
   Tests()                      a tiny runner:  t = Tests();  @t.case def name(): ...;
-                               t.main()  -> runs the cases in order, prints
-                               "N passed, M failed", exits 0/1 (77 when the DSN is unset).
+                               t.main()  -> runs the cases in order (or those named on the
+                               command line; an unknown name fails), prints every FAIL line
+                               again at the end, then "N passed, M failed (file)", exits 0/1
+                               (77 when the DSN is unset).
   check(cond, msg)             raise TestFailure(msg) unless cond.
   check_eq(a, b, msg)          same, with both values in the message.
-  wait_until(pred, timeout, what, interval=0.05) -> pred()'s truthy value or TestFailure.
+  wait_until(pred, timeout, what, interval=0.05, detail=None) -> pred()'s truthy value or
+                               TestFailure naming what, pred's last value and detail()
+                               (a callable: the facts to print, e.g. a process's logs()).
 
-  Env()                        context manager: a fresh database (CREATE DATABASE
-                               with a unique name, migrated unless migrate=False),
-                               a temp dir for logs, every process started through
-                               it killed at the end, database dropped (WITH FORCE).
+  Env(admin_dsn=None)          context manager: a fresh database (CREATE DATABASE
+                               with a unique name, migrated unless migrate=False) on
+                               admin_dsn (default STUDIO_TEST_PG_DSN), a temp dir for logs,
+                               every process started through it stopped at the end,
+                               database dropped (WITH FORCE).  When a case failed while it
+                               was active (or an exception left it), every process's log
+                               tail is printed and the temp dir is kept (path printed).
                                env.dsn, env.admin_dsn, env.tmp, env.dbname
                                env.start_writer(**flags) / env.start_edge(writers, **flags)
   start_writer(dsn, env=None, extra_env=None, **flags) -> Proc   (module level too)
@@ -66,6 +73,18 @@ Stable API (G2's tests rely on it; add, never change):
                                rows (db_events) in order: id == seq, topic, and data
                                byte for byte (no data for a change signal).
   metric(url, name, labels=None) -> float|None   one sample from GET /metrics.
+  PgServer(name)               a PostgreSQL of the test's own that it may restart: .start(),
+                               .stop(mode="fast"), .restart(mode="fast") -> seconds, .dsn,
+                               .logs(tail), .close() (also at exit).  Root: runs as postgres.
+  PsqlSession(dsn)             one long-lived psql session: .execute(sql) (bounded wait,
+                               raises on ERROR), .close(); e.g. to hold a lock across steps.
+  TcpRelay(host, port)         a relay in front of a real server: .port, .pause_down() holds
+                               back the server's bytes to clients, .resume_down(), .close().
+  dsn_params(dsn) -> (host, port)    dsn_with(dsn, **params) -> key=value DSN with params set.
+
+chaos.py (beside this file) adds Producer (keyed batches over nngreq, resent to
+the next writer on no answer / busy / unavailable), ResumingClient (SSE, resumes
+with Last-Event-ID) and verify() (the end-of-run verdict of the chaos tests).
 """
 
 import atexit
