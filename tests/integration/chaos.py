@@ -164,7 +164,10 @@ class ResumingClient(threading.Thread):
                             self.errors.append("failure envelope %s" % e.get("data"))
                 if closed or self.stop_ev.is_set():
                     break
-                if self.hop_s is not None and time.monotonic() - t_session >= self.hop_s:
+                # Only a session that started streaming is ended by the client:
+                # one still waiting for its answer (a resume check) gets it.
+                if self.hop_s is not None and c.status is not None and \
+                        time.monotonic() - t_session >= self.hop_s:
                     self.hops += 1
                     retry = 0
                     break
@@ -174,10 +177,20 @@ class ResumingClient(threading.Thread):
             c.close()
             if self.stop_ev.is_set():
                 break
-            if c.status not in (200, None):
+            if c.status in (429, 503):
+                # A refusal to retry (draining, not ready, the database away
+                # for the resume check): after Retry-After, at most 2 s.
+                kind = "refused %d" % c.status
+                try:
+                    retry = 1000 * int(c.headers.get("retry-after", "1"))
+                except ValueError:
+                    retry = 1000
+            elif c.status not in (200, None):
                 self.errors.append("status %s" % c.status)
-            self.outcomes.setdefault("ended", 0)
-            self.outcomes["ended"] += 1
+                kind = "status %s" % c.status
+            else:
+                kind = "ended"
+            self.outcomes[kind] = self.outcomes.get(kind, 0) + 1
             self.reconnects += 1
             self.stop_ev.wait(min(retry, 2000) / 1000.0)
 

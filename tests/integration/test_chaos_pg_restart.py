@@ -1,4 +1,5 @@
-"""Chaos: PostgreSQL restarted (pg_ctl -m fast restart, three times) while
+"""Chaos: PostgreSQL restarted (pg_ctl -m fast restart, three times, then
+stopped until every program noticed and started again) while
 producers publish continuously with idempotency keys and SSE clients stream.
 
 The test runs a PostgreSQL server of its own (harness.PgServer: the shared
@@ -77,6 +78,29 @@ def pg_fast_restart_under_load():
                 log("FIGURE PostgreSQL fast restart %d took %.2f s (%d events acknowledged before it)"
                     % (i + 1, took[-1], before))
                 progress(300, "after restart %d" % (i + 1))
+            # A longer outage: stopped (fast) until the writers and the edge
+            # report the database gone and a resume check was refused for a
+            # retry, then started again.
+            t_down = time.monotonic()
+            pg.stop("fast")
+            hop = clients[-1]
+            def refusals():
+                # Contract: an SSE resume the database cannot check is answered 200 +
+                # reconnect "unavailable"; NDJSON/json-seq get 503.  Either counts here.
+                return hop.outcomes.get("reconnect", 0) + hop.outcomes.get("refused 503", 0)
+            refusals0 = refusals()
+
+            def readiness():
+                return [harness._http_status(u + "/readyz") for u in (w1.http_url, w2.http_url, edge.url)]
+
+            def noticed():
+                return readiness() == [503, 503, 503] and refusals() > refusals0
+            harness.wait_until(noticed, 60, "writers and edge not ready, a resume refused for retry",
+                               interval=0.2, detail=lambda: "/readyz of writer1, writer2, edge: %s; hop client "
+                               "outcomes %s; acked %d" % (readiness(), hop.outcomes, acks(producers)))
+            pg.start()
+            log("FIGURE PostgreSQL stopped for %.2f s (until every program noticed)" % (time.monotonic() - t_down))
+            progress(300, "after the outage")
             for p in producers:
                 p.finish(120)
             t_end = time.monotonic()
