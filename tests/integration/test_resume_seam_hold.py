@@ -113,10 +113,12 @@ with harness.Env() as env:
         log("FIGURE held frames dropped (studio_sse_dropped_total{reason=replay}): %d" % dropped)
         check_stream(c, env.dsn, "s.a", L, more[-1])
         check_eq(dropped, 0, "no held frame dropped")
+        check_eq(edge.stop(), 0, "edge exit status")
 
     @t.case
     def frames_dropped_while_checking_are_replayed():
         relay = harness.TcpRelay(*harness.dsn_params(env.dsn))
+        t0 = harness.psql_one(env.admin_dsn, "SELECT now()")
         try:
             edge = env.start_edge([writer], replay_cap=100000, threads=1,
                                   pg_dsn=harness.dsn_with(env.dsn, host="127.0.0.1", port=relay.port)).wait_ready()
@@ -132,7 +134,8 @@ with harness.Env() as env:
             # not seen the answer.
             harness.wait_until(lambda: int(harness.psql_one(
                 env.admin_dsn, "SELECT count(*) FROM pg_stat_activity WHERE datname = '%s' AND "
-                "state = 'idle' AND query LIKE '%%count(*)%%'" % env.dbname)) >= 1,
+                "state = 'idle' AND query LIKE '%%count(*)%%' AND backend_start >= '%s'"
+                % (env.dbname, t0))) >= 1,
                 30, "the resume check answered by the server")
             # 1,200 events after d reach the hub while the stream still checks:
             # the 1,001st overflows the 1,000-frame hold.
