@@ -18,8 +18,9 @@
  * hub saw before the registration (seq <= H0) is committed, so H0 <= D and
  * the hold buffer holds everything after D.  At release, held frames with
  * seq <= D are the expected overlap (an edge a little behind) and dropped;
- * H0 > D would be a hole and is answered with resync gap.  The last step
- * before the socket refuses any id that does not increase.
+ * H0 > D would be a hole and is answered with resync gap.  The hold's
+ * bound is spent on what follows D only (stream_hold_settle).  The last
+ * step before the socket refuses any id that does not increase.
  *
  * Ownership: a stream is owned by the registry from creation to the close
  * callback of its connection (or, before the response started, to the
@@ -768,6 +769,35 @@ stream_release(stream *s)
 	stream_maybe_complete(s);
 }
 
+/*
+ * The check's answer fixes d.  While checking, the hold buffer took every
+ * live frame after the client's id, because d was not known yet; an edge
+ * still fanning out a burst fills it with frames the replay sends anyway.
+ * Those must neither stay (they would overflow the hold during the replay
+ * and drop the live frames above d with them: a needless resync) nor
+ * decide anything:
+ *  - held items up to d are dropped now (the replay writes them);
+ *  - if the hold overflowed while checking and dropped frames above d,
+ *    those frames are committed (the hub only sees committed events, and
+ *    commit order is seq order), so the replay reads them too: its bound
+ *    becomes the newest seq dropped, and every frame held after that
+ *    overflow is newer.  This adds only what arrived during the check.
+ * A hold that overflows during the replay itself is ADR-0197's case (the
+ * client reads slower than the live traffic): resync at release.
+ */
+static void
+stream_hold_settle(stream *s)
+{
+	frame *f;
+
+	while ((f = subq_peek(s->hold)) != NULL && frame_type(f) == FRAME_ITEM && frame_seq(f) <= s->d) {
+		st_counter_inc(s->ss->m_seam_overlap);
+		frame_unref(subq_pop(s->hold));
+	}
+	if (subq_hold_overflowed(s->hold) && subq_overflow_seq(s->hold) > s->d)
+		s->d = subq_overflow_seq(s->hold);
+}
+
 static void
 on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
 {
@@ -813,8 +843,9 @@ on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
 		return;
 	}
 	st_counter_inc(ss->m_replay[RR_OK]);
+	stream_hold_settle(s);
 	s->state = ST_REPLAYING;
-	s->chunk_done = (count == 0);
+	s->chunk_done = (count == 0 && s->d == d);
 	stream_pump(s);
 	return;
 drop:

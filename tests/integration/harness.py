@@ -8,16 +8,23 @@ Real PostgreSQL, real processes, no mocks.
 Stable API (G2's tests rely on it; add, never change):
 
   Tests()                      a tiny runner:  t = Tests();  @t.case def name(): ...;
-                               t.main()  -> runs the cases in order, prints
-                               "N passed, M failed", exits 0/1 (77 when the DSN is unset).
+                               t.main()  -> runs the cases in order (or those named on the
+                               command line; an unknown name fails), prints every FAIL line
+                               again at the end, then "N passed, M failed (file)", exits 0/1
+                               (77 when the DSN is unset).
   check(cond, msg)             raise TestFailure(msg) unless cond.
   check_eq(a, b, msg)          same, with both values in the message.
-  wait_until(pred, timeout, what, interval=0.05) -> pred()'s truthy value or TestFailure.
+  wait_until(pred, timeout, what, interval=0.05, detail=None) -> pred()'s truthy value or
+                               TestFailure naming what, pred's last value and detail()
+                               (a callable: the facts to print, e.g. a process's logs()).
 
-  Env()                        context manager: a fresh database (CREATE DATABASE
-                               with a unique name, migrated unless migrate=False),
-                               a temp dir for logs, every process started through
-                               it killed at the end, database dropped (WITH FORCE).
+  Env(admin_dsn=None)          context manager: a fresh database (CREATE DATABASE
+                               with a unique name, migrated unless migrate=False) on
+                               admin_dsn (default STUDIO_TEST_PG_DSN), a temp dir for logs,
+                               every process started through it stopped at the end,
+                               database dropped (WITH FORCE).  When a case failed while it
+                               was active (or an exception left it), every process's log
+                               tail is printed and the temp dir is kept (path printed).
                                env.dsn, env.admin_dsn, env.tmp, env.dbname
                                env.start_writer(**flags) / env.start_edge(writers, **flags)
   start_writer(dsn, env=None, extra_env=None, **flags) -> Proc   (module level too)
@@ -66,8 +73,22 @@ Stable API (G2's tests rely on it; add, never change):
                                rows (db_events) in order: id == seq, topic, and data
                                byte for byte (no data for a change signal).
   metric(url, name, labels=None) -> float|None   one sample from GET /metrics.
+  PgServer(name)               a PostgreSQL of the test's own that it may restart: .start(),
+                               .stop(mode="fast"), .restart(mode="fast") -> seconds, .dsn,
+                               .logs(tail), .close() (also at exit).  Root: runs as postgres.
+  PsqlSession(dsn)             one long-lived psql session: .execute(sql) (bounded wait,
+                               raises on ERROR), .close(); e.g. to hold a lock across steps.
+  TcpRelay(host, port)         a relay in front of a real server: .port, .pause_down() holds
+                               back the server's bytes to clients, .resume_down(), .close().
+  dsn_params(dsn) -> (host, port)    dsn_with(dsn, **params) -> key=value DSN with params set.
+
+chaos.py (beside this file) adds Producer (keyed batches over nngreq, resent to
+the next writer on no answer / busy / unavailable), ResumingClient (SSE, resumes
+with Last-Event-ID) and verify() (the end-of-run verdict of the chaos tests).
 """
 
+import atexit
+import glob
 import http.client
 import itertools
 import json
@@ -106,20 +127,40 @@ def check_eq(a, b, msg):
         raise TestFailure("%s: got %r, expected %r" % (msg, a, b))
 
 
-def wait_until(pred, timeout, what, interval=0.05):
-    """Polls pred() until truthy; bounded: raises TestFailure naming `what`."""
+def wait_until(pred, timeout, what, interval=0.05, detail=None):
+    """Polls pred() until truthy; bounded: raises TestFailure naming `what`,
+    pred's last value and detail() (a callable giving the facts to print:
+    the values the test compares, a process's log tail...)."""
     deadline = time.monotonic() + timeout
+    n = 0
     while True:
         v = pred()
+        n += 1
         if v:
             return v
         if time.monotonic() >= deadline:
-            raise TestFailure("timed out after %.1fs waiting for %s" % (timeout, what))
+            msg = "timed out after %.1fs (%d polls) waiting for %s; last value %s" % (
+                timeout, n, what, _short(repr(v)))
+            if detail is not None:
+                try:
+                    msg += "\n" + str(detail())
+                except Exception as e:  # the detail must not hide the timeout
+                    msg += "\n(detail failed: %r)" % e
+            raise TestFailure(msg)
         time.sleep(interval)
+
+
+def _short(text, n=300):
+    return text if len(text) <= n else text[:n] + "...(%d chars)" % len(text)
 
 
 def log(*a):
     print(*a, flush=True)
+
+
+# Failed cases so far in this process (Env prints its processes' logs when a
+# case failed while it was active, even when the runner caught the failure).
+_failed_cases = 0
 
 
 # ---------------------------------------------------------------- runner
@@ -139,8 +180,15 @@ class Tests:
         if self.needs_pg and not os.environ.get("STUDIO_TEST_PG_DSN"):
             log("STUDIO_TEST_PG_DSN is not set: skipping")
             sys.exit(SKIP)
+        global _failed_cases
         only = set(sys.argv[1:])
+        unknown = only - {fn.__name__ for fn in self.cases}
+        if unknown:
+            log("FAIL no such case: %s (cases: %s)" % (" ".join(sorted(unknown)),
+                                                        " ".join(fn.__name__ for fn in self.cases)))
+            sys.exit(1)
         passed = failed = 0
+        failures = []
         for fn in self.cases:
             if only and fn.__name__ not in only:
                 continue
@@ -150,13 +198,22 @@ class Tests:
                 fn()
             except Exception as e:  # any exception is a failed case
                 failed += 1
-                log("FAIL %s (%.1fs): %s" % (fn.__name__, time.monotonic() - t0, e))
+                _failed_cases += 1
+                what = "%s: %s" % (type(e).__name__, e) if not isinstance(e, TestFailure) else str(e)
+                line = "FAIL %s (%.1fs): %s" % (fn.__name__, time.monotonic() - t0, what)
+                log(line)
                 if not isinstance(e, TestFailure):
                     traceback.print_exc(file=sys.stdout)
+                    sys.stdout.flush()
+                failures.append(line)
             else:
                 passed += 1
                 log("ok   %s (%.1fs)" % (fn.__name__, time.monotonic() - t0))
-        log("%d passed, %d failed" % (passed, failed))
+        # The verdict again, last: whatever keeps only the head or the tail
+        # of the output (ctest truncates long output) still shows it.
+        for line in failures:
+            log(_short(line, 4000))
+        log("%d passed, %d failed (%s)" % (passed, failed, os.path.basename(sys.argv[0])))
         sys.exit(1 if failed or passed == 0 else 0)
 
 
@@ -329,7 +386,8 @@ class Proc:
     def logs(self, tail=60):
         parts = []
         for path in (self.stdout_path, self.stderr_path):
-            self._out.flush()
+            if not self._out.closed:
+                self._out.flush()
             try:
                 with open(path, "rb") as f:
                     lines = f.read().decode(errors="replace").splitlines()
@@ -405,8 +463,8 @@ class Env:
 
     _n = itertools.count(1)
 
-    def __init__(self, migrate=True, keep=False):
-        self.admin_dsn = os.environ.get("STUDIO_TEST_PG_DSN")
+    def __init__(self, migrate=True, keep=False, admin_dsn=None):
+        self.admin_dsn = admin_dsn or os.environ.get("STUDIO_TEST_PG_DSN")
         if not self.admin_dsn:
             log("STUDIO_TEST_PG_DSN is not set: skipping")
             sys.exit(SKIP)
@@ -418,6 +476,7 @@ class Env:
         self.tmp = None
 
     def __enter__(self):
+        self.failed_at_enter = _failed_cases
         self.tmp = tempfile.mkdtemp(prefix="studio-%s-" % self.dbname)
         psql(self.admin_dsn, "CREATE DATABASE %s" % self.dbname)
         _active_envs.append(self)
@@ -450,19 +509,272 @@ class Env:
             except subprocess.TimeoutExpired:
                 p.p.kill()
                 p.p.wait(10)
-        if et is not None:
+        ok_exit = et is None or (issubclass(et, SystemExit) and getattr(ev, "code", 1) in (0, None))
+        failed = not ok_exit or _failed_cases > self.failed_at_enter
+        if failed:
+            # Every process's log tail, and where the whole logs stay.
             for p in self.procs:
-                log("=== logs of %s: %s" % (p.name, " ".join(p.args)))
+                log("=== logs of %s (exit %s): %s" % (p.name, p.returncode, " ".join(p.args)))
                 log(p.logs())
+            log("=== whole logs kept in %s" % self.tmp)
         for p in self.procs:
             p.close_files()
         try:
             psql(self.admin_dsn, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % self.dbname)
         except TestFailure as e:
             log("warning: %s" % e)
-        if not self.keep and et is None:
+        if not self.keep and not failed:
             shutil.rmtree(self.tmp, ignore_errors=True)
         return False
+
+
+class PgServer:
+    """A PostgreSQL server of the test's own, which it may stop and restart
+    (the shared STUDIO_TEST_PG_DSN server must never be restarted: other
+    tests use it).  initdb in a temp dir, its own free port on 127.0.0.1,
+    unix socket in a private dir, trust auth, fsync off; as root every server
+    command runs as the `postgres` user (PostgreSQL refuses root), like
+    scripts/lib.sh.  .dsn (admin DSN), start(), stop(mode="fast"),
+    restart(mode="fast") -> seconds it took, running(), logs(tail), close().
+    """
+
+    def __init__(self, name="pg"):
+        bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                      key=lambda x: int(x.split("/")[4]) if x.split("/")[4].isdigit() else 0)
+        if not bins:
+            raise TestFailure("initdb not found (/usr/lib/postgresql/*/bin)")
+        self.bindir = os.path.dirname(bins[-1])
+        self.root = os.geteuid() == 0
+        self.base = tempfile.mkdtemp(prefix="studio-%s-" % name)
+        os.chmod(self.base, 0o755)
+        self.data = os.path.join(self.base, "data")
+        self.sock = os.path.join(self.base, "sock")
+        self.logfile = os.path.join(self.base, "server.log")
+        self.port = free_port()
+        self.dsn = "host=127.0.0.1 port=%d user=postgres dbname=postgres" % self.port
+        for d in (self.data, self.sock):
+            os.mkdir(d, 0o700)
+        if self.root:
+            import pwd
+            pw = pwd.getpwnam("postgres")
+            for d in (self.base, self.data, self.sock):
+                os.chown(d, pw.pw_uid, pw.pw_gid)
+        self._run("initdb", "-D", self.data, "-U", "postgres", "--auth=trust", "-E", "UTF8",
+                  "--locale=C.UTF-8", timeout=120)
+        conf = ("listen_addresses = '127.0.0.1'\nport = %d\nunix_socket_directories = '%s'\n"
+                "max_connections = 100\nfsync = off\nsynchronous_commit = off\n"
+                "full_page_writes = off\n" % (self.port, self.sock))
+        with open(os.path.join(self.data, "postgresql.conf"), "a") as f:
+            f.write(conf)
+        self.started = False
+        atexit.register(self.close)
+
+    def _run(self, prog, *args, timeout=60):
+        cmd = [os.path.join(self.bindir, prog)] + list(args)
+        if self.root:
+            cmd = ["runuser", "-u", "postgres", "--"] + cmd
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           stdin=subprocess.DEVNULL, timeout=timeout)
+        if p.returncode != 0:
+            raise TestFailure("%s %s exited %d: %s\n%s" % (prog, " ".join(args[:3]), p.returncode,
+                                                           p.stdout.decode(errors="replace")[-2000:],
+                                                           self.logs(30)))
+        return p
+
+    def start(self):
+        self._run("pg_ctl", "-D", self.data, "-l", self.logfile, "-w", "-t", "60", "start", timeout=90)
+        self.started = True
+        return self
+
+    def stop(self, mode="fast"):
+        self._run("pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", "60", "stop", timeout=90)
+        self.started = False
+
+    def restart(self, mode="fast"):
+        """pg_ctl restart -m mode; returns the seconds until it accepts connections again."""
+        t0 = time.monotonic()
+        self._run("pg_ctl", "-D", self.data, "-l", self.logfile, "-m", mode, "-w", "-t", "60",
+                  "restart", timeout=90)
+        self.started = True
+        return time.monotonic() - t0
+
+    def running(self):
+        return os.path.exists(os.path.join(self.data, "postmaster.pid"))
+
+    def logs(self, tail=40):
+        try:
+            with open(self.logfile, "rb") as f:
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return "--- %s: none" % self.logfile
+        return "--- %s (last %d of %d lines)\n%s" % (self.logfile, min(tail, len(lines)), len(lines),
+                                                     "\n".join(lines[-tail:]))
+
+    def close(self, keep_logs=False):
+        """Stops the server (immediate) and removes its files."""
+        if self.running():
+            try:
+                self._run("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "-t", "30", "stop",
+                          timeout=60)
+            except (TestFailure, subprocess.TimeoutExpired) as e:
+                log("warning: stopping the test's PostgreSQL: %s" % e)
+        self.started = False
+        if not keep_logs:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+
+class PsqlSession:
+    """One long-lived psql session (to hold a lock or a transaction open
+    across other steps).  execute(sql) runs it and waits (bounded) until psql
+    has answered; a failing statement raises with psql's error text."""
+
+    _n = itertools.count(1)
+
+    def __init__(self, dsn):
+        env = dict(os.environ, PGCONNECT_TIMEOUT="10", PGOPTIONS="-c client_min_messages=warning")
+        self.p = subprocess.Popen([PSQL, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=0", "-d", dsn],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, env=env)
+        self._lines = []
+        self._cv = threading.Condition()
+        self._t = threading.Thread(target=self._read, daemon=True)
+        self._t.start()
+
+    def _read(self):
+        for raw in self.p.stdout:
+            with self._cv:
+                self._lines.append(raw.decode(errors="replace").rstrip("\n"))
+                self._cv.notify_all()
+        with self._cv:
+            self._lines.append(None)
+            self._cv.notify_all()
+
+    def execute(self, sql, timeout=30):
+        mark = "__psql_session_done_%d" % next(PsqlSession._n)
+        with self._cv:
+            start = len(self._lines)
+        self.p.stdin.write(("%s\n\\echo %s\n" % (sql, mark)).encode())
+        self.p.stdin.flush()
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while True:
+                out = self._lines[start:]
+                if mark in out:
+                    out = out[:out.index(mark)]
+                    break
+                if None in out or time.monotonic() >= deadline:
+                    raise TestFailure("psql session: %r %s; output %r" % (
+                        sql[:200], "ended" if None in out else "no answer after %ss" % timeout, out[-10:]))
+                self._cv.wait(0.1)
+        errs = [ln for ln in out if ln.startswith(("ERROR", "psql:", "FATAL"))]
+        if errs:
+            raise TestFailure("psql session: %r failed: %s" % (sql[:200], " | ".join(errs)))
+        return out
+
+    def close(self):
+        try:
+            self.p.stdin.write(b"\\q\n")
+            self.p.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.p.wait(10)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait(10)
+
+
+class TcpRelay:
+    """A TCP relay on 127.0.0.1 in front of a real server (a network fault
+    injector, not a mock: the bytes are the server's own).  pause_down()
+    holds back every byte the server sends to clients (already connected or
+    not) until resume_down(); the server has answered, the clients just do
+    not see it yet.  .port, .close()."""
+
+    def __init__(self, host, port):
+        self.target = (host, port)
+        self.ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(64)
+        self.port = self.ls.getsockname()[1]
+        self._down = threading.Event()
+        self._down.set()
+        self._closed = False
+        self._socks = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self._closed:
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            try:
+                u = socket.create_connection(self.target, timeout=10)
+            except OSError:
+                c.close()
+                continue
+            u.settimeout(None)
+            with self._lock:
+                self._socks += [c, u]
+            threading.Thread(target=self._pump, args=(c, u, None), daemon=True).start()
+            threading.Thread(target=self._pump, args=(u, c, self._down), daemon=True).start()
+
+    def _pump(self, src, dst, gate):
+        try:
+            while True:
+                b = src.recv(65536)
+                if not b:
+                    break
+                if gate is not None:
+                    gate.wait()
+                dst.sendall(b)
+        except OSError:
+            pass
+        for x in (src, dst):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def pause_down(self):
+        self._down.clear()
+
+    def resume_down(self):
+        self._down.set()
+
+    def close(self):
+        self._closed = True
+        self._down.set()
+        try:
+            self.ls.close()
+        except OSError:
+            pass
+        with self._lock:
+            for x in self._socks:
+                try:
+                    x.close()
+                except OSError:
+                    pass
+
+
+def dsn_params(dsn):
+    """host and port of a key=value or URI DSN (defaults 127.0.0.1, 5432)."""
+    if dsn.startswith(("postgres://", "postgresql://")):
+        u = urllib.parse.urlsplit(dsn)
+        return u.hostname or "127.0.0.1", u.port or 5432
+    kv = dict(re.findall(r"(\w+)\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", dsn))
+    return kv.get("host", "127.0.0.1"), int(kv.get("port", "5432"))
+
+
+def dsn_with(dsn, **params):
+    """The key=value DSN with params replaced or added."""
+    for k, v in params.items():
+        dsn = re.sub(r"(^|\s)%s\s*=\s*('(?:[^'\\]|\\.)*'|\S+)" % k, " ", dsn).strip()
+        dsn = (dsn + " %s=%s" % (k, v)).strip()
+    return dsn
 
 
 # ---------------------------------------------------------------- studioctl / nngreq
@@ -739,9 +1051,11 @@ class SseClient:
                 if left <= 0 or self.closed:
                     other = [e for e in self.events if e.get("event") != "message"
                              and "comment" not in e][-3:]
-                    raise TestFailure("SSE %s: %d of %d items after %.1fs (closed=%s error=%r, "
-                                      "last non-item events %r)"
-                                      % (self.url, got, n, timeout, self.closed, self.error, other))
+                    last = [e.get("id") for e in self.events if e.get("event") == "message"][-3:]
+                    raise TestFailure("SSE %s: %d of %d items after %.1fs (closed=%s error=%r, status %s, "
+                                      "last item ids %s, last non-item events %s)"
+                                      % (self.url, got, n, timeout, self.closed, self.error, self.status,
+                                         last, _short(repr(other))))
                 self._cv.wait(min(left, 0.5))
 
     def wait_event(self, pred, timeout, what):
@@ -753,8 +1067,10 @@ class SseClient:
                         return e
                 left = deadline - time.monotonic()
                 if left <= 0 or self.closed:
-                    raise TestFailure("SSE %s: no %s after %.1fs (closed=%s)" % (
-                        self.url, what, timeout, self.closed))
+                    raise TestFailure("SSE %s: no %s after %.1fs (closed=%s error=%r, status %s, %d events, "
+                                      "last %s)" % (self.url, what, timeout, self.closed, self.error,
+                                                    self.status, len(self.events),
+                                                    _short(repr(self.events[-3:]))))
                 self._cv.wait(min(left, 0.5))
 
     def close(self):
@@ -845,14 +1161,19 @@ def db_events(dsn, topics=None):
 def check_items_match_rows(items, rows, what):
     """Every row once, in seq order, with its id, topic and data byte for byte."""
     ids = [it.get("id") for it in items]
-    if len(items) != len(rows):
-        seen = set(ids)
-        missing = [r[0] for r in rows if str(r[0]) not in seen][:10]
-        raise TestFailure("%s: %d items for %d rows (first missing seqs %s)"
-                          % (what, len(items), len(rows), missing))
+    want = [str(r[0]) for r in rows]
+    if ids != want:
+        seen, stored = set(ids), set(want)
+        missing = [x for x in want if x not in seen]
+        extra = [x for x in ids if x not in stored]
+        dups = sorted({x for x in ids if ids.count(x) > 1}, key=lambda x: int(x) if x and x.isdigit() else -1) \
+            if len(ids) != len(seen) else []
+        i = next((k for k, (a, b) in enumerate(zip(ids, want)) if a != b), min(len(ids), len(want)))
+        raise TestFailure("%s: %d items for %d rows; missing %d %s, not stored %d %s, repeated %s; "
+                          "first difference at index %d: got %s, want %s"
+                          % (what, len(ids), len(want), len(missing), missing[:10], len(extra), extra[:10],
+                             dups[:10], i, ids[max(0, i - 2):i + 3], want[max(0, i - 2):i + 3]))
     for it, (seq, topic, about, data) in zip(items, rows):
-        if it.get("id") != str(seq):
-            raise TestFailure("%s: SSE id %r where row seq %d is next" % (what, it.get("id"), seq))
         env = json.loads(it["data"])
         if env.get("type") != "item" or env.get("id") != str(seq) or env.get("topic") != topic:
             raise TestFailure("%s: envelope %r does not match row %d/%s" % (what, it["data"][:200], seq, topic))
