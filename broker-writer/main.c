@@ -4,7 +4,7 @@
  * answers the producers after the commit and publishes the committed events
  * in seq order on nng pub0.  See docs/writer.md.
  *
- * DESIGN.  One libevent loop owns everything but the ingest contexts' nng
+ * DESIGN.  One libevent loop owns everything but the ingest receivers' nng
  * callbacks, which decode and validate on nng threads and hand valid
  * requests over through ingest's one mailbox.  Two batches exist: `cur`
  * accumulates accepted requests, `fl` is the flush in progress (sent, or
@@ -69,7 +69,7 @@
 
 #define PROG "broker-writer"
 #define DEFAULT_LOCK_KEY "7450001"
-/* Requests between the socket and their reply; INGEST_RESERVE of them always answer. */
+/* Work slots: requests accepted and not yet answered (ingest.h). */
 #define INGEST_CONTEXTS 1024
 #define UNAVAILABLE_AFTER_MS 10000
 #define STOP_GIVE_UP_MS 30000
@@ -251,9 +251,9 @@ db_unavailable(const writer *w)
 }
 
 /*
- * What the ingest contexts answer by themselves while the loop would refuse
+ * What the ingest receivers answer by themselves while the loop would refuse
  * everything anyway; kept current on every request and flush tick, so even
- * a producer that finds every context waiting hears "unavailable".
+ * a producer that finds every work slot taken hears "unavailable".
  */
 static void
 refusal_update(writer *w)

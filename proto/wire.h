@@ -79,8 +79,8 @@ size_t proto_request_bytes(const proto_request *r);
  * The most memory proto_request_decode holds at any moment for an input of
  * len bytes, the input included (its peak, allocator overhead aside), so
  * the writer reserves it before decoding; proto_request_bytes of the
- * result is never more.  About 4 * len for large requests (the arena grows
- * by doubling), at most ~31 MB more for 640,000 about entries.
+ * result is never more: 4 * len (the arena grows by doubling) plus up to
+ * ~31 MB for 640,000 about entries; 94 MiB for a 16 MiB request.
  */
 size_t proto_request_bytes_max(size_t len);
 void proto_request_free(proto_request *r); /* NULL-safe */
