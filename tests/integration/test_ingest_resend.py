@@ -54,6 +54,7 @@ def a_resend_after_the_answer_gets_the_same_answer():
                 "another request id with the same bytes is a new request: %r vs %r" % (reps3, reps))
         settle(env, w)
         h.check_eq(rows(env, "late"), 2, "rows stored: the request once, the other id once")
+        h.check_eq(w.stop(), 0, "writer exit status")
 
 
 @t.case
@@ -78,6 +79,7 @@ def a_resend_on_a_new_connection_while_pending():
         settle(env, w)
         stored = h.psql(env.dsn, "SELECT seq FROM broker_event WHERE topic = 'moved'")
         h.check_eq(stored, [(str(reps[0]["seqs"][0]),)], "the event stored once, under the seq answered")
+        h.check_eq(w.stop(), 0, "writer exit status")
 
 
 @t.case
@@ -97,6 +99,7 @@ def identical_requests_from_two_contexts_are_two_requests():
         h.log("FIGURE two identical requests answered in %.2f s" % waited)
         settle(env, w)
         h.check_eq(rows(env, "twins"), 2, "rows stored for two identical requests")
+        h.check_eq(w.stop(), 0, "writer exit status")
 
 
 @t.case
@@ -111,6 +114,7 @@ def a_resend_while_pending_same_connection_is_dropped():
         h.check(reps[0].get("ok") is True, "answer: %r" % (reps,))
         settle(env, w)
         h.check_eq(rows(env, "timer"), 1, "rows stored for a request resent every 100 ms")
+        h.check_eq(w.stop(), 0, "writer exit status")
 
 
 if __name__ == "__main__":
