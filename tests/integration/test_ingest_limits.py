@@ -2,7 +2,8 @@
 bounds, refusals").  A request of exactly 16 MiB (the contract's maximum) gets
 its normal answer; one byte more is `invalid`; so is anything up to the
 ceiling (17 MiB); above the ceiling nng cannot answer a request it has not
-read, so the writer closes the connection (and stays up)."""
+read, so the writer closes the connection (and stays up).  And the cap on
+producer connections (256) that bounds what nng buffers."""
 import subprocess
 
 import harness as h
@@ -85,6 +86,26 @@ def above_the_ceiling_the_connection_is_closed():
         rep = h.request(w, {"topic": "huge", "data": "1"})
         h.check(rep.get("ok") is True, "a small request afterwards: %r" % (rep,))
         h.check_eq(count(env, "huge"), 1, "rows stored: only the small request")
+        h.check_eq(w.stop(), 0, "writer exit status")
+
+
+@t.case
+def connections_past_the_cap_are_closed():
+    # 300 producers, each its own req0 socket, one small request each, all
+    # kept connected: 256 get in and are answered; the 44 others are closed
+    # as they connect (and keep redialling) until their deadline.
+    with h.Env() as env:
+        w = env.start_writer().wait_ready()
+        p = subprocess.run([h.program("ingestflood", h.TOOLS_DIR), "--producers", "300", "--timeout-ms", "4000",
+                            w.ingest], input=h.mp_pack({"topic": "cap"}), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=120)
+        out = p.stdout.decode().strip()
+        h.check(out, "ingestflood printed its counts (rc %d: %s)" % (p.returncode, p.stderr.decode()[-300:]))
+        res = h.json.loads(out)
+        h.log("FIGURE 300 producers against a cap of 256 connections: %s" % out)
+        h.check_eq((res["ok"], res["no_reply"]), (256, 44), "answered and unanswered producers (%s)" % out)
+        h.check_eq(count(env, "cap"), 256, "rows stored")
+        h.check("closing the new ones" in w.logs(), "the cap is logged\n" + w.logs())
         h.check_eq(w.stop(), 0, "writer exit status")
 
 
