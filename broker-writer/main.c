@@ -619,10 +619,12 @@ put_stats(writer *w, st_buf *out)
 {
 	st_buf_printf(out,
 	              "\"pending_events\":%zu,\"inflight_flush\":%s,\"inflight_events\":%zu,\"committed_total\":%" PRIu64
-	              ",\"db_up\":%s,\"last_flush_ms\":%" PRIu64 ",\"draining\":%s,\"stopping\":%s,\"instance\":\"%s\"",
+	              ",\"db_up\":%s,\"last_flush_ms\":%" PRIu64 ",\"draining\":%s,\"stopping\":%s,\"instance\":\"%s\""
+	              ",\"ingest_inflight_bytes\":%zu",
 	              batch_events(w->cur), batch_empty(w->fl) ? "false" : "true", batch_events(w->fl),
 	              st_counter_get(w->committed), pgsink_up(w->db) ? "true" : "false", w->last_flush_ms,
-	              w->draining ? "true" : "false", w->stopping ? "true" : "false", w->instance);
+	              w->draining ? "true" : "false", w->stopping ? "true" : "false", w->instance,
+	              ingest_inflight_bytes(w->in));
 }
 
 static st_err

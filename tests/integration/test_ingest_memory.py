@@ -58,6 +58,11 @@ def status_kb(pid, field):
     raise h.TestFailure("no %s in /proc/%d/status" % (field, pid))
 
 
+def inflight_bytes(w):
+    p = h.studioctl("stats", "--control", w.control, check=True)
+    return h.json.loads(p.stdout.decode())["ingest_inflight_bytes"]
+
+
 @t.case
 def two_hundred_producers_of_16_mib_at_once():
     with h.Env() as env:
@@ -87,6 +92,9 @@ def two_hundred_producers_of_16_mib_at_once():
                 % (hwm_kb, BOUND // 1024))
         stored = int(h.psql_one(env.dsn, "SELECT count(*) FROM broker_event WHERE topic = 'flood'"))
         h.check_eq(stored, res["ok"] * n_events, "rows stored for the accepted requests")
+        # every charge is released once its reply left: nothing leaks from the budget
+        h.wait_until(lambda: inflight_bytes(w) == 0, 30, "the in-flight budget back to 0 (now %s)"
+                     % inflight_bytes(w))
         h.check_eq(w.stop(), 0, "writer exit status")
 
 
