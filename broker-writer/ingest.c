@@ -1,231 +1,416 @@
 /*
- * ingest: n_ctx rep0 contexts, each one nng_aio plus a state (nng's
- * demo/async/server.c pattern, PITFALLS.md section 1).
+ * ingest: a raw rep0 socket, INGEST_RECEIVERS receive aios and n_works work
+ * slots.
  *
- *   RECV: nng_ctx_recv outstanding.  On completion the request is decoded
- *         right here, on the nng thread: decoding is bounded (16 MiB, every
- *         count checked against the bytes left), and refusing garbage here
- *         keeps it off the loop.
- *   WAIT: handed to the loop through the mailbox; the loop owns it until it
- *         calls ingest_reply_*.
- *   SEND: the reply is outstanding; on completion (or failure: the reply
- *         message is still ours and freed) the context receives again.
+ * Why raw: a cooked rep0 context hands over the body only; the REQ request
+ * id stays in rep0's private backtrace.  Without it a resend over a new
+ * connection looks like a new request, and two requests with identical
+ * bytes on one connection look like one.  In raw mode the header (our pipe
+ * id, any device hops, then the request id) comes with every message and
+ * goes back, unchanged, on its reply; that is all cooked rep0 does with it.
+ *
+ * Receivers (state machine RECV -> [SEND] -> RECV): a receiver takes a
+ * message, decides (ingest.h steps 1-5) and either hands it to a work slot
+ * and receives again at once, or answers it itself (invalid, busy,
+ * unavailable, a stored reply) with its own aio and receives after that
+ * send.  Work slots (FREE -> WAIT -> SEND -> FREE): WAIT while the loop owns
+ * the request, SEND while the reply goes into nng; the budget charge is
+ * released and the slot freed when that send completes.
+ *
+ * The mutex `mu` guards the reqcache, the free slots and every slot's
+ * reply route (hdr): a resend re-routes a pending reply under it, and the
+ * reply takes its route under it.  The budget is one atomic counter: a
+ * charge is a compare-and-swap loop that never goes past INGEST_BUDGET.
+ *
+ * Pipes: nng_pipe_notify counts connections (ADD_PRE +1, REM_POST -1; a
+ * pipe closed in ADD_PRE still gets REM_POST) and closes the ones past
+ * INGEST_MAX_PIPES before the socket reads anything from them.  The
+ * callbacks only touch atomics and nng_pipe_close, never the socket.
  *
  * Teardown closes the socket first (every outstanding aio completes with
  * NNG_ECLOSED and the callbacks stop re-arming), then nng_aio_stop waits for
  * each callback, then the mailbox is freed with `closing` set, so items it
- * still holds are ignored: their works are freed from the works array.
+ * still holds are ignored: their slots are freed from the slots array.
  */
 #include "ingest.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
 
+#include "reqcache.h"
 #include "st_buf.h"
+#include "st_clock.h"
 #include "st_log.h"
 #include "st_mailbox.h"
 #include "st_util.h"
 
-enum work_state { W_RECV, W_WAIT, W_SEND };
+/* our pipe id + the REQ backtrace (its last word is the request id) */
+#define HDR_MAX (4u + INGEST_BACKTRACE_MAX)
 
+enum work_state { W_FREE, W_WAIT, W_SEND };
+enum rcv_state { R_RECV, R_SEND };
 
 struct ingest_work {
 	ingest *in;
 	nng_aio *aio;
-	nng_ctx ctx;
 	enum work_state st;
 	nng_msg *msg;        /* the request message (WAIT), keeps req's strings alive */
 	proto_request *req;
-	/*
-	 * Under in->mu: the request this work waits with, to spot REQ resends.
-	 * rep0 keeps the request id to itself (contexts get no header), and a
-	 * resend is the same bytes on the same pipe, so pipe + length + hash of
-	 * the body name it.
-	 */
-	bool keyed;
-	uint32_t pipe;
-	size_t body_len;
-	uint64_t body_hash;
+	size_t charge;       /* bytes charged to the budget */
+	reqcache_key key;
+	unsigned char hdr[HDR_MAX]; /* under in->mu: where the reply goes (the latest copy's route) */
+	size_t hdr_len;
+	ingest_work *next_free;
 };
+
+typedef struct rcv {
+	ingest *in;
+	nng_aio *aio;
+	enum rcv_state st;
+} rcv;
 
 struct ingest {
 	nng_socket sock;
 	bool open;
 	st_mailbox *mb;
+	rcv rcvs[INGEST_RECEIVERS];
 	ingest_work *works;
 	size_t n_works;
 	st_counter *invalid;
 	ingest_request_fn fn;
 	void *arg;
+	const st_clock *clock;
 	atomic_bool closing;
-	pthread_mutex_t mu;          /* the works' keys */
-	atomic_size_t waiting;       /* works in WAIT */
+	pthread_mutex_t mu;          /* cache, free list, works' hdr */
+	reqcache *cache;
+	ingest_work *free_works;
+	atomic_size_t budget;        /* bytes charged */
+	atomic_uint pipes;           /* connections counted by the pipe callbacks */
+	atomic_bool pipes_warned;
 	_Atomic(const char *) refuse; /* set by the loop: answer "unavailable" with this detail */
-	st_counter *refused, *refused_unavail; /* refusals answered by the reserve */
+	st_counter *refused, *refused_unavail; /* refusals answered by the receivers */
 };
 
-/*
- * A REQ resends a request it has no answer for (after NNG_OPT_REQ_RESENDTIME,
- * 60 s by default, on the same pipe).  A resend of a request that waits for
- * its commit must not become a second request: it would be stored twice, or
- * refused while the original commits.  It is dropped; the original's reply
- * carries the same request id and answers it.  (Two different requests
- * with identical bytes from one requester at once: the second waits for the
- * first's answer, then its own resend goes through.)  Returns true when m
- * is such a resend.  Otherwise, with keep, records m's key for w.
- */
+/* ---------------------------------------------------------------- budget */
+
 static bool
-resend_or_key(ingest_work *w, nng_msg *m, bool keep)
+charge(ingest *in, size_t n)
 {
-	ingest *in = w->in;
-	uint32_t pipe = nng_pipe_id(nng_msg_get_pipe(m));
-	size_t len = nng_msg_len(m);
-	uint64_t hash = st_hash_bytes(nng_msg_body(m), len);
-	bool dup = false;
+	size_t cur = atomic_load(&in->budget);
 
-	pthread_mutex_lock(&in->mu);
-	for (size_t i = 0; i < in->n_works && !dup; i++) {
-		const ingest_work *o = &in->works[i];
-
-		dup = o->keyed && o->pipe == pipe && o->body_len == len && o->body_hash == hash;
-	}
-	if (!dup && keep) {
-		w->keyed = true;
-		w->pipe = pipe;
-		w->body_len = len;
-		w->body_hash = hash;
-	}
-	pthread_mutex_unlock(&in->mu);
-	return dup;
+	do {
+		if (n > INGEST_BUDGET || cur > INGEST_BUDGET - n)
+			return false;
+	} while (!atomic_compare_exchange_weak(&in->budget, &cur, cur + n));
+	return true;
 }
 
 static void
-unkey(ingest_work *w)
+release(ingest *in, size_t n)
 {
-	pthread_mutex_lock(&w->in->mu);
-	w->keyed = false;
-	pthread_mutex_unlock(&w->in->mu);
+	atomic_fetch_sub(&in->budget, n);
 }
 
-static void
-work_send(ingest_work *w, st_buf *b)
+size_t
+ingest_inflight_bytes(const ingest *in)
+{
+	return atomic_load(&((ingest *)in)->budget);
+}
+
+/* ---------------------------------------------------------------- replies */
+
+/* A reply message to the route hdr[0..hdr_len); NULL when out of memory (logged). */
+static nng_msg *
+reply_msg(const unsigned char *hdr, size_t hdr_len, const void *body, size_t len)
 {
 	nng_msg *m = NULL;
 	int rv;
 
-	if (w->st == W_WAIT) {
-		unkey(w);
-		atomic_fetch_sub(&w->in->waiting, 1);
-	}
-	proto_request_free(w->req);
-	w->req = NULL;
-	if (w->msg != NULL) {
-		nng_msg_free(w->msg);
-		w->msg = NULL;
-	}
-	if ((rv = nng_msg_alloc(&m, 0)) != 0 || (rv = nng_msg_append(m, b->p, b->len)) != 0) {
-		/* no memory for a reply: drop it, the producer resends after its timeout */
+	if ((rv = nng_msg_alloc(&m, len)) != 0 || (rv = nng_msg_header_append(m, hdr, hdr_len)) != 0) {
 		if (m != NULL)
 			nng_msg_free(m);
 		st_warn("ingest: reply dropped: %s", nng_strerror(rv));
-		w->st = W_RECV;
-		nng_ctx_recv(w->ctx, w->aio);
-		return;
+		return NULL;
 	}
-	w->st = W_SEND;
-	nng_aio_set_msg(w->aio, m);
-	nng_ctx_send(w->ctx, w->aio);
+	if (len)
+		memcpy(nng_msg_body(m), body, len);
+	return m;
 }
+
+static nng_msg *
+reply_err_msg(const unsigned char *hdr, size_t hdr_len, const char *code, const char *detail)
+{
+	st_buf b;
+	nng_msg *m;
+
+	st_buf_init(&b);
+	proto_reply_err_encode(&b, code, detail);
+	m = reply_msg(hdr, hdr_len, b.p, b.len);
+	st_buf_fini(&b);
+	return m;
+}
+
+/* ---------------------------------------------------------------- receiving */
+
+static void
+count(st_counter *c)
+{
+	if (c != NULL)
+		st_counter_inc(c);
+}
+
+static uint32_t
+be32(const unsigned char *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static ingest_work *
+take_free(ingest *in)
+{
+	ingest_work *w = in->free_works;
+
+	if (w != NULL) {
+		in->free_works = w->next_free;
+		w->next_free = NULL;
+	}
+	return w;
+}
+
+static void
+put_free(ingest *in, ingest_work *w)
+{
+	w->st = W_FREE;
+	w->next_free = in->free_works;
+	in->free_works = w;
+}
+
+/*
+ * Under in->mu: what the cache says about k.  A resend of a pending request
+ * re-routes its reply here (*reply stays NULL: nothing to send now); a
+ * resend of an answered one gets the stored reply on this route.
+ */
+static reqcache_state
+resend_locked(ingest *in, const reqcache_key *k, const unsigned char *hdr, size_t hdr_len, uint64_t now,
+              nng_msg **reply)
+{
+	void *owner = NULL;
+	const void *stored = NULL;
+	size_t stored_len = 0;
+	reqcache_state st = reqcache_find(in->cache, k, now, &owner, &stored, &stored_len);
+
+	*reply = NULL;
+	if (st == REQCACHE_PENDING) {
+		ingest_work *o = owner;
+		memcpy(o->hdr, hdr, hdr_len);
+		o->hdr_len = hdr_len;
+	} else if (st == REQCACHE_ANSWERED) {
+		*reply = reply_msg(hdr, hdr_len, stored, stored_len);
+	}
+	return st;
+}
+
+/*
+ * Decides about the request m (owned; consumed).  Returns the reply the
+ * receiver must send itself, or NULL: nothing to send (a pending resend, or
+ * the request went to the loop).
+ */
+static nng_msg *
+receive(ingest *in, nng_msg *m)
+{
+	size_t hdr_len = nng_msg_header_len(m), len = nng_msg_len(m), need;
+	unsigned char hdr[HDR_MAX];
+	reqcache_key k;
+	nng_msg *reply = NULL;
+	ingest_work *w = NULL;
+	const char *why;
+	char detail[256];
+	uint64_t now;
+	bool maybe;
+	reqcache_state st;
+
+	if (hdr_len < 8 || hdr_len > HDR_MAX || hdr_len % 4 != 0) {
+		nng_msg_free(m); /* raw rep0 never gives this; nothing to answer to */
+		return NULL;
+	}
+	memcpy(hdr, nng_msg_header(m), hdr_len);
+	if (len > PROTO_MAX_REQUEST) {
+		/* never accepted, so never pending: no lookup; not decoded either */
+		nng_msg_free(m);
+		count(in->invalid);
+		snprintf(detail, sizeof(detail), "request too large (%zu bytes, max %u)", len, PROTO_MAX_REQUEST);
+		return reply_err_msg(hdr, hdr_len, "invalid", detail);
+	}
+	k.id = be32(hdr + hdr_len - 4);
+	k.len = (uint32_t)len;
+	k.hash = 0;
+
+	/*
+	 * A resend must be recognised before any refusal: answering a resend
+	 * of a pending request "busy" or "unavailable" would make its producer
+	 * retry a request that is about to be stored.  The body is hashed only
+	 * when its id and length are known already.
+	 */
+	now = st_clock_now(in->clock);
+	pthread_mutex_lock(&in->mu);
+	maybe = reqcache_maybe(in->cache, k.id, len, now);
+	pthread_mutex_unlock(&in->mu);
+	if (maybe) {
+		k.hash = st_hash_bytes(nng_msg_body(m), len);
+		pthread_mutex_lock(&in->mu);
+		st = resend_locked(in, &k, hdr, hdr_len, now, &reply);
+		pthread_mutex_unlock(&in->mu);
+		if (st != REQCACHE_NEW) {
+			nng_msg_free(m);
+			return reply;
+		}
+	}
+
+	if ((why = atomic_load(&in->refuse)) != NULL) {
+		nng_msg_free(m);
+		count(in->refused_unavail);
+		return reply_err_msg(hdr, hdr_len, "unavailable", why);
+	}
+	/* the budget, before anything is decoded */
+	need = proto_request_bytes_max(len) + INGEST_MSG_OVERHEAD;
+	if (!charge(in, need)) {
+		nng_msg_free(m);
+		count(in->refused);
+		return reply_err_msg(hdr, hdr_len, "busy", "the writer's in-flight memory is full; retry later");
+	}
+	if (!maybe)
+		k.hash = st_hash_bytes(nng_msg_body(m), len);
+	pthread_mutex_lock(&in->mu);
+	/* another receiver may have taken the same request meanwhile */
+	st = resend_locked(in, &k, hdr, hdr_len, now, &reply);
+	if (st == REQCACHE_NEW && (w = take_free(in)) != NULL) {
+		w->key = k;
+		memcpy(w->hdr, hdr, hdr_len);
+		w->hdr_len = hdr_len;
+		reqcache_add(in->cache, &k, w);
+	}
+	pthread_mutex_unlock(&in->mu);
+	if (st != REQCACHE_NEW || w == NULL) {
+		release(in, need);
+		nng_msg_free(m);
+		if (st != REQCACHE_NEW)
+			return reply;
+		count(in->refused);
+		return reply_err_msg(hdr, hdr_len, "busy", "every request slot waits for a commit; retry later");
+	}
+	w->charge = need;
+
+	detail[0] = '\0';
+	if (proto_request_decode(nng_msg_body(m), len, &w->req, detail, sizeof(detail)) != ST_OK) {
+		w->req = NULL;
+		nng_msg_free(m);
+		count(in->invalid);
+		pthread_mutex_lock(&in->mu);
+		reqcache_answer(in->cache, &w->key, w, NULL, 0, now);
+		reply = reply_err_msg(w->hdr, w->hdr_len, "invalid", detail[0] ? detail : "malformed request");
+		put_free(in, w);
+		pthread_mutex_unlock(&in->mu);
+		release(in, need);
+		return reply;
+	}
+	/* what the decoded request really holds; never more than reserved */
+	{
+		size_t held = proto_request_bytes(w->req) + INGEST_MSG_OVERHEAD;
+		if (held < need) {
+			release(in, need - held);
+			w->charge = held;
+		}
+	}
+	w->msg = m;
+	w->st = W_WAIT;
+	st_mailbox_post(in->mb, w);
+	return NULL;
+}
+
+static void
+rcv_cb(void *arg)
+{
+	rcv *r = arg;
+	ingest *in = r->in;
+	int rv = nng_aio_result(r->aio);
+	nng_msg *m;
+
+	if (r->st == R_SEND) {
+		if (rv != 0 && (m = nng_aio_get_msg(r->aio)) != NULL) {
+			nng_aio_set_msg(r->aio, NULL);
+			nng_msg_free(m); /* a failed send leaves the message ours */
+		}
+	} else if (rv == 0) {
+		m = nng_aio_get_msg(r->aio);
+		nng_aio_set_msg(r->aio, NULL);
+		if ((m = receive(in, m)) != NULL) {
+			r->st = R_SEND;
+			nng_aio_set_msg(r->aio, m);
+			nng_send_aio(in->sock, r->aio);
+			return;
+		}
+	}
+	if (rv == NNG_ECLOSED || atomic_load(&in->closing))
+		return;
+	r->st = R_RECV;
+	nng_recv_aio(in->sock, r->aio);
+}
+
+/* ---------------------------------------------------------------- work slots */
 
 static void
 work_cb(void *arg)
 {
 	ingest_work *w = arg;
 	ingest *in = w->in;
-	int rv = nng_aio_result(w->aio);
-	char detail[256];
+	nng_msg *m;
 
-	switch (w->st) {
-	case W_RECV:
-		if (rv != 0) {
-			if (rv == NNG_ECLOSED || atomic_load(&in->closing))
-				return;
-			nng_ctx_recv(w->ctx, w->aio);
-			return;
-		}
-		w->msg = nng_aio_get_msg(w->aio);
+	if (w->st != W_SEND)
+		return; /* no aio is outstanding otherwise */
+	if (nng_aio_result(w->aio) != 0 && (m = nng_aio_get_msg(w->aio)) != NULL) {
 		nng_aio_set_msg(w->aio, NULL);
-		if (resend_or_key(w, w->msg, false)) {
-			nng_msg_free(w->msg);
-			w->msg = NULL;
-			nng_ctx_recv(w->ctx, w->aio);
-			return;
-		}
-		detail[0] = '\0';
-		if (proto_request_decode(nng_msg_body(w->msg), nng_msg_len(w->msg), &w->req, detail, sizeof(detail)) !=
-		    ST_OK) {
-			st_buf b;
-			w->req = NULL;
-			st_counter_inc(in->invalid);
-			st_buf_init(&b);
-			proto_reply_err_encode(&b, "invalid", detail[0] ? detail : "malformed request");
-			work_send(w, &b);
-			st_buf_fini(&b);
-			return;
-		}
-		if (atomic_load(&in->waiting) + INGEST_RESERVE >= in->n_works || atomic_load(&in->refuse) != NULL) {
-			/*
-			 * The reserve: every other context waits for a commit (or the
-			 * loop refuses everything anyway).  Answer here, so a producer
-			 * always hears back, even while the database is down.
-			 */
-			const char *why = atomic_load(&in->refuse);
-			st_buf b;
-
-			proto_request_free(w->req);
-			w->req = NULL;
-			st_buf_init(&b);
-			proto_reply_err_encode(&b, why ? "unavailable" : "busy",
-			                       why ? why : "every request slot waits for a commit; retry later");
-			work_send(w, &b);
-			st_buf_fini(&b);
-			if (in->refused)
-				st_counter_inc(why ? in->refused_unavail : in->refused);
-			return;
-		}
-		if (resend_or_key(w, w->msg, true)) {
-			/* the same request arrived on another context meanwhile */
-			proto_request_free(w->req);
-			w->req = NULL;
-			nng_msg_free(w->msg);
-			w->msg = NULL;
-			nng_ctx_recv(w->ctx, w->aio);
-			return;
-		}
-		atomic_fetch_add(&in->waiting, 1);
-		w->st = W_WAIT;
-		st_mailbox_post(in->mb, w);
-		return;
-	case W_SEND:
-		if (rv != 0) {
-			nng_msg *m = nng_aio_get_msg(w->aio);
-			nng_aio_set_msg(w->aio, NULL);
-			if (m != NULL)
-				nng_msg_free(m);
-			if (rv == NNG_ECLOSED || atomic_load(&in->closing))
-				return;
-		}
-		w->st = W_RECV;
-		nng_ctx_recv(w->ctx, w->aio);
-		return;
-	case W_WAIT:
-		return; /* no aio is outstanding while the loop owns the work */
+		nng_msg_free(m);
 	}
+	release(in, w->charge);
+	w->charge = 0;
+	pthread_mutex_lock(&in->mu);
+	put_free(in, w);
+	pthread_mutex_unlock(&in->mu);
+}
+
+/* Loop thread: answers w with body b (ok: kept for late resends). */
+static void
+work_send(ingest_work *w, const st_buf *b, bool ok)
+{
+	ingest *in = w->in;
+	nng_msg *m;
+
+	ST_ASSERT(w->st == W_WAIT);
+	pthread_mutex_lock(&in->mu);
+	/* the route is read and the entry answered together: a resend after
+	 * this point finds the stored reply, one before it re-routed this one */
+	reqcache_answer(in->cache, &w->key, w, ok ? b->p : NULL, b->len, st_clock_now(in->clock));
+	m = reply_msg(w->hdr, w->hdr_len, b->p, b->len);
+	pthread_mutex_unlock(&in->mu);
+	proto_request_free(w->req);
+	w->req = NULL;
+	nng_msg_free(w->msg);
+	w->msg = NULL;
+	w->st = W_SEND;
+	if (m == NULL) {
+		/* no memory for a reply: the producer resends; with ok, the cache answers it */
+		nng_aio_set_msg(w->aio, NULL);
+		work_cb(w);
+		return;
+	}
+	nng_aio_set_msg(w->aio, m);
+	nng_send_aio(in->sock, w->aio);
 }
 
 static void
@@ -239,58 +424,96 @@ mailbox_cb(void *item, void *arg)
 	in->fn(w, w->req, in->arg);
 }
 
+/* ---------------------------------------------------------------- pipes */
+
+static void
+pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	ingest *in = arg;
+
+	if (ev == NNG_PIPE_EV_REM_POST) {
+		atomic_fetch_sub(&in->pipes, 1);
+		return;
+	}
+	if (atomic_fetch_add(&in->pipes, 1) >= INGEST_MAX_PIPES) {
+		if (!atomic_exchange(&in->pipes_warned, true))
+			st_warn("ingest: more than %u producer connections; closing the new ones (logged once)",
+			        INGEST_MAX_PIPES);
+		nng_pipe_close(p); /* before the socket reads anything from it */
+	}
+}
+
+/* ---------------------------------------------------------------- life */
+
 st_err
-ingest_new(struct event_base *base, const char *url, size_t n_ctx, st_counter *invalid, ingest_request_fn fn,
+ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter *invalid, ingest_request_fn fn,
            void *arg, ingest **out)
 {
 	ingest *in = st_xcalloc(1, sizeof(*in));
 	st_err err = ST_ESYS;
 	int rv;
 
-	ST_ASSERT(n_ctx >= 1);
+	ST_ASSERT(n_works >= 1);
 	in->invalid = invalid;
 	in->fn = fn;
 	in->arg = arg;
+	in->clock = st_clock_system();
 	atomic_init(&in->closing, false);
-	atomic_init(&in->waiting, 0);
+	atomic_init(&in->budget, 0);
+	atomic_init(&in->pipes, 0);
+	atomic_init(&in->pipes_warned, false);
 	atomic_init(&in->refuse, NULL);
 	pthread_mutex_init(&in->mu, NULL);
+	in->cache = reqcache_new(INGEST_CACHE_ENTRIES, INGEST_CACHE_BYTES, INGEST_CACHE_TTL_MS);
 	if ((in->mb = st_mailbox_new(base, mailbox_cb, in)) == NULL)
 		goto fail;
-	if ((rv = nng_rep0_open(&in->sock)) != 0) {
+	if ((rv = nng_rep0_open_raw(&in->sock)) != 0) {
 		st_error("ingest: cannot open rep0: %s", nng_strerror(rv));
 		goto fail;
 	}
 	in->open = true;
-	if ((rv = nng_socket_set_size(in->sock, NNG_OPT_RECVMAXSZ, PROTO_MAX_REQUEST)) != 0) {
-		st_error("ingest: NNG_OPT_RECVMAXSZ: %s", nng_strerror(rv));
+	/*
+	 * RECVBUF 0: a message waits in its pipe (which reads nothing more
+	 * meanwhile) until a receiver takes it, so nng holds at most one
+	 * message per connection.
+	 */
+	if ((rv = nng_socket_set_size(in->sock, NNG_OPT_RECVMAXSZ, INGEST_RECV_LIMIT)) != 0 ||
+	    (rv = nng_socket_set_int(in->sock, NNG_OPT_RECVBUF, 0)) != 0 ||
+	    (rv = nng_pipe_notify(in->sock, NNG_PIPE_EV_ADD_PRE, pipe_cb, in)) != 0 ||
+	    (rv = nng_pipe_notify(in->sock, NNG_PIPE_EV_REM_POST, pipe_cb, in)) != 0) {
+		st_error("ingest: socket options: %s", nng_strerror(rv));
 		goto fail;
 	}
-	in->works = st_xcalloc(n_ctx, sizeof(*in->works));
-	for (size_t i = 0; i < n_ctx; i++) {
-		ingest_work *w = &in->works[i];
-		w->in = in;
-		if ((rv = nng_aio_alloc(&w->aio, work_cb, w)) != 0 || (rv = nng_ctx_open(&w->ctx, in->sock)) != 0) {
-			st_error("ingest: cannot set up context %zu: %s", i, nng_strerror(rv));
+	for (size_t i = 0; i < INGEST_RECEIVERS; i++) {
+		in->rcvs[i].in = in;
+		if ((rv = nng_aio_alloc(&in->rcvs[i].aio, rcv_cb, &in->rcvs[i])) != 0) {
+			st_error("ingest: cannot allocate an aio: %s", nng_strerror(rv));
 			goto fail;
 		}
-		in->n_works = i + 1;
+	}
+	in->works = st_xcalloc(n_works, sizeof(*in->works));
+	in->n_works = n_works;
+	for (size_t i = n_works; i-- > 0;) {
+		ingest_work *w = &in->works[i];
+		w->in = in;
+		if ((rv = nng_aio_alloc(&w->aio, work_cb, w)) != 0) {
+			st_error("ingest: cannot allocate an aio: %s", nng_strerror(rv));
+			goto fail;
+		}
+		put_free(in, w);
 	}
 	if ((rv = nng_listen(in->sock, url, NULL, 0)) != 0) {
 		st_error("ingest: cannot listen on %s: %s", url, nng_strerror(rv));
 		err = rv == NNG_EADDRINVAL || rv == NNG_ENOTSUP ? ST_EINVAL : ST_ESYS;
 		goto fail;
 	}
-	for (size_t i = 0; i < n_ctx; i++) {
-		in->works[i].st = W_RECV;
-		nng_ctx_recv(in->works[i].ctx, in->works[i].aio);
+	for (size_t i = 0; i < INGEST_RECEIVERS; i++) {
+		in->rcvs[i].st = R_RECV;
+		nng_recv_aio(in->sock, in->rcvs[i].aio);
 	}
 	*out = in;
 	return ST_OK;
 fail:
-	/* a half-built context (aio allocated, ctx not) must be freed too */
-	if (in->works != NULL && in->n_works < n_ctx && in->works[in->n_works].aio != NULL)
-		in->n_works++;
 	ingest_free(in);
 	return err;
 }
@@ -303,22 +526,30 @@ ingest_free(ingest *in)
 	atomic_store(&in->closing, true);
 	if (in->open)
 		nng_close(in->sock);
+	for (size_t i = 0; i < INGEST_RECEIVERS; i++)
+		if (in->rcvs[i].aio != NULL)
+			nng_aio_stop(in->rcvs[i].aio);
 	for (size_t i = 0; i < in->n_works; i++)
 		if (in->works[i].aio != NULL)
 			nng_aio_stop(in->works[i].aio);
 	st_mailbox_free(in->mb);
+	for (size_t i = 0; i < INGEST_RECEIVERS; i++) {
+		if (in->rcvs[i].aio == NULL)
+			continue;
+		nng_msg_free(nng_aio_get_msg(in->rcvs[i].aio));
+		nng_aio_free(in->rcvs[i].aio);
+	}
 	for (size_t i = 0; i < in->n_works; i++) {
 		ingest_work *w = &in->works[i];
-		nng_msg *m = w->aio != NULL ? nng_aio_get_msg(w->aio) : NULL;
-		if (m != NULL)
-			nng_msg_free(m);
 		proto_request_free(w->req);
-		if (w->msg != NULL)
-			nng_msg_free(w->msg);
-		if (w->aio != NULL)
+		nng_msg_free(w->msg);
+		if (w->aio != NULL) {
+			nng_msg_free(nng_aio_get_msg(w->aio));
 			nng_aio_free(w->aio);
+		}
 	}
 	free(in->works);
+	reqcache_free(in->cache);
 	pthread_mutex_destroy(&in->mu);
 	free(in);
 }
@@ -343,7 +574,7 @@ ingest_reply_ok(ingest_work *w, const uint64_t *seqs, size_t n)
 
 	st_buf_init(&b);
 	proto_reply_ok_encode(&b, seqs, n);
-	work_send(w, &b);
+	work_send(w, &b, true);
 	st_buf_fini(&b);
 }
 
@@ -354,6 +585,6 @@ ingest_reply_err(ingest_work *w, const char *code, const char *detail)
 
 	st_buf_init(&b);
 	proto_reply_err_encode(&b, code, detail);
-	work_send(w, &b);
+	work_send(w, &b, false);
 	st_buf_fini(&b);
 }

@@ -1,20 +1,31 @@
 /*
- * ingest: the writer's rep0 socket (--ingest), served by a fixed set of nng
- * contexts, each an aio state machine RECV -> (VALIDATE) -> WAIT -> SEND.
+ * ingest: the writer's rep0 socket (--ingest), in nng's raw mode, so that
+ * every request's header (its REQ request id) is seen: that id is what
+ * makes a resend recognisable (reqcache.h).  docs/writer.md "Ingest, buffer
+ * bounds, refusals", "Request slots, resends" and "Memory bound".
  *
- * On the nng thread: the request is received (NNG_OPT_RECVMAXSZ =
- * PROTO_MAX_REQUEST) and decoded with proto_request_decode.  An invalid one
- * is answered at once from there ({"ok":false,"error":"invalid",...},
- * counted in the given counter); a valid one is handed to the loop through
- * ONE st_mailbox, and the context waits (WAIT) until the loop answers it.
- * A context therefore holds at most one request; n_ctx bounds how many
- * requests are between the socket and their reply.  A REQ resend of a
- * request still waiting (same pipe, same request id) is dropped: the
- * original's reply answers it.
+ * INGEST_RECEIVERS receive aios take requests off the socket.  On that nng
+ * thread each request is, in this order:
+ *   1. checked for size: a body above PROTO_MAX_REQUEST (and up to the
+ *      ceiling, above which nng closes the connection) is `invalid`;
+ *   2. looked up (reqcache): a resend of a pending request only re-routes
+ *      the coming reply (to the connection it came on) and is dropped; a
+ *      resend of an answered one gets the stored reply again;
+ *   3. refused `unavailable` while the loop refuses everything anyway;
+ *   4. charged against the in-flight byte budget BEFORE decoding
+ *      (proto_request_bytes_max of its length, atomically): `busy` past it,
+ *      and `busy` when every work slot is taken;
+ *   5. decoded: `invalid` answered at once, else the charge shrinks to
+ *      proto_request_bytes and the request goes to the loop through ONE
+ *      st_mailbox, in a work slot that owns it until the loop answers.
+ * The charge is released when the reply has been handed to nng.  Receivers
+ * never wait for the loop, so a producer always hears back, even while the
+ * database is down.  Connections are capped at INGEST_MAX_PIPES (pipe
+ * notification, nothing read from the refused ones).
  *
  * On the loop thread: fn gets every valid request; the loop answers each
- * exactly once with ingest_reply_ok or ingest_reply_err (nng_ctx_send may be
- * called from any thread and never blocks).
+ * exactly once with ingest_reply_ok or ingest_reply_err (any thread may
+ * send; sending never blocks).
  */
 #ifndef BW_INGEST_H
 #define BW_INGEST_H
@@ -26,6 +37,27 @@
 #include "st_metrics.h"
 #include "wire.h"
 
+/* Receive aios: how many requests are checked and decoded at once. */
+#define INGEST_RECEIVERS 8u
+/* Bodies above PROTO_MAX_REQUEST up to this get `invalid`; above it the
+ * connection is closed (nng cannot answer what it did not read). */
+#define INGEST_CEILING (PROTO_MAX_REQUEST + 1024u * 1024)
+/* nng counts the REQ backtrace in the frame it checks against
+ * NNG_OPT_RECVMAXSZ: 4 bytes (the request id) from a producer's own REQ
+ * socket, 4 more per device hop (NNG_OPT_MAXTTL: 8 hops at most). */
+#define INGEST_BACKTRACE_MAX 32u
+#define INGEST_RECV_LIMIT (INGEST_CEILING + 4u)
+/* Bytes reserved by the requests between their receipt and their reply. */
+#define INGEST_BUDGET (256u * 1024 * 1024)
+/* Producer connections; more are closed as they arrive. */
+#define INGEST_MAX_PIPES 256u
+/* Answered requests kept for late resends: count, bytes, age. */
+#define INGEST_CACHE_ENTRIES 65536u
+#define INGEST_CACHE_BYTES (16u * 1024 * 1024)
+#define INGEST_CACHE_TTL_MS 120000u
+/* Per request beyond proto_request_bytes: the nng message and its header. */
+#define INGEST_MSG_OVERHEAD 256u
+
 struct event_base;
 typedef struct ingest ingest;
 typedef struct ingest_work ingest_work;
@@ -34,11 +66,12 @@ typedef struct ingest_work ingest_work;
 typedef void (*ingest_request_fn)(ingest_work *w, const proto_request *req, void *arg);
 
 /*
- * Listens on url with n_ctx contexts (>= 1).  invalid is incremented (from
- * nng threads) for every request refused as invalid.  Loop thread, at start.
- * ST_EINVAL for a bad URL, ST_ESYS when it cannot listen (logged).
+ * Listens on url with n_works work slots (>= 1: requests accepted and not yet
+ * answered).  invalid is incremented (from nng threads) for every request
+ * refused as invalid.  Loop thread, at start.  ST_EINVAL for a bad URL,
+ * ST_ESYS when it cannot listen (logged).
  */
-st_err ingest_new(struct event_base *base, const char *url, size_t n_ctx, st_counter *invalid,
+st_err ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter *invalid,
                   ingest_request_fn fn, void *arg, ingest **out);
 
 /*
@@ -49,18 +82,18 @@ st_err ingest_new(struct event_base *base, const char *url, size_t n_ctx, st_cou
 void ingest_free(ingest *in);
 
 /*
- * Contexts answer on the nng thread, without the loop, when every context
- * but INGEST_RESERVE waits for a commit ("busy"), or when the loop set a
- * refusal ("unavailable" with that detail: shutting down, draining, the
- * database gone).  So a producer always hears back.  detail must be a
- * static string; NULL accepts again.  Any thread.
+ * The loop refuses everything ("unavailable" with that detail: shutting
+ * down, draining, the database gone): the receivers answer so themselves.
+ * detail must be a static string; NULL accepts again.  Any thread.
  */
-#define INGEST_RESERVE 16u
 void ingest_set_refusal(ingest *in, const char *detail);
-/* Counters for the refusals the contexts answer themselves (either may be NULL). Loop thread, at start. */
+/* Counters for the refusals the receivers answer themselves (either may be NULL). Loop thread, at start. */
 void ingest_set_counters(ingest *in, st_counter *busy, st_counter *unavailable);
 
-/* Answers w: {"ok":true,"seqs":[...]}.  Frees w's request; w goes back to RECV. */
+/* Bytes charged to the budget now (any thread; for stats and tests). */
+size_t ingest_inflight_bytes(const ingest *in);
+
+/* Answers w: {"ok":true,"seqs":[...]}.  Frees w's request; w goes back to the free slots. */
 void ingest_reply_ok(ingest_work *w, const uint64_t *seqs, size_t n);
 /* Answers w: {"ok":false,"error":code,"detail":detail}. */
 void ingest_reply_err(ingest_work *w, const char *code, const char *detail);

@@ -4,7 +4,7 @@
  * answers the producers after the commit and publishes the committed events
  * in seq order on nng pub0.  See docs/writer.md.
  *
- * DESIGN.  One libevent loop owns everything but the ingest contexts' nng
+ * DESIGN.  One libevent loop owns everything but the ingest receivers' nng
  * callbacks, which decode and validate on nng threads and hand valid
  * requests over through ingest's one mailbox.  Two batches exist: `cur`
  * accumulates accepted requests, `fl` is the flush in progress (sent, or
@@ -88,7 +88,7 @@
 
 #define PROG "broker-writer"
 #define DEFAULT_LOCK_KEY "7450001"
-/* Requests between the socket and their reply; INGEST_RESERVE of them always answer. */
+/* Work slots: requests accepted and not yet answered (ingest.h). */
 #define INGEST_CONTEXTS 1024
 #define UNAVAILABLE_AFTER_MS 10000
 #define STOP_GIVE_UP_MS 30000
@@ -336,9 +336,9 @@ db_unavailable(const writer *w)
 }
 
 /*
- * What the ingest contexts answer by themselves while the loop would refuse
+ * What the ingest receivers answer by themselves while the loop would refuse
  * everything anyway; kept current on every request and flush tick, so even
- * a producer that finds every context waiting hears "unavailable".
+ * a producer that finds every work slot taken hears "unavailable".
  */
 static void
 refusal_update(writer *w)
@@ -787,10 +787,12 @@ put_stats(writer *w, st_buf *out)
 {
 	st_buf_printf(out,
 	              "\"pending_events\":%zu,\"inflight_flush\":%s,\"inflight_events\":%zu,\"committed_total\":%" PRIu64
-	              ",\"db_up\":%s,\"last_flush_ms\":%" PRIu64 ",\"draining\":%s,\"stopping\":%s,\"instance\":\"%s\"",
+	              ",\"db_up\":%s,\"last_flush_ms\":%" PRIu64 ",\"draining\":%s,\"stopping\":%s,\"instance\":\"%s\""
+	              ",\"ingest_inflight_bytes\":%zu",
 	              batch_events(w->cur), batch_empty(w->fl) ? "false" : "true", batch_events(w->fl),
 	              st_counter_get(w->committed), pgsink_up(w->db) ? "true" : "false", w->last_flush_ms,
-	              w->draining ? "true" : "false", w->stopping ? "true" : "false", w->instance);
+	              w->draining ? "true" : "false", w->stopping ? "true" : "false", w->instance,
+	              ingest_inflight_bytes(w->in));
 }
 
 static st_err

@@ -9,6 +9,7 @@
  */
 #include "publish.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +25,27 @@ struct publish {
 	bool open;
 	char *writer;
 	st_buf buf;
+	atomic_uint pipes;
+	atomic_bool pipes_warned;
 };
+
+/* nng thread: counts subscriber connections, closes those past the cap (only atomics and nng_pipe_close here). */
+static void
+pipe_cb(nng_pipe pipe, nng_pipe_ev ev, void *arg)
+{
+	publish *p = arg;
+
+	if (ev == NNG_PIPE_EV_REM_POST) {
+		atomic_fetch_sub(&p->pipes, 1);
+		return;
+	}
+	if (atomic_fetch_add(&p->pipes, 1) >= PUBLISH_MAX_SUBSCRIBERS) {
+		if (!atomic_exchange(&p->pipes_warned, true))
+			st_warn("publish: more than %u subscriber connections; closing the new ones (logged once)",
+			        PUBLISH_MAX_SUBSCRIBERS);
+		nng_pipe_close(pipe);
+	}
+}
 
 st_err
 publish_new(const char *url, const char *writer, publish **out)
@@ -33,14 +54,19 @@ publish_new(const char *url, const char *writer, publish **out)
 	int rv;
 
 	st_buf_init(&p->buf);
+	ST_ASSERT(strlen(writer) <= 255);
 	p->writer = st_xstrdup(writer);
+	atomic_init(&p->pipes, 0);
+	atomic_init(&p->pipes_warned, false);
 	if ((rv = nng_pub0_open(&p->sock)) != 0) {
 		st_error("publish: cannot open pub0: %s", nng_strerror(rv));
 		goto fail;
 	}
 	p->open = true;
-	if ((rv = nng_socket_set_int(p->sock, NNG_OPT_SENDBUF, PUBLISH_SENDBUF)) != 0) {
-		st_error("publish: NNG_OPT_SENDBUF: %s", nng_strerror(rv));
+	if ((rv = nng_socket_set_int(p->sock, NNG_OPT_SENDBUF, PUBLISH_SENDBUF)) != 0 ||
+	    (rv = nng_pipe_notify(p->sock, NNG_PIPE_EV_ADD_PRE, pipe_cb, p)) != 0 ||
+	    (rv = nng_pipe_notify(p->sock, NNG_PIPE_EV_REM_POST, pipe_cb, p)) != 0) {
+		st_error("publish: socket options: %s", nng_strerror(rv));
 		goto fail;
 	}
 	if ((rv = nng_listen(p->sock, url, NULL, 0)) != 0) {
@@ -97,12 +123,13 @@ send_buf(publish *p)
 	nng_msg *m = NULL;
 	int rv;
 
-	if ((rv = nng_msg_alloc(&m, 0)) != 0 || (rv = nng_msg_append(m, p->buf.p, p->buf.len)) != 0) {
-		if (rv != 0 && m != NULL)
-			nng_msg_free(m);
+	/* the memory arithmetic counts on it (publish_split's estimate is an upper bound) */
+	ST_ASSERT(p->buf.len <= PUBLISH_MSG_MAX);
+	if ((rv = nng_msg_alloc(&m, p->buf.len)) != 0) {
 		st_warn("publish: message dropped: %s", nng_strerror(rv));
 		return;
 	}
+	memcpy(nng_msg_body(m), p->buf.p, p->buf.len);
 	if ((rv = nng_sendmsg(p->sock, m, NNG_FLAG_NONBLOCK)) != 0) {
 		nng_msg_free(m); /* still ours on failure */
 		st_warn("publish: message dropped: %s", nng_strerror(rv));

@@ -105,6 +105,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(n >= 1 && n <= PROTO_MAX_BATCH, "count %zu", n);
 	FUZZ_CHECK(size <= PROTO_MAX_REQUEST, "request of %zu bytes accepted", size);
 	FUZZ_CHECK(proto_request_bytes(r) >= size, "proto_request_bytes %zu < input %zu", proto_request_bytes(r), size);
+	/* the writer charges proto_request_bytes_max before decoding: it must cover the result */
+	FUZZ_CHECK(proto_request_bytes(r) <= proto_request_bytes_max(size), "proto_request_bytes %zu > max %zu",
+	           proto_request_bytes(r), proto_request_bytes_max(size));
 	for (size_t i = 0; i < n; i++) {
 		const proto_event *ev = proto_request_event(r, i);
 

@@ -360,6 +360,7 @@ struct proto_request {
 	size_t n;
 	proto_str *abouts; /* pool shared by all events */
 	size_t n_abouts;
+	size_t abouts_cap; /* allocated entries of the pool (it grew by doubling) */
 	char *arena; /* compact data of all events, in order */
 	size_t arena_len;
 	size_t in_len;
@@ -617,6 +618,7 @@ proto_request_decode(const void *buf, size_t len, proto_request **out, char *det
 	/* hand the pools over: from here on they no longer move */
 	q->abouts = c.abouts.v;
 	q->n_abouts = c.abouts.n;
+	q->abouts_cap = c.abouts.cap;
 	c.abouts.v = NULL;
 	if (c.arena.len) {
 		q->arena = st_buf_steal(&c.arena, &q->arena_len);
@@ -658,7 +660,32 @@ size_t
 proto_request_bytes(const proto_request *r)
 {
 	return sizeof(*r) + r->in_len + r->arena_len + r->n * sizeof(*r->ev) +
-	       r->n_abouts * sizeof(*r->abouts);
+	       r->abouts_cap * sizeof(*r->abouts);
+}
+
+/*
+ * The decoder's peak, from its allocations (keep in step with them):
+ * - events: one array of n, and n <= len (every event takes a byte at least)
+ *   and n <= PROTO_MAX_BATCH;
+ * - the about pool: a about entry takes 2 bytes of input at least, and at
+ *   most PROTO_MAX_ABOUT per event; it grows by doubling from 16, so its
+ *   capacity is below 2 * entries + 16, and while realloc moves it the old
+ *   and the new block (1.5 * capacity) are alive: 3 * entries + 24;
+ * - the arena: st_buf_reserve needs at most len + 1 bytes (compacted data
+ *   never exceeds the input consumed so far), its capacity doubles from 64
+ *   (so below 2 * (len + 1) + 64), 1.5 * that while it moves, and at the end
+ *   the stolen buffer and its shrunk copy (<= len) are alive together:
+ *   3 * (len + 1) + 128 covers both.
+ */
+size_t
+proto_request_bytes_max(size_t len)
+{
+	size_t n = len < PROTO_MAX_BATCH ? len : PROTO_MAX_BATCH;
+	size_t max_abouts = (size_t)PROTO_MAX_BATCH * PROTO_MAX_ABOUT;
+	size_t abouts = len / 2 < max_abouts ? len / 2 : max_abouts;
+
+	return sizeof(struct proto_request) + len + n * sizeof(proto_event) + (3 * abouts + 24) * sizeof(proto_str) +
+	       3 * (len + 1) + 128;
 }
 
 void

@@ -81,8 +81,16 @@ typedef struct proto_request proto_request;
 st_err proto_request_decode(const void *buf, size_t len, proto_request **out, char *detail, size_t detail_len);
 size_t proto_request_count(const proto_request *r);
 const proto_event *proto_request_event(const proto_request *r, size_t i);
-/* Bytes this request holds in memory (input + arena), for the writer's buffer bound. */
+/* Bytes this request holds in memory (input + events + about pool + arena), for the writer's buffer bound. */
 size_t proto_request_bytes(const proto_request *r);
+/*
+ * The most memory proto_request_decode holds at any moment for an input of
+ * len bytes, the input included (its peak, allocator overhead aside), so
+ * the writer reserves it before decoding; proto_request_bytes of the
+ * result is never more: 4 * len (the arena grows by doubling) plus up to
+ * ~31 MB for 640,000 about entries; 94 MiB for a 16 MiB request.
+ */
+size_t proto_request_bytes_max(size_t len);
 void proto_request_free(proto_request *r); /* NULL-safe */
 
 /* Encodes one event map / a batch array (for studioctl and tests). */

@@ -88,6 +88,7 @@ t_request_roundtrip(void)
 	e = proto_request_event(r, 2);
 	ST_CHECK_MEM(e->data.p, e->data.len, "[1,2]");
 	ST_CHECK(proto_request_bytes(r) >= b.len + 5 + 18);
+	ST_CHECK(proto_request_bytes(r) <= proto_request_bytes_max(b.len));
 	proto_request_free(r);
 	r = NULL;
 
@@ -756,9 +757,55 @@ t_pub_refused(void)
 	st_buf_fini(&b);
 }
 
+/* The reservation bound holds for the shapes that stress each allocation. */
+static void
+t_request_bytes_max(void)
+{
+	static proto_str ab[64];
+	proto_event *ev = calloc(1000, sizeof(*ev));
+	char *data = malloc(200001);
+	st_buf b;
+	proto_request *r = NULL;
+	char detail[128];
+
+	for (int i = 0; i < 64; i++)
+		ab[i] = S("a");
+	memset(data, ' ', 200000);
+	data[0] = '1';
+	for (int shape = 0; shape < 3; shape++) {
+		size_t n = shape == 2 ? 40 : 1000;
+		for (size_t i = 0; i < n; i++) {
+			memset(&ev[i], 0, sizeof(ev[i]));
+			ev[i].topic = S("t");
+			if (shape == 0) { /* every about entry as short as it can be */
+				ev[i].about = ab;
+				ev[i].n_about = 64;
+			} else if (shape == 1) { /* tiny events */
+				ev[i].data = S("1");
+				ev[i].has_data = true;
+			} else { /* large data that compacts to almost nothing */
+				ev[i].data.p = data;
+				ev[i].data.len = 200000;
+				ev[i].has_data = true;
+			}
+		}
+		st_buf_init(&b);
+		proto_request_encode(&b, ev, n, true);
+		ST_CHECK(decode_req(b.p, b.len, &r, detail, sizeof(detail)) == ST_OK);
+		ST_CHECK(r != NULL && proto_request_bytes(r) <= proto_request_bytes_max(b.len));
+		proto_request_free(r);
+		r = NULL;
+		st_buf_fini(&b);
+	}
+	ST_CHECK(proto_request_bytes_max(PROTO_MAX_REQUEST) < 6u * PROTO_MAX_REQUEST);
+	free(ev);
+	free(data);
+}
+
 int
 main(void)
 {
+	ST_RUN(t_request_bytes_max);
 	ST_RUN(t_request_roundtrip);
 	ST_RUN(t_request_rules);
 	ST_RUN(t_request_raw);
