@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -207,7 +208,19 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	sa.sin_family = AF_INET;
 	sa.sin_port = htons((uint16_t)port);
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	FUZZ_CHECK(connect(c.fd, (struct sockaddr *)&sa, sizeof(sa)) == 0, "connect: %s", strerror(errno));
+	if (connect(c.fd, (struct sockaddr *)&sa, sizeof(sa)) == -1) {
+		/* A signal (libFuzzer's timers) can interrupt connect; it then
+		 * completes asynchronously: wait for it and read its outcome. */
+		struct pollfd pfd = {c.fd, POLLOUT, 0};
+		int soerr = errno;
+		socklen_t sl = sizeof(soerr);
+
+		FUZZ_CHECK(soerr == EINTR || soerr == EINPROGRESS, "connect: %s", strerror(soerr));
+		while (poll(&pfd, 1, 5000) == -1 && errno == EINTR)
+			;
+		FUZZ_CHECK(getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0, "connect: %s",
+		           strerror(soerr));
+	}
 	while (off < size) {
 		ssize_t n = send(c.fd, data + off, size - off, MSG_NOSIGNAL);
 
