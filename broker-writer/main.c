@@ -217,17 +217,6 @@ connect_blocking(const char *dsn)
 	return PQconnectdbParams(keys, vals, 1);
 }
 
-static void
-one_line(char *s)
-{
-	size_t n = strlen(s);
-
-	while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == ' '))
-		s[--n] = '\0';
-	for (; *s; s++)
-		if (*s == '\n')
-			*s = ' ';
-}
 
 static void
 quiet_notice(void *arg, const char *msg)
@@ -284,7 +273,7 @@ migrate(const char *dsn, bool daemon)
 			log_schema(found);
 			return 0;
 		}
-		one_line(err);
+		st_one_line(err);
 		if (rv == ST_EINVAL) {
 			st_error("%s", err);
 			return 2;
@@ -515,7 +504,7 @@ flush_failed_permanently(writer *w, const PGresult *res, const char *msg)
 		/* the primary message names the constraint or the reason, without the SQL context */
 		snprintf(detail, sizeof(detail), "the database cannot store it (SQLSTATE %.5s): %.300s", st,
 		         primary != NULL ? primary : msg);
-		one_line(detail);
+		st_one_line(detail);
 		st_warn("flush %s: request of %zu events refused: %s", w->flush_id, batch_events(w->fl), detail);
 		st_counter_inc(w->rej_invalid);
 		ingest_reply_err(batch_req_owner(w->fl, 0), "invalid", detail);
@@ -542,7 +531,7 @@ on_flush_result(void *arg, PGresult *res, const char *err)
 		snprintf(msg, sizeof(msg), "%s",
 		         res == NULL ? err : PQresultStatus(res) != PGRES_TUPLES_OK ? PQresultErrorMessage(res)
 		                                                                    : "malformed broker_append result");
-		one_line(msg);
+		st_one_line(msg);
 		if (res != NULL && PQresultStatus(res) == PGRES_FATAL_ERROR &&
 		    pgerr_permanent(PQresultErrorField(res, PG_DIAG_SQLSTATE)))
 			flush_failed_permanently(w, res, msg);

@@ -89,17 +89,6 @@ struct pgsink {
 static void on_socket(evutil_socket_t fd, short what, void *arg);
 static void start_connect(pgsink *s);
 
-static void
-one_line(char *m)
-{
-	size_t n = strlen(m);
-
-	while (n > 0 && (m[n - 1] == '\n' || m[n - 1] == ' '))
-		m[--n] = '\0';
-	for (char *p = m; *p != '\0'; p++)
-		if (*p == '\n')
-			*p = ' ';
-}
 
 static void
 watch(pgsink *s, short what, int deadline_ms)
@@ -137,7 +126,7 @@ lost(pgsink *s, const char *why)
 	snprintf(msg, sizeof(msg), "%s", why);
 	if (s->conn != NULL && why[0] == '\0')
 		snprintf(msg, sizeof(msg), "%s", PQerrorMessage(s->conn));
-	one_line(msg);
+	st_one_line(msg);
 	if (!s->logged_down || was_up)
 		st_warn("%s: database connection lost: %s", s->name, msg);
 	s->logged_down = true;

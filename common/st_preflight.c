@@ -35,17 +35,6 @@
 
 /* ---- DSN ---------------------------------------------------------------- */
 
-static void
-one_line(char *s)
-{
-	size_t n = strlen(s);
-
-	while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == ' '))
-		s[--n] = '\0';
-	for (; *s; s++)
-		if (*s == '\n' || *s == '\r' || *s == '\t')
-			*s = ' ';
-}
 
 /* "5432" or "5432,5433" (one per host; an empty item means the default). */
 static bool
@@ -73,7 +62,7 @@ st_preflight_dsn(const st_opt *o, char *why, size_t cap)
 
 	if (opts == NULL) {
 		snprintf(msg, sizeof(msg), "%s", err ? err : "out of memory");
-		one_line(msg);
+		st_one_line(msg);
 		snprintf(why, cap, "not a libpq connection string (key=value ... or postgresql://...): %s", msg);
 		PQfreemem(err);
 		return false;

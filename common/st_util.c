@@ -59,6 +59,18 @@ st_xstrndup(const char *s, size_t n)
 }
 
 void
+st_one_line(char *s)
+{
+	size_t n = strlen(s);
+
+	while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == '\t' || s[n - 1] == ' '))
+		s[--n] = '\0';
+	for (; *s; s++)
+		if (*s == '\n' || *s == '\r' || *s == '\t')
+			*s = ' ';
+}
+
+void
 st_panic(const char *file, int line, const char *what)
 {
 	fprintf(stderr, "fatal: %s:%d: assertion failed: %s\n", file, line, what);

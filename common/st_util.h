@@ -17,6 +17,13 @@ void *st_xrealloc(void *p, size_t n);
 char *st_xstrdup(const char *s);
 char *st_xstrndup(const char *s, size_t n);
 
+/*
+ * Makes s (a library's message: libpq's, a resolver's) fit one log line:
+ * trailing white space removed, inner newlines, CRs and tabs turned
+ * into spaces.  In place.
+ */
+void st_one_line(char *s);
+
 /* Aborts with file:line.  Only for programmer errors, never for input. */
 void st_panic(const char *file, int line, const char *what) __attribute__((noreturn));
 #define ST_ASSERT(x)                                         \

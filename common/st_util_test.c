@@ -58,6 +58,18 @@ t_buf(void)
 }
 
 static void
+t_one_line(void)
+{
+	char a[] = "connection refused\n\tIs the server running?\r\n \n";
+	char b[] = "";
+
+	st_one_line(a);
+	ST_CHECK_STR(a, "connection refused  Is the server running?");
+	st_one_line(b);
+	ST_CHECK_STR(b, "");
+}
+
+static void
 t_fake_clock(void)
 {
 	st_clock_fake f;
@@ -74,6 +86,7 @@ main(void)
 {
 	ST_RUN(t_parse_u64);
 	ST_RUN(t_fmt_u64);
+	ST_RUN(t_one_line);
 	ST_RUN(t_buf);
 	ST_RUN(t_fake_clock);
 	return st_test_done();
