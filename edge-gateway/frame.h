@@ -8,7 +8,7 @@
  * first use, and shared by every subscriber (handed to the socket layer with
  * evbuffer_add_reference, never copied per subscriber).
  *
- * Envelopes (../shared/CONTRACT.md):
+ * Envelopes (docs/api.md):
  *   item      {"type":"item","id":"42","topic":"t","about":["a"],"data":DATA}   (no "data" for a signal)
  *   resync    {"type":"resync","id":"57","reason":"overflow"}
  *   heartbeat {"type":"heartbeat"}

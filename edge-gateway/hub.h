@@ -21,7 +21,7 @@
 
 #include "frame.h"
 
-/* Topics per subscription and bytes per topic (../shared/CONTRACT.md). */
+/* Topics per subscription and bytes per topic (docs/api.md). */
 #define HUB_MAX_TOPICS 64u
 #define HUB_MAX_TOPIC_LEN 200u
 

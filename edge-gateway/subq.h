@@ -1,6 +1,6 @@
 /*
  * subq: one stream's outbound queue, exactly as ADR-0197 says
- * (../shared/seeds/000_7929078c04ca25b8.txt), and the replay hold buffer.
+ * (docs/design-records.md), and the replay hold buffer.
  *
  * Bounds (constants, not settings; they protect the edge's own memory):
  * at most SUBQ_MAX_FRAMES frames and SUBQ_MAX_BYTES bytes, a frame costing

@@ -4,7 +4,7 @@
  * A broken invariant must end the run the same way a sanitizer report
  * does, so FUZZ_CHECK prints what broke and abort()s: libFuzzer sees the
  * deadly signal, prints the stack and writes the input as crash-<sha1>.
- * The helpers restate the contract's bounds (../shared/CONTRACT.md,
+ * The helpers restate the contract's bounds (docs/api.md,
  * proto/README.md) independently of the code under test, so that a decoder
  * bug cannot also hide in the check.
  */

@@ -22,7 +22,7 @@
 
 #define PROTO_VERSION 1
 
-/* Bounds of ../shared/CONTRACT.md.  Constants, not settings. */
+/* Bounds of the interface (docs/api.md).  Constants, not settings. */
 #define PROTO_MAX_REQUEST (16u * 1024 * 1024) /* bytes of one ingest request */
 #define PROTO_MAX_BATCH 10000u                /* events in one request */
 #define PROTO_MAX_TOPIC 200u                  /* bytes, [A-Za-z0-9._:/-] */

@@ -1,5 +1,5 @@
 /*
- * studioctl: the ops CLI (CONTRACT.md "studioctl").
+ * studioctl: the ops CLI (docs/api.md "studioctl").
  *
  * DESIGN
  * One short-lived process per command, so blocking nng calls are fine here;

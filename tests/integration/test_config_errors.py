@@ -1,5 +1,5 @@
 """Bad configuration exits 2 with one clear line, at once, before the network
-(CONTRACT.md "Every flag ..."; docs/writer.md and docs/edge.md "Usage").
+(docs/api.md "Every flag ..."; docs/writer.md and docs/edge.md "Usage").
 
 Every case starts the real program with one bad setting and asserts: exit
 status 2, exactly one line on stderr that names the flag (or its variable)

@@ -1,4 +1,4 @@
-"""Drain of an edge-gateway (CONTRACT.md "Operations", ADR-WEB-ADV-001
+"""Drain of an edge-gateway (docs/api.md "Operations", ADR-WEB-ADV-001
 "Every stream is in a registry, and shutdown drains it").
 
 2,000 open SSE streams (tests/tools/streamload), SIGTERM with

@@ -1,5 +1,5 @@
 """e2e: every kind of bad ingest request is refused as `invalid`, stores nothing,
-and leaves the writer up; the bounds themselves are accepted (CONTRACT.md)."""
+and leaves the writer up; the bounds themselves are accepted (docs/api.md)."""
 import harness as h
 from harness import mp_pack, mp_array_header, mp_map_header, mp_str_header, Raw
 

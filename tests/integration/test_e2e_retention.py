@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Retention in broker-writer (CONTRACT.md --retention; issue: chunked deletes,
+"""Retention in broker-writer (docs/api.md --retention; issue: chunked deletes,
 one replica at a time, the newest event kept, the horizon recorded).
 
 Rows are aged by moving their created_at into the past (a test fixture: the

@@ -1,5 +1,5 @@
 """Stream formats, envelopes, negotiation and every problem status of the
-edge-gateway (CONTRACT.md "GET /v1/stream", ADR-WEB-ADV-001).
+edge-gateway (docs/api.md "GET /v1/stream", ADR-WEB-ADV-001).
 
 Real broker-writer, real edge-gateway, real PostgreSQL (harness.Env).  For
 each format (sse, ndjson, json-seq) a client parses whole sessions: items

@@ -1,4 +1,4 @@
-"""Last-Event-ID resume on the edge-gateway (CONTRACT.md "Resume",
+"""Last-Event-ID resume on the edge-gateway (docs/api.md "Resume",
 ADR-WEB-ADV-001, architecture.md "Resume").
 
 Real writer(s), edges and PostgreSQL.  Every check compares what a client

@@ -1,4 +1,4 @@
-"""Slow and stalled stream subscribers (ADR-0197, CONTRACT.md "Slow
+"""Slow and stalled stream subscribers (ADR-0197, docs/api.md "Slow
 subscribers follow ADR-0197 exactly").
 
 1. Coalescing: a client reading slowly but steadily on a stream of change

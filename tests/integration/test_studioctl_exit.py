@@ -1,4 +1,4 @@
-"""studioctl exit codes (CONTRACT.md "studioctl"), with a real writer and database.
+"""studioctl exit codes (docs/api.md "studioctl"), with a real writer and database.
 
 0 done; 1 a refused request: an event the writer would refuse (bad topic,
 data not JSON, unknown member, too many `about`, too large), whether
