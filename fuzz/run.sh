@@ -3,6 +3,7 @@
 # SECONDS; exits non-zero on a finding (crash, broken check, leak, timeout,
 # out of memory) and names the reproducer.  For CI: one line per target,
 #   fuzz/run.sh json_compact 30
+# run.sh --list: the targets (defined in fuzz/CMakeLists.txt), one a line.
 # Environment: FUZZ_BUILD_DIR (default <repo>/build-fuzz), FUZZ_CC (default
 # clang-14, else clang), FUZZ_JOBS (build parallelism, default 2), FUZZ_WERROR
 # (ON: warnings are errors, as scripts/test.sh runs it; default OFF).
@@ -11,20 +12,11 @@
 # $FUZZ_BUILD_DIR/fuzz-work/TARGET/artifacts/.
 set -eu
 
-TARGETS="proto_request_decode proto_pub_decode proto_reply_decode json_compact json_parse
-http_query_each http_head parse_u64 replay_text_array_parse"
-
 usage() {
-	echo "usage: $0 TARGET SECONDS" >&2
-	echo "targets: $(echo $TARGETS)" >&2
+	echo "usage: $0 TARGET SECONDS | $0 --list" >&2
+	[ -f "$build/fuzz/targets.txt" ] && echo "targets: $(cat "$build/fuzz/targets.txt" | tr '\n' ' ')" >&2
 	exit 2
 }
-
-[ $# -eq 2 ] || usage
-target=$1
-secs=$2
-case " $(echo $TARGETS) " in *" $target "*) ;; *) usage ;; esac
-case "$secs" in '' | *[!0-9]*) usage ;; esac
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
@@ -41,6 +33,19 @@ else
 	# an existing build dir keeps its compiler; the warning policy follows this run
 	cmake -S "$here" -B "$build" -DSTUDIO_WERROR="${FUZZ_WERROR:-OFF}" >/dev/null
 fi
+# The target list is fuzz/CMakeLists.txt's, written at configure time.
+TARGETS=$(cat "$build/fuzz/targets.txt")
+
+if [ $# -eq 1 ] && [ "$1" = --list ]; then
+	echo "$TARGETS"
+	exit 0
+fi
+[ $# -eq 2 ] || usage
+target=$1
+secs=$2
+case " $(echo $TARGETS) " in *" $target "*) ;; *) usage ;; esac
+case "$secs" in '' | *[!0-9]*) usage ;; esac
+
 cmake --build "$build" --target "fuzz_$target" -j"${FUZZ_JOBS:-2}" >/dev/null
 
 work=$build/fuzz-work/$target

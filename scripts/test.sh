@@ -48,8 +48,8 @@ fi
 # clang + libFuzzer): a short run per target; a finding fails the run.
 if [ "${STUDIO_TEST_FUZZ_S:-20}" != 0 ]; then
 	st_log "fuzzing each parser for ${STUDIO_TEST_FUZZ_S:-20}s"
-	for t in proto_request_decode proto_pub_decode proto_reply_decode json_compact json_parse \
-	         http_query_each http_head parse_u64 replay_text_array_parse; do
+	fuzz_targets=$(FUZZ_WERROR=ON bash fuzz/run.sh --list) || { status=1; fuzz_targets=; st_log "fuzz: configure FAILED"; }
+	for t in $fuzz_targets; do
 		FUZZ_WERROR=ON bash fuzz/run.sh "$t" "${STUDIO_TEST_FUZZ_S:-20}" >"build/fuzz-$t.log" 2>&1 ||
 			{ status=1; st_log "fuzz $t FAILED (build/fuzz-$t.log)"; tail -20 "build/fuzz-$t.log"; }
 	done
