@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # scripts/test.sh: the whole test run on a fresh Debian 12 machine (as root).
 #
-# Installs what is missing, builds three times, each with warnings as
-# errors (-DSTUDIO_WERROR=ON; a user's build leaves them warnings): build/
-# plain, build-release/ (Release, only built: a user's release build must
-# compile) and build-asan/ with ASan+UBSan, then starts a throwaway PostgreSQL 15 of its own under build/
-# (127.0.0.1, a free port, fsync off), exports STUDIO_TEST_PG_DSN and runs
-# ctest on both builds: everything on build/, everything but the
-# memory/throughput measurements (label measure) on build-asan/.  The server
-# is stopped at the end, also on failure or Ctrl-C.  Exit status: 0 only when
-# every test of both runs passed.
+# Installs what is missing, builds four times, each with warnings as errors
+# (-DSTUDIO_WERROR=ON; a user's build leaves them warnings): build/ plain,
+# build-release/ (Release, only built: a user's release build must compile),
+# build-asan/ with ASan+UBSan and build-tsan/ with TSan; starts a throwaway
+# PostgreSQL 15 of its own under build/ (127.0.0.1, a free port, fsync off),
+# exports STUDIO_TEST_PG_DSN and runs ctest: everything on build/, everything
+# but the memory/throughput measurements (label measure) and the valgrind run
+# (label nosan) on build-asan/, the multi-threaded tests on build-tsan/; then
+# fuzzes every parser briefly.  The server is stopped at the end, also on
+# failure or Ctrl-C.  Exit status: 0 only when every step passed.
 #
-# Environment: STUDIO_TEST_ONLY_PLAIN=1 skips the sanitizer build (local use);
+# Environment: STUDIO_TEST_ONLY_PLAIN=1 skips the sanitizer builds (local use);
 # CTEST_ARGS adds arguments to both ctest runs (e.g. CTEST_ARGS="-R it_e2e").
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -25,6 +26,7 @@ st_build "$ST_ROOT/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTUDIO_WERROR=ON
 st_build "$ST_ROOT/build-release" -DCMAKE_BUILD_TYPE=Release -DSTUDIO_WERROR=ON
 if [ "${STUDIO_TEST_ONLY_PLAIN:-0}" != 1 ]; then
 	st_build "$ST_ROOT/build-asan" -DCMAKE_BUILD_TYPE=Debug -DSTUDIO_SANITIZE=ON -DSTUDIO_WERROR=ON
+	st_build "$ST_ROOT/build-tsan" -DCMAKE_BUILD_TYPE=Debug -DSTUDIO_TSAN=ON -DSTUDIO_WERROR=ON
 fi
 
 trap 'st_pg_stop' EXIT
@@ -43,6 +45,14 @@ st_log "ctest on build/ (all tests)"
 if [ "${STUDIO_TEST_ONLY_PLAIN:-0}" != 1 ]; then
 	st_log "ctest on build-asan/ (all but labels measure and nosan)"
 	(cd build-asan && ctest --output-on-failure -j2 -LE "measure|nosan" "${extra[@]}") || status=1
+	# ThreadSanitizer on what shares data between threads: the edge with
+	# --threads 2 (label threads: frames shared by reference, atomics,
+	# mailboxes), the mailbox and the resolver.  A race aborts the program,
+	# which fails its test; tests/tsan.supp says what is suppressed and why.
+	st_log "ctest on build-tsan/ (label threads, st_mailbox_test, st_resolve_test)"
+	(cd build-tsan && TSAN_OPTIONS="suppressions=$ST_ROOT/tests/tsan.supp halt_on_error=1 abort_on_error=1" \
+		ctest --output-on-failure -j2 -R "^(it_threads_.*|st_mailbox_test|st_resolve_test)$" "${extra[@]}") ||
+		status=1
 fi
 # Coverage-guided fuzzing of every parser that takes outside input (fuzz/,
 # clang + libFuzzer): a short run per target; a finding fails the run.
