@@ -793,6 +793,67 @@ list_has_token(const char *v, const char *tok)
 }
 
 /*
+ * The request target (RFC 9112 3.2), already checked for spaces, controls
+ * and '#'; sets r->path and r->query (both point into t, or at constants).
+ *   origin-form    /path?query                 as is;
+ *   absolute-form  http://authority/path?query served as its path and query
+ *                  (a server MUST accept it, 3.2.2; the authority is not
+ *                  checked against our own: we are no proxy, and the Host
+ *                  header is not used either); an empty path is "/";
+ *   asterisk-form  *                           OPTIONS only (the server-wide
+ *                  OPTIONS, answered like a preflight);
+ *   authority-form host:port                   CONNECT only, which is not
+ *                  served: 405.
+ * Anything else is 400.
+ */
+static int
+target_parse(http_req *r, char *t, const char **detail)
+{
+	char *q;
+
+	if (*t == '*' && t[1] == '\0') {
+		if (strcmp(r->method, "OPTIONS") != 0) {
+			*detail = "the request target '*' is only for OPTIONS";
+			return 400;
+		}
+		r->path = t;
+		r->query = "";
+		return 0;
+	}
+	if (strcmp(r->method, "CONNECT") == 0) {
+		*detail = "this server serves GET, HEAD and OPTIONS";
+		return 405;
+	}
+	if (*t != '/') {
+		size_t sl = strncasecmp(t, "http://", 7) == 0 ? 7 : strncasecmp(t, "https://", 8) == 0 ? 8 : 0;
+		char *a = t + sl, *ae = a + strcspn(a, "/?");
+
+		/* RFC 9110 4.2.1: an http(s) URI has a non-empty host; 4.2.4: userinfo is an error. */
+		if (sl == 0 || ae == a || *a == ':' || memchr(a, '@', (size_t)(ae - a)) != NULL) {
+			*detail = "the request target must be a path ('/...'), an absolute http URI, or '*' for OPTIONS";
+			return 400;
+		}
+		if (*ae == '/') {
+			t = ae;
+		} else {
+			/* An empty path is "/" (RFC 9112 3.2.2); the query keeps its place. */
+			r->path = "/";
+			r->query = *ae == '?' ? ae + 1 : "";
+			return 0;
+		}
+	}
+	r->path = t;
+	q = strchr(t, '?');
+	if (q) {
+		*q = '\0';
+		r->query = q + 1;
+	} else {
+		r->query = "";
+	}
+	return 0;
+}
+
+/*
  * Parses r->buf (len bytes, ends with the blank line, NUL-terminated).
  * Returns 0 or the refusal status, with a static detail text.
  */
@@ -802,6 +863,7 @@ req_parse(http_req *r, size_t len, const char **detail)
 	char *p = r->buf, *end = r->buf + len, *nl, *sp1, *sp2, *q;
 	bool http10;
 	const char *v;
+	int status;
 
 	/* request line */
 	nl = memchr(p, '\n', (size_t)(end - p));
@@ -823,10 +885,6 @@ req_parse(http_req *r, size_t len, const char **detail)
 	for (q = sp1 + 1; q < sp2; q++)
 		if ((unsigned char)*q <= 0x20 || (unsigned char)*q >= 0x7f || *q == '#')
 			goto bad_line;
-	if (sp1[1] != '/') {
-		*detail = "the request target must start with '/'";
-		return 400;
-	}
 	v = sp2 + 1;
 	if (strcmp(v, "HTTP/1.1") == 0)
 		http10 = false;
@@ -839,14 +897,8 @@ req_parse(http_req *r, size_t len, const char **detail)
 	} else
 		goto bad_line;
 	r->method = p;
-	r->path = sp1 + 1;
-	q = strchr(sp1 + 1, '?');
-	if (q) {
-		*q = '\0';
-		r->query = q + 1;
-	} else {
-		r->query = "";
-	}
+	if ((status = target_parse(r, sp1 + 1, detail)) != 0)
+		return status;
 
 	/* header lines, up to the blank line */
 	for (p = nl + 1; p < end; p = nl + 1) {

@@ -1163,8 +1163,9 @@ streams_handle(streams *ss, http_req *req, bool ready)
 	s->state = ST_CHECKING;
 	s->hold = subq_new(ss->clock, &ss->dropped, true);
 	http_req_set_gone_cb(req, on_req_gone, s);
+	/* A numeric until bounds the count: events after it are never sent, so they cannot exceed the cap. */
 	s->job = replay_check(ss->pool, (const char *const *)s->topics, s->topic_lens, s->n_topics, s->after,
-	                      ss->cfg.replay_cap, on_check, s);
+	                      s->has_until && !s->until_head ? s->until : UINT64_MAX, ss->cfg.replay_cap, on_check, s);
 	if (s->job == NULL) {
 		st_counter_inc(ss->m_replay[RR_ERROR]);
 		refuse_retryable(ss, req, s->fmt, RF_UNAVAILABLE, "the replay queue is full; retry later");
