@@ -1193,8 +1193,41 @@ t_max_conns(void)
 	ST_CHECK(cl_read_resps(a, &b, &r, 1, 3000) == 1 && r.status == 200);
 	close(a);
 	close(c2);
-	st_buf_fini(&b);
 	http_server_free(s);
+
+	/* Two servers sharing one limit of 2 (as the loops of one address do): the third connection is refused. */
+	{
+		http_conn_limit *l = http_conn_limit_new(2);
+		http_server *s1 = NULL, *s2 = NULL;
+
+		ST_ASSERT(http_server_new_shared(base, "127.0.0.1:0", NULL, l, handler, NULL, &s1) == ST_OK);
+		ST_ASSERT(http_server_new_shared(base, "127.0.0.1:0", NULL, l, handler, NULL, &s2) == ST_OK);
+		a = cl_connect(http_server_port(s1));
+		c2 = cl_connect(http_server_port(s2));
+		pump_ms(50);
+		ST_CHECK(http_conn_limit_open(l) == 2);
+		c3 = cl_connect(http_server_port(s2));
+		st_buf_reset(&b);
+		ST_CHECK(cl_read_eof(c3, &b, 3000));
+		ST_CHECK(b.len == 0);
+		close(c3);
+		cl_puts(c2, "GET /hello HTTP/1.1\r\n\r\n");
+		ST_CHECK(cl_read_resps(c2, &b, &r, 1, 3000) == 1 && r.status == 200);
+		close(a);
+		pump_ms(50);
+		ST_CHECK(http_conn_limit_open(l) == 1);
+		a = cl_connect(http_server_port(s2));
+		st_buf_reset(&b);
+		cl_puts(a, "GET /hello HTTP/1.1\r\n\r\n");
+		ST_CHECK(cl_read_resps(a, &b, &r, 1, 3000) == 1 && r.status == 200);
+		close(a);
+		close(c2);
+		http_server_free(s1);
+		http_server_free(s2);
+		ST_CHECK(http_conn_limit_open(l) == 0);
+		http_conn_limit_free(l);
+	}
+	st_buf_fini(&b);
 }
 
 /* Idle streams: our struct plus what libevent holds per bufferevent. */

@@ -143,6 +143,7 @@ struct edge {
 	worker *w;                 /* n_workers */
 	size_t n_workers;
 	st_mailbox *inbox;         /* threads > 1: workers -> main */
+	http_conn_limit *conn_limit; /* threads > 1: one connection bound for every loop's server */
 	st_control *control;
 	struct event *ev_tick, *ev_head_retry, *ev_term, *ev_int, *ev_exit, *ev_flow;
 	pgpool_query *head_query;
@@ -670,7 +671,7 @@ worker_init(edge *e, worker *w, const char *dsn, const char *listen, const http_
 	if ((rv = pgpool_new(w->base, dsn, EDGE_WORKER_POOL_CONNS, &w->pool)) != ST_OK)
 		return rv;
 	w->streams = streams_new(w->base, w->pool, e->sm, st_clock_system(), scfg);
-	if ((rv = http_server_new_shared(w->base, listen, hcfg, http_cb, w, &w->http)) != ST_OK)
+	if ((rv = http_server_new_shared(w->base, listen, hcfg, e->conn_limit, http_cb, w, &w->http)) != ST_OK)
 		return rv;
 	http_server_set_delivery_histogram(w->http, e->m_delivery);
 	w->inbox = st_mailbox_new(w->base, worker_inbox_cb, w);
@@ -809,6 +810,7 @@ main(int argc, char **argv)
 	scfg.drain_grace_ms = e.drain_grace_ms;
 
 	hcfg.cors_origins = OPT("cors-origins")->sval;
+	/* Streams plus room for the ops endpoints and for refusals to be answered. */
 	hcfg.max_conns = scfg.max_streams + 1024;
 	if (!edge_threaded(&e)) {
 		worker *w = &e.w[0];
@@ -825,6 +827,7 @@ main(int argc, char **argv)
 
 		e.inbox = st_mailbox_new(e.base, main_inbox_cb, &e);
 		ST_ASSERT(e.inbox != NULL);
+		e.conn_limit = http_conn_limit_new(hcfg.max_conns);
 		snprintf(bound, sizeof(bound), "%s", listen);
 		for (size_t i = 0; i < e.n_workers; i++) {
 			if ((rv = worker_init(&e, &e.w[i], OPT("pg-dsn")->sval, bound, &hcfg, &scfg)) != ST_OK)
@@ -896,6 +899,7 @@ main(int argc, char **argv)
 	sequencer_free(e.seq);
 	pgpool_free(e.pool);
 	st_mailbox_free(e.inbox);
+	http_conn_limit_free(e.conn_limit);
 	free(e.w);
 	streams_metrics_free(e.sm);
 	event_free(e.ev_tick);

@@ -1029,8 +1029,18 @@ stream_link(streams *ss, stream *s)
 			ss->until_head->uprev = s;
 		ss->until_head = s;
 	}
-	/* Deltas, not a set: other loops' registries count into the same gauge. */
-	st_gauge_add(ss->m_open, 1);
+	/* The slot was reserved in the gauge by stream_slot_reserve; stream_unlink gives it back. */
+}
+
+/* One slot of --max-streams in the gauge every loop shares (deltas, not a set). */
+static bool
+stream_slot_reserve(streams *ss)
+{
+	if (ss->cfg.max_streams == 0) {
+		st_gauge_add(ss->m_open, 1);
+		return true;
+	}
+	return st_gauge_inc_below(ss->m_open, (int64_t)ss->cfg.max_streams);
 }
 
 static void
@@ -1130,8 +1140,15 @@ streams_handle(streams *ss, http_req *req, bool ready)
 		refuse_retryable(ss, req, s->fmt, RF_NOT_READY, "this edge is not ready yet");
 		goto refuse;
 	}
-	/* The shared gauge: the bound is the edge's, whichever loop took the connection. */
-	if (ss->cfg.max_streams && st_gauge_get(ss->m_open) >= (int64_t)ss->cfg.max_streams) {
+	/*
+	 * The shared gauge: the bound is the edge's, whichever loop took the
+	 * connection.  A GET reserves its slot in one atomic step (check and
+	 * add), so loops accepting at the same moment cannot both take the
+	 * last one; stream_link takes the reserved slot over.  A HEAD opens no
+	 * stream: it only looks.
+	 */
+	if (s->is_head ? ss->cfg.max_streams && st_gauge_get(ss->m_open) >= (int64_t)ss->cfg.max_streams
+	               : !stream_slot_reserve(ss)) {
 		refuse_retryable(ss, req, s->fmt, RF_OVERLOADED, "this edge serves its maximum of streams");
 		goto refuse;
 	}
