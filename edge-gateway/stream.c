@@ -55,7 +55,9 @@
  * this much queued, caught up again under STREAM_CAUGHT_UP frames; it holds
  * the edge's intake back only while its socket keeps taking bytes (none for
  * STREAM_STALL_MS: stalled, no longer honoured) and for at most
- * STREAM_HONOUR_MS in any STREAM_HONOUR_WINDOW_MS.
+ * STREAM_HONOUR_MS in any STREAM_HONOUR_WINDOW_MS.  That bounds one
+ * stream; what all streams ask together is bounded by the caller's budget
+ * (flow.h, edge-gateway main.c).
  */
 #define STREAM_BEHIND_FRAMES 256
 #define STREAM_BEHIND_BYTES (256u * 1024)
