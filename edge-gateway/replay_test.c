@@ -196,6 +196,16 @@ t_check(void)
 	ST_CHECK_EQ_U64(g.count, 3);
 	check(&g, t, l, 2, 10, 5);
 	ST_CHECK_EQ_U64(g.count, 0);
+	/* until bounds the count (events after it are never sent); d stays the head */
+	memset(&g, 0, sizeof(g));
+	ST_CHECK(replay_check(P, t, l, 1, 0, 6, 100, on_check, &g) != NULL);
+	ST_CHECK(run_until(&g.done_cb, 10000));
+	ST_CHECK_EQ_U64(g.count, 3); /* t1: 1 2 6 */
+	ST_CHECK_EQ_U64(g.d, 10);
+	memset(&g, 0, sizeof(g));
+	ST_CHECK(replay_check(P, t, l, 1, 1, 5, 100, on_check, &g) != NULL);
+	ST_CHECK(run_until(&g.done_cb, 10000));
+	ST_CHECK_EQ_U64(g.count, 1); /* t1: 2 */
 	ST_CHECK(sql("INSERT INTO broker_meta (id, horizon, schema_version) VALUES (1, 3, 1)"));
 	check(&g, t, l, 2, 0, 100);
 	ST_CHECK_EQ_U64(g.horizon, 3);
