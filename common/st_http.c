@@ -64,6 +64,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,7 +156,8 @@ struct http_server {
 	char *cors;
 	size_t max_head;
 	uint32_t head_timeout_ms;
-	uint32_t max_conns;
+	http_conn_limit *limit;   /* cfg's (borrowed) or own_limit */
+	http_conn_limit *own_limit;
 	uint32_t nconns;
 	int port;
 	int cb_depth; /* > 0 while a user callback of this server runs */
@@ -376,6 +378,8 @@ static void req_free(http_req *r);
 static void out_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg);
 
 /* The only place a connection is freed; never called under a callback of c. */
+static void limit_put(http_conn_limit *l);
+
 static void
 conn_destroy(http_stream *c, bool force_abrupt)
 {
@@ -390,6 +394,7 @@ conn_destroy(http_stream *c, bool force_abrupt)
 	out_leave(c);
 	list_remove(&s->all, c, L_ALL);
 	s->nconns--;
+	limit_put(s->limit);
 	/* libevent 2.1 finalizes a freed bufferevent from the loop: the socket
 	 * closes and write_ref cleanups run shortly after (or in
 	 * event_base_free), possibly after on_close below.  Nothing of ours may
@@ -793,6 +798,67 @@ list_has_token(const char *v, const char *tok)
 }
 
 /*
+ * The request target (RFC 9112 3.2), already checked for spaces, controls
+ * and '#'; sets r->path and r->query (both point into t, or at constants).
+ *   origin-form    /path?query                 as is;
+ *   absolute-form  http://authority/path?query served as its path and query
+ *                  (a server MUST accept it, 3.2.2; the authority is not
+ *                  checked against our own: we are no proxy, and the Host
+ *                  header is not used either); an empty path is "/";
+ *   asterisk-form  *                           OPTIONS only (the server-wide
+ *                  OPTIONS, answered like a preflight);
+ *   authority-form host:port                   CONNECT only, which is not
+ *                  served: 405.
+ * Anything else is 400.
+ */
+static int
+target_parse(http_req *r, char *t, const char **detail)
+{
+	char *q;
+
+	if (*t == '*' && t[1] == '\0') {
+		if (strcmp(r->method, "OPTIONS") != 0) {
+			*detail = "the request target '*' is only for OPTIONS";
+			return 400;
+		}
+		r->path = t;
+		r->query = "";
+		return 0;
+	}
+	if (strcmp(r->method, "CONNECT") == 0) {
+		*detail = "this server serves GET, HEAD and OPTIONS";
+		return 405;
+	}
+	if (*t != '/') {
+		size_t sl = strncasecmp(t, "http://", 7) == 0 ? 7 : strncasecmp(t, "https://", 8) == 0 ? 8 : 0;
+		char *a = t + sl, *ae = a + strcspn(a, "/?");
+
+		/* RFC 9110 4.2.1: an http(s) URI has a non-empty host; 4.2.4: userinfo is an error. */
+		if (sl == 0 || ae == a || *a == ':' || memchr(a, '@', (size_t)(ae - a)) != NULL) {
+			*detail = "the request target must be a path ('/...'), an absolute http URI, or '*' for OPTIONS";
+			return 400;
+		}
+		if (*ae == '/') {
+			t = ae;
+		} else {
+			/* An empty path is "/" (RFC 9112 3.2.2); the query keeps its place. */
+			r->path = "/";
+			r->query = *ae == '?' ? ae + 1 : "";
+			return 0;
+		}
+	}
+	r->path = t;
+	q = strchr(t, '?');
+	if (q) {
+		*q = '\0';
+		r->query = q + 1;
+	} else {
+		r->query = "";
+	}
+	return 0;
+}
+
+/*
  * Parses r->buf (len bytes, ends with the blank line, NUL-terminated).
  * Returns 0 or the refusal status, with a static detail text.
  */
@@ -802,6 +868,7 @@ req_parse(http_req *r, size_t len, const char **detail)
 	char *p = r->buf, *end = r->buf + len, *nl, *sp1, *sp2, *q;
 	bool http10;
 	const char *v;
+	int status;
 
 	/* request line */
 	nl = memchr(p, '\n', (size_t)(end - p));
@@ -823,10 +890,6 @@ req_parse(http_req *r, size_t len, const char **detail)
 	for (q = sp1 + 1; q < sp2; q++)
 		if ((unsigned char)*q <= 0x20 || (unsigned char)*q >= 0x7f || *q == '#')
 			goto bad_line;
-	if (sp1[1] != '/') {
-		*detail = "the request target must start with '/'";
-		return 400;
-	}
 	v = sp2 + 1;
 	if (strcmp(v, "HTTP/1.1") == 0)
 		http10 = false;
@@ -839,14 +902,8 @@ req_parse(http_req *r, size_t len, const char **detail)
 	} else
 		goto bad_line;
 	r->method = p;
-	r->path = sp1 + 1;
-	q = strchr(sp1 + 1, '?');
-	if (q) {
-		*q = '\0';
-		r->query = q + 1;
-	} else {
-		r->query = "";
-	}
+	if ((status = target_parse(r, sp1 + 1, detail)) != 0)
+		return status;
 
 	/* header lines, up to the blank line */
 	for (p = nl + 1; p < end; p = nl + 1) {
@@ -1177,6 +1234,53 @@ out_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 
 /* --------------------------------------------------------------- server */
 
+struct http_conn_limit {
+	_Atomic uint32_t open;
+	uint32_t max;
+};
+
+http_conn_limit *
+http_conn_limit_new(uint32_t max)
+{
+	http_conn_limit *l = st_xcalloc(1, sizeof(*l));
+
+	atomic_init(&l->open, 0);
+	l->max = max;
+	return l;
+}
+
+void
+http_conn_limit_free(http_conn_limit *l)
+{
+	free(l);
+}
+
+uint32_t
+http_conn_limit_open(const http_conn_limit *l)
+{
+	return atomic_load(&((http_conn_limit *)l)->open);
+}
+
+/* A slot, or false at the bound: check and take in one step, whichever loop asks. */
+static bool
+limit_take(http_conn_limit *l)
+{
+	uint32_t v = atomic_load_explicit(&l->open, memory_order_relaxed);
+
+	do {
+		if (v >= l->max)
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(&l->open, &v, v + 1, memory_order_relaxed,
+	                                                memory_order_relaxed));
+	return true;
+}
+
+static void
+limit_put(http_conn_limit *l)
+{
+	atomic_fetch_sub_explicit(&l->open, 1, memory_order_relaxed);
+}
+
 static void
 accept_cb(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
 {
@@ -1188,12 +1292,13 @@ accept_cb(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *sa, i
 
 	(void)lis;
 	(void)salen;
-	if (s->nconns >= s->max_conns) {
+	if (!limit_take(s->limit)) {
 		evutil_closesocket(fd);
 		return;
 	}
 	bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
 	if (!bev) {
+		limit_put(s->limit);
 		evutil_closesocket(fd);
 		return;
 	}
@@ -1294,7 +1399,7 @@ http_listen_parse(const char *listen, struct sockaddr_storage *ss, int *sslen)
 /* reuse_port: SO_REUSEPORT, so several servers (one per loop thread) share the address. */
 static st_err
 server_create(struct event_base *base, const char *listen, const http_server_config *cfg, bool reuse_port,
-              http_handler_fn fn, void *arg, http_server **out)
+              http_conn_limit *limit, http_handler_fn fn, void *arg, http_server **out)
 {
 	struct sockaddr_storage ss;
 	int sslen = (int)sizeof(ss);
@@ -1311,7 +1416,12 @@ server_create(struct event_base *base, const char *listen, const http_server_con
 	s->max_head = cfg && cfg->max_header_bytes ? cfg->max_header_bytes : 8192;
 	s->max_head = ST_MAX(ST_MIN(s->max_head, (size_t)HTTP_HEAD_MAX), (size_t)HTTP_HEAD_MIN);
 	s->head_timeout_ms = cfg && cfg->header_timeout_ms ? cfg->header_timeout_ms : 10000;
-	s->max_conns = cfg && cfg->max_conns ? cfg->max_conns : 100000;
+	if (limit) {
+		s->limit = limit;
+	} else {
+		s->own_limit = http_conn_limit_new(cfg && cfg->max_conns ? cfg->max_conns : 100000);
+		s->limit = s->own_limit;
+	}
 	if (cfg && cfg->cors_origins && *cfg->cors_origins)
 		s->cors = st_xstrdup(cfg->cors_origins);
 	s->defer_ev = event_new(base, -1, 0, defer_cb, s);
@@ -1352,14 +1462,14 @@ st_err
 http_server_new(struct event_base *base, const char *listen, const http_server_config *cfg, http_handler_fn fn,
                 void *arg, http_server **out)
 {
-	return server_create(base, listen, cfg, false, fn, arg, out);
+	return server_create(base, listen, cfg, false, NULL, fn, arg, out);
 }
 
 st_err
 http_server_new_shared(struct event_base *base, const char *listen, const http_server_config *cfg,
-                       http_handler_fn fn, void *arg, http_server **out)
+                       http_conn_limit *limit, http_handler_fn fn, void *arg, http_server **out)
 {
-	return server_create(base, listen, cfg, true, fn, arg, out);
+	return server_create(base, listen, cfg, true, limit, fn, arg, out);
 }
 
 void
@@ -1386,6 +1496,7 @@ http_server_free(http_server *s)
 	if (s->retry_ev)
 		event_free(s->retry_ev);
 	free(s->cors);
+	http_conn_limit_free(s->own_limit);
 	free(s);
 }
 

@@ -13,7 +13,8 @@
  *   - the whole head must arrive within header_timeout_ms of the accept (or
  *     of the previous response on a kept-alive connection): closed;
  *   - request bodies are not accepted (Content-Length > 0 or chunked): 413;
- *   - more than max_conns open connections: the new one is closed at once.
+ *   - more than max_conns open connections (of this server, or of every
+ *     server sharing one http_conn_limit): the new one is closed at once.
  *
  * Responses use "Connection: close" when the request said so or was
  * HTTP/1.0; plain responses keep the connection alive otherwise.  Streams
@@ -31,7 +32,8 @@
  *
  * Threads: everything here runs on the loop thread of the server's base.
  * A program with several loops makes one server per loop
- * (http_server_new_shared); servers share nothing.
+ * (http_server_new_shared); servers share nothing but the connection
+ * limit (an atomic).
  */
 #ifndef ST_HTTP_H
 #define ST_HTTP_H
@@ -47,10 +49,21 @@ typedef struct http_server http_server;
 typedef struct http_req http_req;
 typedef struct http_stream http_stream;
 
+/*
+ * A bound on open connections that several servers share (one per loop
+ * thread of a program): a connection takes a slot with a compare-and-swap
+ * at accept, so the servers together never exceed max, and gives it back
+ * when it is freed.  Thread-safe; must outlive every server given it.
+ */
+typedef struct http_conn_limit http_conn_limit;
+http_conn_limit *http_conn_limit_new(uint32_t max);
+void http_conn_limit_free(http_conn_limit *l); /* NULL-safe */
+uint32_t http_conn_limit_open(const http_conn_limit *l);
+
 typedef struct http_server_config {
 	size_t max_header_bytes;     /* 0 = 8192 */
 	uint32_t header_timeout_ms;  /* 0 = 10000 */
-	uint32_t max_conns;          /* 0 = 100000 */
+	uint32_t max_conns;          /* 0 = 100000; a shared server's limit replaces it */
 	const char *cors_origins;    /* NULL/"" = no CORS headers; copied */
 } http_server_config;
 
@@ -72,11 +85,14 @@ st_err http_server_new(struct event_base *base, const char *listen, const http_s
  * own loop thread, may listen on one address and the kernel spreads new
  * connections among them.  Every server sharing the address must be made
  * with this call (a port of 0 binds a fresh port: give the others the port
- * http_server_port reports).  A separate entry point rather than a field of
- * http_server_config, so existing positional initializers stay complete.
+ * http_server_port reports).  limit (borrowed, may be NULL: cfg->max_conns
+ * for this server alone) bounds the connections of every server given it
+ * together: the address is one service, so its bound is one too.  A
+ * separate entry point rather than fields of http_server_config, so
+ * existing positional initializers stay complete.
  */
 st_err http_server_new_shared(struct event_base *base, const char *listen, const http_server_config *cfg,
-                              http_handler_fn fn, void *arg, http_server **out);
+                              http_conn_limit *limit, http_handler_fn fn, void *arg, http_server **out);
 /* Closes the listener and every connection at once (streams get on_close). NULL-safe. */
 void http_server_free(http_server *s);
 /*

@@ -648,6 +648,53 @@ t_options_cors(void)
 	http_server_free(star);
 }
 
+/*
+ * RFC 9112 3.2: the absolute-form is served as its path and query (a
+ * server MUST accept it); '*' is OPTIONS's (answered like a preflight).
+ */
+static void
+t_target_forms(void)
+{
+	http_server *s = server_new(NULL);
+	int fd = cl_connect(http_server_port(s));
+	st_buf b;
+	resp r;
+	char v[128], req[256];
+	int calls0 = T.calls;
+
+	st_buf_init(&b);
+	snprintf(req, sizeof(req), "GET http://127.0.0.1:%d/hdr?a=1 HTTP/1.1\r\nHost: other\r\nX-Test: abs\r\n\r\n",
+	         http_server_port(s));
+	cl_puts(fd, req);
+	ST_CHECK(cl_read_resps(fd, &b, &r, 1, 3000) == 1);
+	ST_CHECK(r.status == 200);
+	ST_CHECK_MEM(r.body, r.blen, "abs|a=1|GET");
+
+	st_buf_reset(&b);
+	cl_puts(fd, "GET HTTPS://[::1]:8443/hdr HTTP/1.1\r\n\r\n");
+	ST_CHECK(cl_read_resps(fd, &b, &r, 1, 3000) == 1);
+	ST_CHECK(r.status == 200);
+	ST_CHECK_MEM(r.body, r.blen, "(none)||GET");
+
+	/* An empty path is "/" and the query keeps its place. */
+	st_buf_reset(&b);
+	cl_puts(fd, "GET http://x.example?z=1 HTTP/1.1\r\n\r\n");
+	ST_CHECK(cl_read_resps(fd, &b, &r, 1, 3000) == 1);
+	ST_CHECK(r.status == 404);
+	ST_CHECK(T.calls == calls0 + 3);
+
+	/* OPTIONS * is the server-wide OPTIONS: 204 with Allow, no handler. */
+	st_buf_reset(&b);
+	cl_puts(fd, "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n");
+	ST_CHECK(cl_read_resps(fd, &b, &r, 1, 3000) == 1);
+	ST_CHECK(r.status == 204);
+	ST_CHECK_STR(hdr(&r, "Allow", v, sizeof(v)), "GET, HEAD, OPTIONS");
+	ST_CHECK(T.calls == calls0 + 3);
+	close(fd);
+	st_buf_fini(&b);
+	http_server_free(s);
+}
+
 /* Sends raw bytes on a fresh connection, expects a refusal and EOF. */
 static void
 expect_refusal(http_server *s, const char *req, size_t len, int status)
@@ -682,8 +729,14 @@ t_refusals(void)
 	} tab[] = {
 		{ "GET\r\n\r\n", 400 },
 		{ "GET /  HTTP/1.1\r\n\r\n", 400 },
-		{ "GET http://x/ HTTP/1.1\r\n\r\n", 400 },
 		{ "GET * HTTP/1.1\r\n\r\n", 400 },
+		{ "GET x:443 HTTP/1.1\r\n\r\n", 400 },
+		{ "GET ftp://x/hello HTTP/1.1\r\n\r\n", 400 },
+		{ "GET http:///hello HTTP/1.1\r\n\r\n", 400 },
+		{ "GET http://:80/hello HTTP/1.1\r\n\r\n", 400 },
+		{ "GET http://u:p@x/hello HTTP/1.1\r\n\r\n", 400 },
+		{ "GET hello HTTP/1.1\r\n\r\n", 400 },
+		{ "CONNECT x.example:443 HTTP/1.1\r\n\r\n", 405 },
 		{ "GET / HTTP/2.0\r\n\r\n", 505 },
 		{ "GET / HTTP/1.1 x\r\n\r\n", 400 },
 		{ "GET / FOO/1.1\r\n\r\n", 400 },
@@ -1140,8 +1193,41 @@ t_max_conns(void)
 	ST_CHECK(cl_read_resps(a, &b, &r, 1, 3000) == 1 && r.status == 200);
 	close(a);
 	close(c2);
-	st_buf_fini(&b);
 	http_server_free(s);
+
+	/* Two servers sharing one limit of 2 (as the loops of one address do): the third connection is refused. */
+	{
+		http_conn_limit *l = http_conn_limit_new(2);
+		http_server *s1 = NULL, *s2 = NULL;
+
+		ST_ASSERT(http_server_new_shared(base, "127.0.0.1:0", NULL, l, handler, NULL, &s1) == ST_OK);
+		ST_ASSERT(http_server_new_shared(base, "127.0.0.1:0", NULL, l, handler, NULL, &s2) == ST_OK);
+		a = cl_connect(http_server_port(s1));
+		c2 = cl_connect(http_server_port(s2));
+		pump_ms(50);
+		ST_CHECK(http_conn_limit_open(l) == 2);
+		c3 = cl_connect(http_server_port(s2));
+		st_buf_reset(&b);
+		ST_CHECK(cl_read_eof(c3, &b, 3000));
+		ST_CHECK(b.len == 0);
+		close(c3);
+		cl_puts(c2, "GET /hello HTTP/1.1\r\n\r\n");
+		ST_CHECK(cl_read_resps(c2, &b, &r, 1, 3000) == 1 && r.status == 200);
+		close(a);
+		pump_ms(50);
+		ST_CHECK(http_conn_limit_open(l) == 1);
+		a = cl_connect(http_server_port(s2));
+		st_buf_reset(&b);
+		cl_puts(a, "GET /hello HTTP/1.1\r\n\r\n");
+		ST_CHECK(cl_read_resps(a, &b, &r, 1, 3000) == 1 && r.status == 200);
+		close(a);
+		close(c2);
+		http_server_free(s1);
+		http_server_free(s2);
+		ST_CHECK(http_conn_limit_open(l) == 0);
+		http_conn_limit_free(l);
+	}
+	st_buf_fini(&b);
 }
 
 /* Idle streams: our struct plus what libevent holds per bufferevent. */
@@ -1212,6 +1298,7 @@ main(void)
 	RUN(t_head);
 	RUN(t_options_cors);
 	RUN(t_refusals);
+	RUN(t_target_forms);
 	RUN(t_header_timeout);
 	RUN(t_stream_big);
 	RUN(t_stream_client_close);

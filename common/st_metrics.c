@@ -195,6 +195,18 @@ st_gauge_add(st_gauge *g, int64_t delta)
 	atomic_fetch_add_explicit(&g->v, delta, memory_order_relaxed);
 }
 
+bool
+st_gauge_inc_below(st_gauge *g, int64_t max)
+{
+	int64_t v = atomic_load_explicit(&g->v, memory_order_relaxed);
+
+	do {
+		if (v >= max)
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(&g->v, &v, v + 1, memory_order_relaxed, memory_order_relaxed));
+	return true;
+}
+
 int64_t
 st_gauge_get(const st_gauge *g)
 {

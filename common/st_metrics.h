@@ -15,6 +15,7 @@
 #ifndef ST_METRICS_H
 #define ST_METRICS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,6 +41,9 @@ uint64_t st_counter_get(const st_counter *c);
 void st_gauge_set(st_gauge *g, int64_t v);
 void st_gauge_add(st_gauge *g, int64_t delta);
 int64_t st_gauge_get(const st_gauge *g);
+/* Adds 1 unless the value is already >= max (checked and added in one atomic step,
+ * so threads sharing g never pass max together); true when it added. */
+bool st_gauge_inc_below(st_gauge *g, int64_t max);
 
 void st_histogram_observe(st_histogram *h, double v);
 

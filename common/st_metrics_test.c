@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 static void
@@ -186,6 +187,52 @@ t_threads(void)
 	st_metrics_free(m);
 }
 
+/*
+ * --max-streams across loops: threads take and give back slots under a
+ * bound; with check-then-add two threads could both take the last slot.
+ */
+#define SLOT_MAX 8
+struct slots {
+	st_gauge *g;
+	_Atomic int64_t over;  /* times a taker saw more than SLOT_MAX held */
+};
+
+static void *
+taker(void *arg)
+{
+	struct slots *sl = arg;
+
+	for (int i = 0; i < PER_THREAD; i++) {
+		if (!st_gauge_inc_below(sl->g, SLOT_MAX))
+			continue;
+		if (st_gauge_get(sl->g) > SLOT_MAX)
+			atomic_fetch_add(&sl->over, 1);
+		st_gauge_add(sl->g, -1);
+	}
+	return NULL;
+}
+
+static void
+t_inc_below(void)
+{
+	st_metrics *m = st_metrics_new();
+	struct slots sl = { st_metrics_gauge(m, "open", NULL, "o"), 0 };
+	pthread_t t[NTHREADS];
+
+	st_gauge_set(sl.g, SLOT_MAX - 1);
+	ST_CHECK(st_gauge_inc_below(sl.g, SLOT_MAX));
+	ST_CHECK(!st_gauge_inc_below(sl.g, SLOT_MAX));
+	ST_CHECK(st_gauge_get(sl.g) == SLOT_MAX);
+	st_gauge_set(sl.g, SLOT_MAX - 2); /* two slots free, NTHREADS racing for them */
+	for (int i = 0; i < NTHREADS; i++)
+		pthread_create(&t[i], NULL, taker, &sl);
+	for (int i = 0; i < NTHREADS; i++)
+		pthread_join(t[i], NULL);
+	ST_CHECK(atomic_load(&sl.over) == 0);
+	ST_CHECK(st_gauge_get(sl.g) == SLOT_MAX - 2);
+	st_metrics_free(m);
+}
+
 int
 main(void)
 {
@@ -194,5 +241,6 @@ main(void)
 	ST_RUN(t_double_format);
 	ST_RUN(t_double_table);
 	ST_RUN(t_threads);
+	ST_RUN(t_inc_below);
 	return st_test_done();
 }

@@ -32,10 +32,13 @@
  *
  * Flow control must see every worker.  Each worker evaluates its own
  * streams_backpressure on its loop (after each batch, and every
- * EDGE_FLOW_MS while it is behind) into an atomic flag; main pauses sub
- * while a flag is set or a worker has EDGE_INFLIGHT_MAX batches not yet
- * fanned out (with several loops main would otherwise read ahead of the
- * fan-out, which is what reading one message per turn prevents).  A worker
+ * EDGE_FLOW_MS while it is behind) into an atomic flag; main asks for a
+ * pause while a flag is set or a worker has EDGE_INFLIGHT_MAX batches not
+ * yet fanned out (with several loops main would otherwise read ahead of the
+ * fan-out, which is what reading one message per turn prevents), and the
+ * pause is granted under the one budget of flow.h; a worker with
+ * EDGE_MAILBOX_MAX batches queued holds the intake whatever the budget, so
+ * no mailbox grows without bound.  A worker
  * whose state frees the intake wakes main through main's mailbox, only if
  * main asked (flow_wait), so the wake-ups cannot flood; the EDGE_FLOW_MS
  * re-check stays as the safety net.
@@ -65,6 +68,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flow.h"
 #include "frame.h"
 #include "pgpool.h"
 #include "replay.h"
@@ -92,8 +96,11 @@
 #define EDGE_FILL_BYTES (256u * 1024)
 #define EDGE_HEAD_RETRY_MS 500
 #define EDGE_FLOW_MS 5
-/* threads > 1: batches main may have posted to a worker before it fanned them out. */
+/* threads > 1: batches main may have posted to a worker before it fanned them out
+ * (a request for a pause, under the flow budget)... */
 #define EDGE_INFLIGHT_MAX 2
+/* ... and the hard bound of a worker's mailbox: main stops reading whatever the budget. */
+#define EDGE_MAILBOX_MAX 64
 
 typedef struct edge edge;
 
@@ -143,10 +150,14 @@ struct edge {
 	worker *w;                 /* n_workers */
 	size_t n_workers;
 	st_mailbox *inbox;         /* threads > 1: workers -> main */
+	http_conn_limit *conn_limit; /* threads > 1: one connection bound for every loop's server */
 	st_control *control;
 	struct event *ev_tick, *ev_head_retry, *ev_term, *ev_int, *ev_exit, *ev_flow;
 	pgpool_query *head_query;
 	replay_job *fill_job;
+	flow_budget *flow;         /* the pause budget of the intake (flow.h) */
+	bool held;                 /* the intake is paused (the last flow decision) */
+	uint64_t paused_exported;  /* flow_budget_paused_ms already counted */
 	_Atomic uint64_t last_msg_ms; /* monotonic ms of the last batch or tick, 0 = never */
 	atomic_bool db_up;         /* threads > 1: main's pool is up (updated on the tick) */
 	atomic_bool draining_flag; /* set once by main; read by every loop */
@@ -161,6 +172,7 @@ struct edge {
 	uint32_t drain_grace_ms;
 	bool exiting;
 	st_counter *m_msgs, *m_bad_msgs, *m_gap_fills, *m_filled, *m_dups, *m_fill_errors, *m_held_dropped;
+	st_counter *m_paused;      /* ms the intake was paused */
 	st_gauge *m_held, *m_head;
 	st_histogram *m_delivery;  /* given to every worker's HTTP server */
 	sequencer_stats seen;      /* the sequencer's counters already exported */
@@ -299,30 +311,44 @@ on_pub(void *arg, const void *data, size_t len)
 
 /*
  * Flow control: while a stream catches up on a burst, published messages
- * wait in nng's queue; re-checked every EDGE_FLOW_MS.
+ * wait in nng's queue; re-checked every EDGE_FLOW_MS while paused.  What
+ * the streams (and the workers behind on fan-out) ask for is granted under
+ * one budget for all of them (flow.h); a worker's mailbox at its hard bound
+ * holds the intake whatever the budget.  Gap fills and the sequencer's
+ * release of held messages feed the same fan-out, so they wait while the
+ * intake is held (tick_cb).
  */
 static void
 edge_flow_check(edge *e)
 {
 	struct timeval tv = { 0, EDGE_FLOW_MS * 1000 };
-	bool hold = false;
+	bool want = false, must = false;
+	uint64_t paused;
 
 	if (!edge_threaded(e)) {
-		hold = streams_backpressure(e->w[0].streams);
+		want = streams_backpressure(e->w[0].streams);
 	} else {
 		/*
 		 * Ask for a wake-up before looking: a worker that frees the intake
 		 * after our look sees the request (seq_cst), so no wake is lost.
 		 */
 		atomic_store(&e->flow_wait, true);
-		for (size_t i = 0; i < e->n_workers && !hold; i++)
-			hold = atomic_load(&e->w[i].behind) || atomic_load(&e->w[i].inflight) >= EDGE_INFLIGHT_MAX;
-		if (!hold)
-			atomic_store(&e->flow_wait, false);
+		for (size_t i = 0; i < e->n_workers; i++) {
+			unsigned inflight = atomic_load(&e->w[i].inflight);
+
+			want = want || atomic_load(&e->w[i].behind) || inflight >= EDGE_INFLIGHT_MAX;
+			must = must || inflight >= EDGE_MAILBOX_MAX;
+		}
 	}
-	sub_pause(e->sub, hold);
-	if (hold && !event_pending(e->ev_flow, EV_TIMEOUT, NULL))
+	e->held = flow_budget_decide(e->flow, want, must);
+	if (edge_threaded(e) && !e->held)
+		atomic_store(&e->flow_wait, false);
+	sub_pause(e->sub, e->held);
+	if (e->held && !event_pending(e->ev_flow, EV_TIMEOUT, NULL))
 		event_add(e->ev_flow, &tv);
+	paused = flow_budget_paused_ms(e->flow);
+	st_counter_add(e->m_paused, paused - e->paused_exported);
+	e->paused_exported = paused;
 }
 
 static void
@@ -355,7 +381,9 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	sequencer_on_timer(e->seq);
+	/* Fills and held releases are fan-out like a message read: not while the intake is held. */
+	if (!e->held)
+		sequencer_on_timer(e->seq);
 	edge_export_stats(e);
 	if (edge_threaded(e))
 		atomic_store(&e->db_up, pgpool_ready(e->pool));
@@ -670,7 +698,7 @@ worker_init(edge *e, worker *w, const char *dsn, const char *listen, const http_
 	if ((rv = pgpool_new(w->base, dsn, EDGE_WORKER_POOL_CONNS, &w->pool)) != ST_OK)
 		return rv;
 	w->streams = streams_new(w->base, w->pool, e->sm, st_clock_system(), scfg);
-	if ((rv = http_server_new_shared(w->base, listen, hcfg, http_cb, w, &w->http)) != ST_OK)
+	if ((rv = http_server_new_shared(w->base, listen, hcfg, e->conn_limit, http_cb, w, &w->http)) != ST_OK)
 		return rv;
 	http_server_set_delivery_histogram(w->http, e->m_delivery);
 	w->inbox = st_mailbox_new(w->base, worker_inbox_cb, w);
@@ -781,6 +809,8 @@ main(int argc, char **argv)
 	                                     "Gap fills that failed and were retried.");
 	e.m_held_dropped = st_metrics_counter(e.metrics, "studio_sequencer_held_dropped_total", NULL,
 	                                      "Events dropped from the out-of-order hold (a fill recovers them).");
+	e.m_paused = st_metrics_counter(e.metrics, "studio_edge_intake_paused_ms_total", NULL,
+	                                "Milliseconds the edge stopped reading published messages (flow control).");
 	e.m_held = st_metrics_gauge(e.metrics, "studio_sequencer_held", NULL, "Events held behind a gap now.");
 	e.m_head = st_metrics_gauge(e.metrics, "studio_history_head", NULL, "The newest seq of the ordered history.");
 	{
@@ -803,12 +833,14 @@ main(int argc, char **argv)
 	                     &e.pool)) != ST_OK)
 		st_config_fail("edge-gateway", "--pg-dsn: %s", st_err_str(rv));
 	(void)sequencer_new(st_clock_system(), on_emit, on_fill, &e, &e.seq);
+	e.flow = flow_budget_new(st_clock_system());
 	scfg.replay_cap = (uint64_t)OPT("replay-cap")->ival;
 	scfg.heartbeat_ms = (uint32_t)OPT("heartbeat-s")->ival * 1000;
 	scfg.max_streams = (uint32_t)OPT("max-streams")->ival;
 	scfg.drain_grace_ms = e.drain_grace_ms;
 
 	hcfg.cors_origins = OPT("cors-origins")->sval;
+	/* Streams plus room for the ops endpoints and for refusals to be answered. */
 	hcfg.max_conns = scfg.max_streams + 1024;
 	if (!edge_threaded(&e)) {
 		worker *w = &e.w[0];
@@ -825,6 +857,7 @@ main(int argc, char **argv)
 
 		e.inbox = st_mailbox_new(e.base, main_inbox_cb, &e);
 		ST_ASSERT(e.inbox != NULL);
+		e.conn_limit = http_conn_limit_new(hcfg.max_conns);
 		snprintf(bound, sizeof(bound), "%s", listen);
 		for (size_t i = 0; i < e.n_workers; i++) {
 			if ((rv = worker_init(&e, &e.w[i], OPT("pg-dsn")->sval, bound, &hcfg, &scfg)) != ST_OK)
@@ -894,8 +927,10 @@ main(int argc, char **argv)
 	if (!edge_threaded(&e))
 		streams_free(e.w[0].streams);
 	sequencer_free(e.seq);
+	flow_budget_free(e.flow);
 	pgpool_free(e.pool);
 	st_mailbox_free(e.inbox);
+	http_conn_limit_free(e.conn_limit);
 	free(e.w);
 	streams_metrics_free(e.sm);
 	event_free(e.ev_tick);

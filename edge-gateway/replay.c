@@ -30,7 +30,7 @@ static const char CHECK_SQL[] =
 	" coalesce((SELECT horizon FROM broker_meta WHERE id = 1), 0)::int8,"
 	" (SELECT count(*) FROM (SELECT 1 FROM (SELECT DISTINCT u FROM unnest($1::text[]) AS u) AS t(topic)"
 	"   CROSS JOIN LATERAL (SELECT e.seq FROM broker_event e WHERE e.topic = t.topic AND e.seq > $2::int8"
-	"                       ORDER BY e.seq LIMIT $3::int8) AS x"
+	"                       AND e.seq <= $4::int8 ORDER BY e.seq LIMIT $3::int8) AS x"
 	"   LIMIT $3::int8) AS c)::int8";
 
 /*
@@ -352,12 +352,12 @@ job_submit(pgpool *p, enum pgpool_prio prio, const char *sql, replay_job *j, con
 }
 
 replay_job *
-replay_check(pgpool *p, const char *const *topics, const size_t *lens, size_t n, uint64_t after, uint64_t cap,
-             replay_check_fn fn, void *arg)
+replay_check(pgpool *p, const char *const *topics, const size_t *lens, size_t n, uint64_t after, uint64_t until,
+             uint64_t cap, replay_check_fn fn, void *arg)
 {
 	int arr_len;
 	char *arr = topics_array(topics, lens, n, &arr_len);
-	uint64_t ints[2] = {after, cap >= INT64_MAX ? INT64_MAX : cap + 1};
+	uint64_t ints[3] = {after, cap >= INT64_MAX ? INT64_MAX : cap + 1, until >= INT64_MAX ? INT64_MAX : until};
 	replay_job *j;
 
 	if (arr == NULL)
@@ -366,7 +366,7 @@ replay_check(pgpool *p, const char *const *topics, const size_t *lens, size_t n,
 	j->kind = J_CHECK;
 	j->check_fn = fn;
 	j->arg = arg;
-	j = job_submit(p, PGPOOL_PRIO_REPLAY, CHECK_SQL, j, arr, arr_len, ints, 2);
+	j = job_submit(p, PGPOOL_PRIO_REPLAY, CHECK_SQL, j, arr, arr_len, ints, 3);
 	free(arr);
 	return j;
 }

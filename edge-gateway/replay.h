@@ -3,7 +3,10 @@
  *
  *   replay_check  the Last-Event-ID decision (docs/architecture.md "Resume"):
  *                 D = max(seq), the retention horizon, and how many events
- *                 on the topics follow L (counted up to cap + 1 only).
+ *                 on the topics follow L, up to the client's until bound
+ *                 when it is a number (counted up to cap + 1 only: the
+ *                 events after until are never sent, so they must not
+ *                 trip the replay cap).
  *   replay_fetch  one chunk of a replay: the events on the topics with
  *                 cursor < seq <= upto, in seq order, at most limit.
  *   replay_fill   one chunk of a gap fill for the sequencer: every event
@@ -37,7 +40,7 @@
 typedef struct replay_job replay_job;
 
 /* err ST_OK: d is max(seq) (0 when empty), horizon the retention horizon (0 with no
- * broker_meta row), count min(events after `after` on the topics, cap + 1). */
+ * broker_meta row), count min(events in (after, until] on the topics, cap + 1). */
 typedef void (*replay_check_fn)(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count);
 
 /* err ST_OK: frames[0..n) in seq order; done when the range is exhausted (fewer than limit
@@ -59,8 +62,9 @@ typedef void (*replay_fill_fn)(void *arg, st_err err, frame *const *frames, size
  * when the arguments are out of bounds or the pool's queue is full.  The
  * handle is valid until the callback returns or replay_cancel.
  */
+/* until: UINT64_MAX for no bound (no until, or until=head: the snapshot's own head bounds it). */
 replay_job *replay_check(pgpool *p, const char *const *topics, const size_t *lens, size_t n, uint64_t after,
-                         uint64_t cap, replay_check_fn fn, void *arg);
+                         uint64_t until, uint64_t cap, replay_check_fn fn, void *arg);
 /*
  * A chunk: at most limit rows (1..REPLAY_MAX_LIMIT) and, counting each row
  * as an upper bound of its frame's cost from the sizes the database keeps

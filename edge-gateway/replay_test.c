@@ -135,7 +135,7 @@ static void
 check(got *g, const char *const *t, const size_t *l, size_t n, uint64_t after, uint64_t cap)
 {
 	memset(g, 0, sizeof(*g));
-	ST_CHECK(replay_check(P, t, l, n, after, cap, on_check, g) != NULL);
+	ST_CHECK(replay_check(P, t, l, n, after, UINT64_MAX, cap, on_check, g) != NULL);
 	ST_CHECK(run_until(&g->done_cb, 10000));
 	ST_CHECK(g->err == ST_OK);
 }
@@ -196,6 +196,16 @@ t_check(void)
 	ST_CHECK_EQ_U64(g.count, 3);
 	check(&g, t, l, 2, 10, 5);
 	ST_CHECK_EQ_U64(g.count, 0);
+	/* until bounds the count (events after it are never sent); d stays the head */
+	memset(&g, 0, sizeof(g));
+	ST_CHECK(replay_check(P, t, l, 1, 0, 6, 100, on_check, &g) != NULL);
+	ST_CHECK(run_until(&g.done_cb, 10000));
+	ST_CHECK_EQ_U64(g.count, 3); /* t1: 1 2 6 */
+	ST_CHECK_EQ_U64(g.d, 10);
+	memset(&g, 0, sizeof(g));
+	ST_CHECK(replay_check(P, t, l, 1, 1, 5, 100, on_check, &g) != NULL);
+	ST_CHECK(run_until(&g.done_cb, 10000));
+	ST_CHECK_EQ_U64(g.count, 1); /* t1: 2 */
 	ST_CHECK(sql("INSERT INTO broker_meta (id, horizon, schema_version) VALUES (1, 3, 1)"));
 	check(&g, t, l, 2, 0, 100);
 	ST_CHECK_EQ_U64(g.horizon, 3);
@@ -370,7 +380,7 @@ t_cancel_bounds(void)
 	replay_job *j = replay_fetch(P, t, l, 1, 0, 100, 10, MAXB, on_rows, &g);
 	ST_CHECK(j != NULL);
 	replay_cancel(j);
-	replay_job *k = replay_check(P, t, l, 1, 0, 10, on_check, &g);
+	replay_job *k = replay_check(P, t, l, 1, 0, UINT64_MAX, 10, on_check, &g);
 	replay_cancel(k);
 	replay_job *f = replay_fill(P, 0, 10, 10, MAXB, on_fill, &g);
 	replay_cancel(f);
@@ -389,7 +399,7 @@ t_cancel_bounds(void)
 	ST_CHECK(replay_fetch(P, t, l, 1, 0, 10, 10, 0, on_rows, &g) == NULL);
 	ST_CHECK(replay_fill(P, 0, 10, 10, 0, on_fill, &g) == NULL);
 	l[0] = PROTO_MAX_TOPIC + 1;
-	ST_CHECK(replay_check(P, t, l, 1, 0, 10, on_check, &g) == NULL);
+	ST_CHECK(replay_check(P, t, l, 1, 0, UINT64_MAX, 10, on_check, &g) == NULL);
 }
 
 /*

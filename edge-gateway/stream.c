@@ -55,7 +55,9 @@
  * this much queued, caught up again under STREAM_CAUGHT_UP frames; it holds
  * the edge's intake back only while its socket keeps taking bytes (none for
  * STREAM_STALL_MS: stalled, no longer honoured) and for at most
- * STREAM_HONOUR_MS in any STREAM_HONOUR_WINDOW_MS.
+ * STREAM_HONOUR_MS in any STREAM_HONOUR_WINDOW_MS.  That bounds one
+ * stream; what all streams ask together is bounded by the caller's budget
+ * (flow.h, edge-gateway main.c).
  */
 #define STREAM_BEHIND_FRAMES 256
 #define STREAM_BEHIND_BYTES (256u * 1024)
@@ -1029,8 +1031,18 @@ stream_link(streams *ss, stream *s)
 			ss->until_head->uprev = s;
 		ss->until_head = s;
 	}
-	/* Deltas, not a set: other loops' registries count into the same gauge. */
-	st_gauge_add(ss->m_open, 1);
+	/* The slot was reserved in the gauge by stream_slot_reserve; stream_unlink gives it back. */
+}
+
+/* One slot of --max-streams in the gauge every loop shares (deltas, not a set). */
+static bool
+stream_slot_reserve(streams *ss)
+{
+	if (ss->cfg.max_streams == 0) {
+		st_gauge_add(ss->m_open, 1);
+		return true;
+	}
+	return st_gauge_inc_below(ss->m_open, (int64_t)ss->cfg.max_streams);
 }
 
 static void
@@ -1130,8 +1142,15 @@ streams_handle(streams *ss, http_req *req, bool ready)
 		refuse_retryable(ss, req, s->fmt, RF_NOT_READY, "this edge is not ready yet");
 		goto refuse;
 	}
-	/* The shared gauge: the bound is the edge's, whichever loop took the connection. */
-	if (ss->cfg.max_streams && st_gauge_get(ss->m_open) >= (int64_t)ss->cfg.max_streams) {
+	/*
+	 * The shared gauge: the bound is the edge's, whichever loop took the
+	 * connection.  A GET reserves its slot in one atomic step (check and
+	 * add), so loops accepting at the same moment cannot both take the
+	 * last one; stream_link takes the reserved slot over.  A HEAD opens no
+	 * stream: it only looks.
+	 */
+	if (s->is_head ? ss->cfg.max_streams && st_gauge_get(ss->m_open) >= (int64_t)ss->cfg.max_streams
+	               : !stream_slot_reserve(ss)) {
 		refuse_retryable(ss, req, s->fmt, RF_OVERLOADED, "this edge serves its maximum of streams");
 		goto refuse;
 	}
@@ -1163,8 +1182,9 @@ streams_handle(streams *ss, http_req *req, bool ready)
 	s->state = ST_CHECKING;
 	s->hold = subq_new(ss->clock, &ss->dropped, true);
 	http_req_set_gone_cb(req, on_req_gone, s);
+	/* A numeric until bounds the count: events after it are never sent, so they cannot exceed the cap. */
 	s->job = replay_check(ss->pool, (const char *const *)s->topics, s->topic_lens, s->n_topics, s->after,
-	                      ss->cfg.replay_cap, on_check, s);
+	                      s->has_until && !s->until_head ? s->until : UINT64_MAX, ss->cfg.replay_cap, on_check, s);
 	if (s->job == NULL) {
 		st_counter_inc(ss->m_replay[RR_ERROR]);
 		refuse_retryable(ss, req, s->fmt, RF_UNAVAILABLE, "the replay queue is full; retry later");

@@ -87,8 +87,10 @@ void streams_set_head(streams *ss, uint64_t head);
  * one); the caller then stops reading published messages for a moment, so
  * the burst waits upstream instead of overflowing that stream's queue.  A
  * stream stops counting once its socket takes nothing for 50 ms, and after
- * 1 s of pause in any 60 s, so a slow client cannot hold the others back
- * for long (ADR-0197: a client that stops reading delays nobody).
+ * 1 s of pause in any 60 s, so one slow client cannot hold the others back
+ * for long (ADR-0197: a client that stops reading delays nobody).  This is
+ * a request: the caller grants it under one budget for all streams together
+ * (flow.h), so many slow clients taking turns cannot either.
  * Cost: the number of streams behind right now.
  */
 bool streams_backpressure(streams *ss);
