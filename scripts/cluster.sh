@@ -50,7 +50,7 @@ while [ $# -gt 0 ]; do
 	--drain-grace-s) grace=$2; shift 2 ;;
 	--port) port=$2; shift 2 ;;
 	--no-build) build=0; shift ;;
-	-h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
 	-*) st_die "unknown option $1 (see --help)" ;;
 	*) args+=("$1"); shift ;;
 	esac
@@ -243,5 +243,6 @@ echo "$dsn" >"$dir/dsn"
 st_log "cluster up: curl -N 'http://$net.1:$port/v1/stream?topic=demo'"
 st_log "  producers: ${writers[*]/#/} at tcp://$net.11..$((10 + nwriters)):7450; edges $net.21..$((20 + nedges)):8080; files in $dir"
 st_log "  rolling restart: for m in ${edges[*]} ${writers[*]}; do bash scripts/cluster.sh restart \$m --dir $dir; done"
+st_log "  publish: $bin/studioctl publish --writer tcp://$net.11:7450 --topic demo --data '{\"hello\":1}'"
 st_log "Ctrl-C stops everything"
 while :; do sleep 1; done

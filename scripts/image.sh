@@ -6,7 +6,7 @@
 #   bash scripts/image.sh [--out DIR] [--bin-dir DIR] [--tag TAG] [--print-names]
 #
 # --out      where to write (default build/image/)
-# --bin-dir  the programs to copy (default build/bin/, as scripts/demo.sh builds)
+# --bin-dir  the programs to copy (default build/bin/, built first if missing)
 # --tag      image tag (default 0.2)
 # --print-names  print the three image names and exit
 #
@@ -50,6 +50,12 @@ while [ $# -gt 0 ]; do
 done
 
 [ "$(id -u)" -eq 0 ] || st_die "run as root (mmdebstrap and chroot need it)"
+bindir_given=0
+[ "$bindir" = "$ST_ROOT/build/bin" ] || bindir_given=1
+if [ $bindir_given = 0 ] && [ ! -x "$bindir/edge-gateway" ]; then
+	st_install "${ST_BUILD_PKGS[@]}"
+	st_build "$ST_ROOT/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+fi
 for p in "${programs[@]}"; do
 	[ -x "$bindir/$p" ] || st_die "$bindir/$p not found: build first (cmake --build build)"
 done
