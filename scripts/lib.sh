@@ -112,3 +112,15 @@ st_pg_stop() {
 
 ST_BUILD_PKGS=(build-essential cmake pkg-config libnng-dev libpq-dev libevent-dev libmsgpack-dev
 	postgresql-15 postgresql-client-15 curl python3 procps util-linux)
+# Deployment tests (test_image, test_manifests, test_cluster) and scripts/image.sh,
+# scripts/cluster.sh: mmdebstrap builds the image's file system, nginx-light is
+# the cluster's ingress. kubectl (kustomize) and node/npm (the schema
+# validator) are installed by st_need_cmd only when the command is missing:
+# a machine may carry them from elsewhere, and Debian's packages would clash.
+ST_DEPLOY_PKGS=(mmdebstrap nginx-light python3-yaml)
+
+# st_need_cmd CMD PKG: installs PKG when CMD is not on PATH.
+st_need_cmd() {
+	command -v "$1" >/dev/null 2>&1 && return 0
+	st_install "$2"
+}

@@ -19,7 +19,9 @@ set -euo pipefail
 cd "$ST_ROOT"
 
 t0=$(date +%s)
-st_install "${ST_BUILD_PKGS[@]}" chromium clang libclang-rt-14-dev valgrind
+st_install "${ST_BUILD_PKGS[@]}" "${ST_DEPLOY_PKGS[@]}" chromium clang libclang-rt-14-dev valgrind
+st_need_cmd kubectl kubernetes-client
+st_need_cmd npm npm
 st_build "$ST_ROOT/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTUDIO_WERROR=ON
 # -O2 without -g finds warnings (format-truncation, maybe-uninitialized) that
 # the other builds do not; nothing runs from it.

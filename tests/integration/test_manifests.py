@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+# ctest-labels: nosan deploy
+# ctest-timeout: 300
+"""The kustomize manifests (deploy/k8s), rendered and validated offline.
+
+Every overlay is rendered with `kubectl kustomize` and every object is
+validated against the Kubernetes API schema by the npm package
+kubernetes-models (tests/integration/k8s_validate.js; installed into
+build/k8s-validate/ on first use). Then the project's own rules over the
+rendered objects (docs/deploy.md "What the tests check"): ports, probe paths
+(asked of the real programs), grace periods, flags set by environment that
+`--help` lists, image names that scripts/image.sh and the Dockerfile make,
+security contexts, resources from the memory arithmetic, the headless
+Service the edges dial, budgets and the autoscaler per overlay.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+K8S = os.path.join(ROOT, "deploy", "k8s")
+OVERLAYS = ("dev", "prod")
+UID = 10001
+MODELS = "kubernetes-models@4.5.1"   # CommonJS, node >= 14 (Debian 12 has 18)
+# docs/writer.md "Memory bound" total, docs/edge.md "Memory bound" terms.
+WRITER_BOUND_MIB = 6654
+EDGE_BASE_MIB, EDGE_STREAM_MIB = 300, 4
+t = h.Tests(needs_pg=False)
+cache = {}
+
+
+def sh(args, timeout=120, **kw):
+    return subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, **kw)
+
+
+def install():
+    p = sh(["bash", "-c", '. "%s/scripts/lib.sh"; st_install python3-yaml; st_need_cmd kubectl kubernetes-client;'
+            ' st_need_cmd npm npm' % ROOT], timeout=600)
+    h.check(p.returncode == 0, "installing python3-yaml, kubectl, npm failed: %s" % p.stderr.decode()[-1500:])
+
+
+def render(overlay):
+    if overlay not in cache:
+        import yaml
+        p = sh(["kubectl", "kustomize", os.path.join(K8S, "overlays", overlay)])
+        h.check(p.returncode == 0, "kubectl kustomize overlays/%s: %s" % (overlay, p.stderr.decode()[-2000:]))
+        docs = [d for d in yaml.safe_load_all(p.stdout) if d]
+        # kustomize 5 wraps a generated Secret's base64 at 70 columns; the
+        # API server's decoder ignores the line breaks, the schema's "byte"
+        # format does not.
+        for d in docs:
+            if d["kind"] == "Secret":
+                d["data"] = {k: "".join(v.split()) for k, v in d.get("data", {}).items()}
+        cache[overlay] = docs
+    return cache[overlay]
+
+
+def objs(docs, kind):
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs, kind, name):
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    h.check_eq(len(found), 1, "objects %s/%s" % (kind, name))
+    return found[0]
+
+
+def pod_specs(docs):
+    """(owner, pod spec) of every Deployment and Job."""
+    for d in docs:
+        if d["kind"] in ("Deployment", "Job"):
+            yield "%s/%s" % (d["kind"], d["metadata"]["name"]), d["spec"]["template"]
+
+
+def env_of(container):
+    return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+
+def program_of(image):
+    return image.split("/")[-1].split(":")[0]
+
+
+def image_names():
+    if "names" not in cache:
+        p = sh(["bash", os.path.join(ROOT, "scripts", "image.sh"), "--print-names"])
+        h.check(p.returncode == 0, "image.sh --print-names: %s" % p.stderr.decode())
+        cache["names"] = p.stdout.decode().split()
+    return cache["names"]
+
+
+def mib(q):
+    m = re.fullmatch(r"(\d+)(Mi|Gi)", q)
+    h.check(m, "memory quantity %r is not NMi or NGi" % q)
+    return int(m.group(1)) * (1024 if m.group(2) == "Gi" else 1)
+
+
+@t.case
+def overlays_render_and_validate_against_the_api_schema():
+    install()
+    moddir = os.path.normpath(os.path.join(h.BIN_DIR, "..", "k8s-validate"))
+    if not os.path.isdir(os.path.join(moddir, "node_modules", "kubernetes-models")):
+        os.makedirs(moddir, exist_ok=True)
+        p = sh(["npm", "install", "--no-audit", "--no-fund", "--prefix", moddir, MODELS], timeout=300)
+        h.check(p.returncode == 0, "npm install %s: %s" % (MODELS, p.stderr.decode()[-1500:]))
+    env = dict(os.environ, NODE_PATH=os.path.join(moddir, "node_modules"))
+    validator = os.path.join(HERE, "k8s_validate.js")
+
+    def validate(docs):
+        return sh(["node", validator], input=json.dumps(docs).encode(), env=env)
+    # The validator can fail: a port given as text is refused.
+    broken = json.loads(json.dumps(one(render("prod"), "Deployment", "studio-edge")))
+    broken["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "8080"
+    p = validate([broken])
+    h.check(p.returncode == 1 and b"containerPort" in p.stdout,
+            "the validator accepted a string containerPort: exit %d %s" % (p.returncode, p.stdout.decode()))
+    for o in OVERLAYS:
+        docs = render(o)
+        p = validate(docs)
+        h.check(p.returncode == 0, "overlays/%s: schema errors:\n%s%s" % (o, p.stdout.decode(), p.stderr.decode()))
+        h.log("overlays/%s: %d objects valid: %s" % (o, len(docs), ", ".join(
+            sorted("%s/%s" % (d["kind"], d["metadata"]["name"]) for d in docs))))
+
+
+@t.case
+def images_match_image_sh_and_the_dockerfile():
+    names = image_names()
+    dockerfile = open(os.path.join(ROOT, "deploy", "docker", "Dockerfile")).read()
+    image_sh = open(os.path.join(ROOT, "scripts", "image.sh")).read()
+    for n in names:
+        prog = program_of(n)
+        h.check(re.search(r"^FROM runtime AS %s$" % re.escape(prog), dockerfile, re.M),
+                "the Dockerfile has no target %s for image %s" % (prog, n))
+        h.check('ENTRYPOINT ["/usr/local/bin/%s"]' % prog in dockerfile, "no ENTRYPOINT for %s" % prog)
+    pkgs_sh = re.search(r"^runtime_pkgs=\((.*)\)$", image_sh, re.M).group(1).split()
+    runtime = dockerfile[dockerfile.index("AS runtime"):]
+    m = re.search(r"apt-get install -y --no-install-recommends (.*?)\s*\\\s*\n\s*&&", runtime, re.S)
+    pkgs_df = m.group(1).replace("\\", " ").split()
+    h.check_eq(sorted(pkgs_df), sorted(pkgs_sh), "runtime packages of the Dockerfile and of image.sh")
+    h.check("USER %d:%d" % (UID, UID) in dockerfile, "the Dockerfile's USER is not %d:%d" % (UID, UID))
+    h.check(re.search(r"^uid=%d$" % UID, image_sh, re.M), "image.sh's uid is not %d" % UID)
+    for o in OVERLAYS:
+        for owner, tpl in pod_specs(render(o)):
+            for c in tpl["spec"].get("initContainers", []) + tpl["spec"]["containers"]:
+                h.check(c["image"] in names, "overlays/%s %s container %s: image %s is not one of %s"
+                        % (o, owner, c["name"], c["image"], names))
+                h.check("command" not in c, "%s container %s overrides the ENTRYPOINT" % (owner, c["name"]))
+
+
+@t.case
+def security_contexts_and_resources():
+    for o in OVERLAYS:
+        for owner, tpl in pod_specs(render(o)):
+            spec = tpl["spec"]
+            psc = spec.get("securityContext", {})
+            what = "overlays/%s %s" % (o, owner)
+            h.check_eq(psc.get("runAsNonRoot"), True, what + " runAsNonRoot")
+            h.check_eq(psc.get("runAsUser"), UID, what + " runAsUser (the image's user)")
+            h.check_eq(psc.get("seccompProfile", {}).get("type"), "RuntimeDefault", what + " seccompProfile")
+            h.check_eq(spec.get("automountServiceAccountToken"), False, what + " automountServiceAccountToken")
+            h.check("hostNetwork" not in spec and "hostPID" not in spec, what + " uses the host's namespaces")
+            for v in spec.get("volumes", []):
+                h.check("hostPath" not in v, what + " mounts a hostPath")
+            for c in spec.get("initContainers", []) + spec["containers"]:
+                csc = c.get("securityContext", {})
+                cw = "%s container %s" % (what, c["name"])
+                h.check_eq(csc.get("allowPrivilegeEscalation"), False, cw + " allowPrivilegeEscalation")
+                h.check_eq(csc.get("readOnlyRootFilesystem"), True, cw + " readOnlyRootFilesystem")
+                h.check_eq(csc.get("capabilities", {}).get("drop"), ["ALL"], cw + " capabilities.drop")
+                h.check(not csc.get("capabilities", {}).get("add"), cw + " adds capabilities")
+                res = c.get("resources", {})
+                for k in ("cpu", "memory"):
+                    h.check(k in res.get("requests", {}), cw + " has no requests." + k)
+                h.check("memory" in res.get("limits", {}), cw + " has no limits.memory")
+                h.check(mib(res["requests"]["memory"]) <= mib(res["limits"]["memory"]), cw + " request above limit")
+                for e in c.get("env", []):
+                    if "PG_DSN" in e["name"]:
+                        h.check("secretKeyRef" in e.get("valueFrom", {}), cw + " %s not from a Secret" % e["name"])
+
+
+@t.case
+def memory_limits_follow_the_arithmetic():
+    """Edge: --max-streams <= (limit - 300 MiB) / 4 MiB (docs/edge.md); prod writer limit >= the bound."""
+    for o in OVERLAYS:
+        docs = render(o)
+        edge = one(docs, "Deployment", "studio-edge")["spec"]["template"]["spec"]["containers"][0]
+        limit = mib(edge["resources"]["limits"]["memory"])
+        streams = int(env_of(edge)["STUDIO_MAX_STREAMS"])
+        allowed = (limit - EDGE_BASE_MIB) // EDGE_STREAM_MIB
+        h.check(streams <= allowed, "overlays/%s edge: STUDIO_MAX_STREAMS %d above (%d - %d) / %d = %d"
+                % (o, streams, limit, EDGE_BASE_MIB, EDGE_STREAM_MIB, allowed))
+        h.log("FIGURE overlays/%s edge: limit %d MiB, max streams %d (allowed %d)" % (o, limit, streams, allowed))
+        writer = one(docs, "Deployment", "studio-writer")["spec"]["template"]["spec"]["containers"][0]
+        wl = mib(writer["resources"]["limits"]["memory"])
+        h.log("FIGURE overlays/%s writer: limit %d MiB against the bound %d MiB" % (o, wl, WRITER_BOUND_MIB))
+        if o == "prod":
+            h.check(wl >= WRITER_BOUND_MIB, "prod writer limit %d MiB below the bound %d MiB" % (wl, WRITER_BOUND_MIB))
+
+
+@t.case
+def ports_services_and_grace():
+    for o in OVERLAYS:
+        docs = render(o)
+        deps = {d["metadata"]["name"]: d for d in objs(docs, "Deployment")}
+        for name, d in deps.items():
+            spec = d["spec"]["template"]["spec"]
+            c = spec["containers"][0]
+            ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+            env = env_of(c)
+            # Every container port is where the program listens (its flag).
+            listen = {"ingest": env.get("STUDIO_INGEST"), "publish": env.get("STUDIO_PUBLISH"),
+                      "http": env.get("STUDIO_HTTP") or env.get("STUDIO_LISTEN")}
+            for pn, num in ports.items():
+                h.check(listen.get(pn) and listen[pn].endswith(":%d" % num),
+                        "overlays/%s %s port %s %d: the program listens on %r" % (o, name, pn, num, listen.get(pn)))
+            h.check(env.get("STUDIO_CONTROL", "").startswith("tcp://127.0.0.1:"),
+                    "%s control is not on loopback: %r" % (name, env.get("STUDIO_CONTROL")))
+            for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+                pr = c.get(probe)
+                h.check(pr and pr["httpGet"]["port"] in ports, "%s %s port %r not a container port %s"
+                        % (name, probe, pr and pr["httpGet"]["port"], sorted(ports)))
+            h.check_eq(c["readinessProbe"]["httpGet"]["path"], "/readyz", name + " readiness path")
+            h.check_eq(c["livenessProbe"]["httpGet"]["path"], "/healthz", name + " liveness path")
+            tgps = spec["terminationGracePeriodSeconds"]
+            if name == "studio-edge":
+                grace = int(env["STUDIO_DRAIN_GRACE_S"])
+                # The edge exits at the latest grace + 1 s.
+                h.check(grace + 1 + 5 <= tgps, "edge terminationGracePeriodSeconds %d not above --drain-grace-s %d"
+                        " + 1 + 5 s margin" % (tgps, grace))
+                h.check_eq(d["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0, "edge maxUnavailable")
+                wenv = env_of(deps["studio-writer"]["spec"]["template"]["spec"]["containers"][0])
+                h.check_eq(env["STUDIO_FLUSH_INTERVAL_MS"], wenv["STUDIO_FLUSH_INTERVAL_MS"],
+                           "the edge's and the writers' flush interval")
+                m = re.fullmatch(r"tcp://([a-z0-9-]+):(\d+)", env["STUDIO_WRITERS"])
+                h.check(m, "STUDIO_WRITERS %r is not tcp://SERVICE:PORT" % env["STUDIO_WRITERS"])
+                svc = one(docs, "Service", m.group(1))
+                h.check_eq(svc["spec"].get("clusterIP"), "None", "the Service the edges dial is headless")
+                h.check_eq([p["port"] for p in svc["spec"]["ports"]], [int(m.group(2))], "its port")
+            else:
+                # The writer gives up 30 s after SIGTERM (docs/writer.md "Shutdown").
+                h.check(tgps >= 30 + 5, "writer terminationGracePeriodSeconds %d not above 30 + 5" % tgps)
+            h.check(spec.get("topologySpreadConstraints"), name + " has no topologySpreadConstraints")
+        for svc in objs(docs, "Service"):
+            sel = svc["spec"]["selector"]
+            targets = [d for d in deps.values()
+                       if all(d["spec"]["template"]["metadata"]["labels"].get(k) == v for k, v in sel.items())]
+            h.check_eq(len(targets), 1, "Deployments selected by Service %s" % svc["metadata"]["name"])
+            names = {p["name"] for p in targets[0]["spec"]["template"]["spec"]["containers"][0]["ports"]}
+            for p in svc["spec"]["ports"]:
+                h.check(p["targetPort"] in names, "Service %s targetPort %r not in %s"
+                        % (svc["metadata"]["name"], p["targetPort"], sorted(names)))
+        for np in objs(docs, "NetworkPolicy"):
+            sel = np["spec"]["podSelector"]["matchLabels"]
+            targets = [d for d in deps.values()
+                       if all(d["spec"]["template"]["metadata"]["labels"].get(k) == v for k, v in sel.items())]
+            h.check_eq(len(targets), 1, "Deployments selected by NetworkPolicy %s" % np["metadata"]["name"])
+            names = {p["name"] for p in targets[0]["spec"]["template"]["spec"]["containers"][0]["ports"]}
+            for rule in np["spec"]["ingress"]:
+                for p in rule["ports"]:
+                    h.check(p["port"] in names, "NetworkPolicy %s port %r" % (np["metadata"]["name"], p["port"]))
+        ingest_rules = [r for r in one(docs, "NetworkPolicy", "studio-writer")["spec"]["ingress"]
+                        if any(p["port"] in ("ingest", "publish") for p in r["ports"])]
+        h.check(all(r.get("from") for r in ingest_rules), "ingest/publish open to every pod")
+
+
+@t.case
+def overlays_differ_as_documented():
+    dev, prod = render("dev"), render("prod")
+    for name in ("studio-writer", "studio-edge"):
+        h.check_eq(one(dev, "Deployment", name)["spec"]["replicas"], 1, "dev replicas of " + name)
+    h.check_eq(one(prod, "Deployment", "studio-writer")["spec"]["replicas"], 2, "prod writers")
+    h.check_eq(objs(dev, "HorizontalPodAutoscaler"), [], "dev HPA")
+    hpa = one(prod, "HorizontalPodAutoscaler", "studio-edge")
+    h.check_eq(hpa["spec"]["scaleTargetRef"]["name"], "studio-edge", "HPA target")
+    h.check_eq([m["resource"]["name"] for m in hpa["spec"]["metrics"]], ["cpu"], "HPA metrics")
+    for name in ("studio-writer", "studio-edge"):
+        pdb = one(prod, "PodDisruptionBudget", name)
+        labels = one(prod, "Deployment", name)["spec"]["template"]["metadata"]["labels"]
+        h.check(all(labels.get(k) == v for k, v in pdb["spec"]["selector"]["matchLabels"].items()),
+                "PDB %s selects no pod of its Deployment" % name)
+    h.check_eq(objs(prod, "Secret"), [], "Secrets in prod (the operator makes studio-pg)")
+    for d in dev + prod:
+        text = json.dumps(d)
+        h.check(not re.search(r"password|\.com\b|\.net\b|amazonaws|gcr\.io|docker\.io|quay\.io", text),
+                "%s/%s names a real host, registry or password" % (d["kind"], d["metadata"]["name"]))
+
+
+@t.case
+def environment_flags_exist_and_probe_paths_are_served():
+    """Every STUDIO_* variable set is listed by the program's --help; the probe
+    paths answer (200 or 503, not 404) from the real programs."""
+    helps = {}
+    for prog in ("broker-writer", "edge-gateway"):
+        p = sh([h.program(prog), "--help"])
+        helps[prog] = p.stdout.decode() + p.stderr.decode()
+    paths = {}
+    for o in OVERLAYS:
+        for owner, tpl in pod_specs(render(o)):
+            for c in tpl["spec"].get("initContainers", []) + tpl["spec"]["containers"]:
+                prog = program_of(c["image"])
+                for e in c.get("env", []):
+                    h.check("[%s]" % e["name"] in helps[prog], "overlays/%s %s container %s: %s is not in %s --help"
+                            % (o, owner, c["name"], e["name"], prog))
+                for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+                    if probe in c:
+                        paths.setdefault(prog, set()).add(c[probe]["httpGet"]["path"])
+    if not os.environ.get("STUDIO_TEST_PG_DSN"):
+        h.log("STUDIO_TEST_PG_DSN unset: probe paths not asked of the programs")
+        return
+    with h.Env() as env:
+        w = env.start_writer()
+        w.wait_ready()
+        e = env.start_edge([w])
+        e.wait_ready()
+        for prog, base in (("broker-writer", w.http_url), ("edge-gateway", e.url)):
+            for path in sorted(paths[prog]):
+                status, _, body = h.http_get(base + path)
+                h.check(status in (200, 503), "%s GET %s: %d %r" % (prog, path, status, body[:200]))
+
+
+if __name__ == "__main__":
+    t.main()
