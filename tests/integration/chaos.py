@@ -401,7 +401,9 @@ class LbClient:
         self.cur = None
         if out == "reconnect" and s.terminal and isinstance(s.terminal["env"], dict):
             r = s.terminal["env"].get("retry_ms")
-            if not isinstance(r, int) or isinstance(r, bool) or r <= 0:
+            # 0 is a hint too ("at once"): a drain spreads hints over
+            # [0, grace] (docs/edge.md "Drain", test_drain_streams.py).
+            if not isinstance(r, int) or isinstance(r, bool) or r < 0:
                 self.error("reconnect retry_ms %r" % r)
                 r = 500
             return min(r / 1000.0, self.retry_cap_s)
@@ -596,9 +598,10 @@ def verify_fleet(dsn, clients, label):
     for what, cs in (("clients reading at full speed", fast), ("slow clients", slow)):
         if not cs:
             continue
-        log("FIGURE %s: %s %d, items delivered %d, sessions %d, session ends %s, reconnect reasons %s, "
-            "resyncs %d %s, sessions per edge port %s"
+        log("FIGURE %s: %s %d, items delivered %d, sessions %d (%d open at the end), session ends %s, "
+            "reconnect reasons %s, resyncs %d %s, sessions per edge port %s"
             % (label, what, len(cs), sum(len(c.items) for c in cs), sum(c.sessions for c in cs),
+               sum(1 for c in cs if c.cur is not None),
                total(cs, lambda c: c.outcomes), total(cs, lambda c: c.reasons),
                sum(len(c.resyncs) for c in cs),
                total(cs, lambda c: _count(r for _, r, _ in c.resyncs)),
@@ -628,6 +631,11 @@ def verify_fleet(dsn, clients, label):
         by_seq = {r[0]: r for r in rows}
         got = [i for i, _ in c.items]
         not_committed = [i for i in got if i not in by_seq]
+        disorder = [(a, b) for a, b in zip(got, got[1:]) if b <= a]
+        if disorder:
+            bad.append("%s: ids not strictly increasing (repeated or out of order) at %s"
+                       % (c.cname, disorder[:5]))
+            continue
         if not_committed:
             bad.append("%s: ids %s are not committed events of %s" % (c.cname, not_committed[:5], c.topics))
             continue
