@@ -39,6 +39,9 @@ Stable API (G2's tests rely on it; add, never change):
         .alive()  .stop(timeout=30) -> returncode (SIGTERM, wait)  .kill() (SIGKILL, wait)
         .wait_exit(timeout) -> returncode   .logs() -> str (stdout+stderr tails)
         .rss_kb() -> int (VmRSS from /proc/PID/status)
+        .stacks() -> str (every thread's backtrace: gdb if installed, else /proc)
+        .wait_exit_or_stacks(timeout, what) -> returncode, or TestFailure with the
+                               stacks and logs of a process that did not exit
   program(name, where=BIN_DIR) -> path   (TestFailure when not built)
   migrate(dsn)                 runs `broker-writer migrate --pg-dsn DSN` (raises on failure).
   psql(dsn, sql) -> [tuple of str|None]   rows; NULL -> None; values never split wrongly
@@ -67,6 +70,7 @@ Stable API (G2's tests rely on it; add, never change):
   compact_json(text) -> str    text with whitespace outside strings removed (what the
                                writer stores).
   rss_kb(pid) -> int
+  process_stacks(pid) -> str    every thread's stack of a live process (Proc.stacks).
   envelope_data_text(envelope) -> str|None   the raw text of an envelope's "data".
   db_events(dsn, topics=None) -> [(seq:int, topic, about_json, data_text|None)] by seq.
   check_items_match_rows(items, rows, what)  SSE items (SseClient.items()) are exactly
@@ -382,6 +386,21 @@ class Proc:
 
     def rss_kb(self):
         return rss_kb(self.pid)
+
+    def stacks(self, timeout=60):
+        """Every thread's stack, for a failure message (a process that does
+        not exit): gdb's backtrace when gdb is installed, else the kernel's
+        view per thread (/proc/PID/task/*: wchan, syscall, stack)."""
+        return process_stacks(self.pid, timeout)
+
+    def wait_exit_or_stacks(self, timeout, what):
+        """wait_exit(timeout); when the process is still there, its stacks
+        and logs go into the TestFailure (then it is left to the cleanup)."""
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise TestFailure("%s: %s (pid %d) did not exit within %ss; its threads:\n%s\n%s"
+                              % (what, self.name, self.pid, timeout, self.stacks(), self.logs()))
 
     def logs(self, tail=60):
         parts = []
@@ -1111,6 +1130,31 @@ def rss_kb(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise TestFailure("no VmRSS for pid %d" % pid)
+
+
+def process_stacks(pid, timeout=60):
+    """Every thread's stack of a live process, as text (see Proc.stacks)."""
+    gdb = shutil.which("gdb")
+    if gdb:
+        try:
+            p = subprocess.run([gdb, "-p", str(pid), "-batch", "-nx", "-ex", "set pagination off",
+                                "-ex", "thread apply all bt"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout)
+            return "\n".join(ln for ln in p.stdout.decode(errors="replace").splitlines()
+                             if ln.startswith(("Thread ", "#")))
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return "gdb failed: %r" % e
+    out = []
+    for task in sorted(glob.glob("/proc/%d/task/*" % pid)):
+        parts = [task.rsplit("/", 1)[1]]
+        for f in ("comm", "wchan", "syscall", "stack"):
+            try:
+                with open(os.path.join(task, f)) as fh:
+                    parts.append("%s: %s" % (f, fh.read().strip()))
+            except OSError as e:
+                parts.append("%s: (%s)" % (f, e.strerror))
+        out.append("\n  ".join(parts))
+    return "\n".join(out)
 
 
 def envelope_data_text(envelope):
