@@ -7,11 +7,12 @@ restart in the middle.
 What is compressed, and how.  Ten minutes with an edge restarted every 20 s
 is 30 restarts across 3 edges, and 25 s of drain grace against 20 s between
 restarts.  The soak keeps the counts and the order of events and shrinks the
-clock about sevenfold: 30 restarts, one after the other (edge 1, 2, 3, 1,
+clock about tenfold: 30 restarts, one after the other (edge 1, 2, 3, 1,
 ...), each started once the previous edge is back (/readyz 200) and the
 producers had RESTART_EVERY_EVENTS more events acknowledged (about 1 s of
-traffic), so one every ~2.5-3 s; drain grace 1 s instead of 25; clients honour
-reconnect hints up to 2 s.  PostgreSQL (a server of the test's own,
+traffic), so one every ~2 s, about 60 s in all (the whole test takes about
+75-85 s on 2 cores); drain grace 1 s instead of 25 (whole seconds: the
+flag's unit); clients honour reconnect hints up to 2 s.  PostgreSQL (a server of the test's own,
 harness.PgServer) is stopped (pg_ctl -m fast) just before the 16th edge
 drains, so that its clients resume elsewhere while the database is away,
 and started again once a resume was refused for a retry.  The
@@ -212,9 +213,9 @@ def rolling_restarts_two_writers_thousand_clients():
             log("FIGURE soak: every client caught up %.1f s after the producers stopped"
                 % (time.monotonic() - t_catch))
             fleet.finish()
+            watch.finish()
             for e in edges:
                 watch.sample(e)
-            watch.finish()
 
             # Figures first, then the verdicts.
             chaos.verify(env, producers, [], t_start, t_end, "soak")
