@@ -666,8 +666,9 @@ class EdgeWatch(threading.Thread):
     """Samples every edge process it is given (watch(proc)) every interval
     while it lives: VmRSS and GET /metrics.  Per process: peak RSS, peak
     studio_streams_open, and the last value read of each counter in
-    COUNTERS (the last sample before it exited: a restarted edge's counters
-    start again at 0, so each instance is read until its end)."""
+    COUNTERS (a restarted edge's counters start again at 0, so each
+    instance is read until its end: the test samples a draining edge itself,
+    sample(p, draining=True), until no stream is left)."""
 
     COUNTERS = ("studio_ids_refused_total", "studio_seam_gaps_total")
 
@@ -682,30 +683,40 @@ class EdgeWatch(threading.Thread):
     def watch(self, proc):
         with self._lock:
             self.procs.append(proc)
-            self.stats[proc.name] = {"rss_kb": 0, "streams": 0, "samples": 0, "metric_samples": 0,
+            self.stats[proc.name] = {"rss_kb": 0, "streams": 0, "samples": 0, "metric_samples": 0, "final": False,
                                      "counters": {k: 0.0 for k in self.COUNTERS}, "port": proc.listen}
 
-    def sample(self, p):
-        st = self.stats[p.name]
-        try:
-            rss = p.rss_kb()
-        except (OSError, TestFailure):
-            return
-        st["rss_kb"] = max(st["rss_kb"], rss)
-        st["samples"] += 1
+    def sample(self, p, draining=False):
+        """One sample of p; returns its studio_streams_open (None when
+        /metrics did not answer).  draining: p is draining, so a sample with
+        no stream open has its counters' final values (nothing is written
+        any more); it is marked "final"."""
+        with self._lock:
+            st = self.stats[p.name]
+            try:
+                rss = p.rss_kb()
+            except (OSError, TestFailure):
+                return None
+            st["rss_kb"] = max(st["rss_kb"], rss)
+            st["samples"] += 1
         try:
             status, _, body = harness.http_get(p.url + "/metrics", timeout=2)
         except (OSError, harness.http.client.HTTPException):
-            return
+            return None
         if status != 200:
-            return
+            return None
         m = sse_client.parse_metrics(body.decode(errors="replace"))
-        st["metric_samples"] += 1
-        st["streams"] = max(st["streams"], int(sse_client.metric(m, "studio_streams_open") or 0))
-        for k in self.COUNTERS:
-            v = sse_client.metric(m, k)
-            if v is not None:
-                st["counters"][k] = max(st["counters"][k], v)
+        n = int(sse_client.metric(m, "studio_streams_open") or 0)
+        with self._lock:
+            st["metric_samples"] += 1
+            st["streams"] = max(st["streams"], n)
+            for k in self.COUNTERS:
+                v = sse_client.metric(m, k)
+                if v is not None:
+                    st["counters"][k] = max(st["counters"][k], v)
+            if draining and n == 0:
+                st["final"] = True
+        return n
 
     def run(self):
         while not self.stop_ev.is_set():

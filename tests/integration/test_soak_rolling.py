@@ -45,7 +45,9 @@ edge's RSS within its written bound"):
   readers only), never a silent gap; no client saw a failure, a repeated id,
   an unexpected status;
 - studio_ids_refused_total and studio_seam_gaps_total are 0 on every edge
-  instance (each of the 33 read by chaos.EdgeWatch until it exited);
+  instance (each of the 33 read by chaos.EdgeWatch every 0.2 s, and a
+  draining one every 20 ms until no stream is left, then its counters are
+  final, or until it stops answering);
 - every instance's peak VmRSS is within docs/edge.md "Memory bound" with the
   soak's numbers (W = 2 writers, P = 4, S = R = the instance's peak of
   studio_streams_open);
@@ -171,6 +173,11 @@ def rolling_restarts_two_writers_thousand_clients():
                 fleet.set_rotation([p for j, p in enumerate(ports) if j != k])
                 t0 = time.monotonic()
                 old.signal(signal.SIGTERM)
+                # Its counters' last values: read once no stream is left (then
+                # nothing can move them), unless it exits first.
+                harness.wait_until(lambda: not old.alive() or watch.sample(old, draining=True) == 0,
+                                   DRAIN_GRACE_S + 20, "%s drained (restart %d)" % (old.name, i + 1),
+                                   interval=0.02, detail=lambda: old.logs(20))
                 # docs/edge.md "Drain": exit as soon as no stream is left, at the
                 # latest grace + 1 s; 20 s more is room for a loaded machine.
                 rc = old.wait_exit_or_stacks(DRAIN_GRACE_S + 20, "restart %d" % (i + 1))
@@ -224,8 +231,9 @@ def rolling_restarts_two_writers_thousand_clients():
             gaps = {n: s["counters"]["studio_seam_gaps_total"] for n, s in watch.stats.items()}
             unread = [n for n, s in watch.stats.items() if s["metric_samples"] == 0]
             log("FIGURE soak: studio_ids_refused_total %d, studio_seam_gaps_total %d (summed over %d edge "
-                "instances, each read until it exited)" % (sum(refused.values()), sum(gaps.values()),
-                                                            len(watch.stats)))
+                "instances; each drained one read every 20 ms until it stopped answering, %d of the %d with no "
+                "stream left)" % (sum(refused.values()), sum(gaps.values()), len(watch.stats),
+                                         sum(1 for s in watch.stats.values() if s["final"]), RESTARTS))
             over = []
             for n, s in sorted(watch.stats.items(), key=lambda kv: [int(x) for x in kv[0][4:].split(".")]):
                 bound = chaos.edge_memory_bound_mib(WRITERS, s["streams"], s["streams"], DB_CONNS)
