@@ -64,6 +64,8 @@ Stable API (G2's tests rely on it; add, never change):
   Raw(b)                       bytes inserted verbatim into an mp_pack'd value.
   http_get(url, headers=None, timeout=10) -> (status, headers dict lower-cased, body bytes)
   free_port() -> int           a 127.0.0.1 port nobody listens on (never handed out twice).
+  stable_port() -> int         the same, below the ephemeral range: for an address that is
+                               closed and bound again (no outgoing connection takes it meanwhile).
   SseClient(url, headers=None) a minimal SSE reader in a thread: .events (list of dicts
                                {"id","event","data","retry"}), .items(), .wait_items(n, timeout),
                                .closed, .error, .close().
@@ -77,7 +79,7 @@ Stable API (G2's tests rely on it; add, never change):
                                rows (db_events) in order: id == seq, topic, and data
                                byte for byte (no data for a change signal).
   metric(url, name, labels=None) -> float|None   one sample from GET /metrics.
-  PgServer(name)               a PostgreSQL of the test's own that it may restart: .start(),
+  PgServer(name, port=None)    a PostgreSQL of the test's own that it may restart: .start(),
                                .stop(mode="fast"), .restart(mode="fast") -> seconds, .dsn,
                                .logs(tail), .close() (also at exit).  Root: runs as postgres.
   PsqlSession(dsn)             one long-lived psql session: .execute(sql) (bounded wait,
@@ -97,6 +99,7 @@ import http.client
 import itertools
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -239,6 +242,35 @@ def free_port():
                 _ports_given.add(port)
                 return port
     raise TestFailure("no free port found")
+
+
+def stable_port():
+    """A free 127.0.0.1 port below the kernel's ephemeral range, for an
+    address a test stops and binds again (an edge restarted on its port, a
+    PostgreSQL restarted): while it is closed, no outgoing connection can
+    take it as its local port, which free_port()'s ports (from that range)
+    allow."""
+    lo = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    with _ports_lock:
+        for _ in range(500):
+            port = random.randint(max(1024, lo - 16384), lo - 1)
+            if port in _ports_given:
+                continue
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            finally:
+                s.close()
+            _ports_given.add(port)
+            return port
+    raise TestFailure("no free port found below the ephemeral range (%d)" % lo)
 
 
 # ---------------------------------------------------------------- PostgreSQL
@@ -557,7 +589,7 @@ class PgServer:
     restart(mode="fast") -> seconds it took, running(), logs(tail), close().
     """
 
-    def __init__(self, name="pg"):
+    def __init__(self, name="pg", port=None):
         bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
                       key=lambda x: int(x.split("/")[4]) if x.split("/")[4].isdigit() else 0)
         if not bins:
@@ -569,7 +601,7 @@ class PgServer:
         self.data = os.path.join(self.base, "data")
         self.sock = os.path.join(self.base, "sock")
         self.logfile = os.path.join(self.base, "server.log")
-        self.port = free_port()
+        self.port = port or free_port()
         self.dsn = "host=127.0.0.1 port=%d user=postgres dbname=postgres" % self.port
         for d in (self.data, self.sock):
             os.mkdir(d, 0o700)

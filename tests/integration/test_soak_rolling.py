@@ -79,7 +79,8 @@ SLOW_RCVBUF = 4096
 DRAIN_GRACE_S = 1
 FLUSH_MS = 200
 WRITERS = 2
-DB_CONNS = 4               # docs/edge.md: P = 4 with one thread
+THREADS = int(os.environ.get("STUDIO_THREADS") or 1)   # the edge's --threads fallback
+DB_CONNS = 4 if THREADS == 1 else 2 + 2 * THREADS      # docs/edge.md "Memory bound": P
 
 
 def make_clients():
@@ -101,7 +102,9 @@ def acks(producers):
 
 @t.case
 def rolling_restarts_two_writers_thousand_clients():
-    pg = harness.PgServer("soak-pg").start()
+    # Addresses that are closed and bound again come from below the ephemeral
+    # range: the fleet's thousands of connections could take one meanwhile.
+    pg = harness.PgServer("soak-pg", port=harness.stable_port()).start()
     producers, fleet, watch = [], None, None
     try:
         with harness.Env(admin_dsn=pg.dsn) as env:
@@ -109,8 +112,9 @@ def rolling_restarts_two_writers_thousand_clients():
             w2 = env.start_writer(flush_interval_ms=FLUSH_MS, lock_key=4242)
             w1.wait_ready()
             w2.wait_ready()
-            edge_flags = dict(flush_interval_ms=FLUSH_MS, drain_grace_s=DRAIN_GRACE_S)
-            edges = [env.start_edge([w1, w2], name="edge%d.0" % k, **edge_flags) for k in range(N_EDGES)]
+            edge_flags = dict(flush_interval_ms=FLUSH_MS, drain_grace_s=DRAIN_GRACE_S, control=None)
+            edges = [env.start_edge([w1, w2], name="edge%d.0" % k, listen="127.0.0.1:%d" % harness.stable_port(),
+                                    **edge_flags) for k in range(N_EDGES)]
             for e in edges:
                 e.wait_ready()
             ports = [int(e.listen.rsplit(":", 1)[1]) for e in edges]
