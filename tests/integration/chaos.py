@@ -329,8 +329,10 @@ class LbClient:
     Records: items [(id, envelope text)], resyncs [(id, reason, items before
     it)], sessions, outcomes (how sessions ended), reasons (of reconnects),
     ports (sessions per edge port), errors (anything the contract forbids:
-    an id that repeats or regresses, a failure or complete envelope, an
-    unexpected status, a frame that is not JSON, SSE id != envelope id)."""
+    an id that repeats or regresses, a complete envelope, an unexpected
+    status, a frame that is not JSON, SSE id != envelope id), failures (the
+    `failure` envelopes: a terminal error, where a drain or a database
+    restart calls for `reconnect`)."""
 
     def __init__(self, name, topics, fmt="sse", read_rate=None, rcvbuf=None, retry_cap_s=2.0):
         self.cname, self.topics, self.fmt = name, list(topics), fmt
@@ -345,6 +347,7 @@ class LbClient:
         self.reasons = {}
         self.ports = {}
         self.errors = []
+        self.failures = []
         self.cur = None
 
     def target(self):
@@ -382,8 +385,11 @@ class LbClient:
             self.reasons[r] = self.reasons.get(r, 0) + 1
             if r not in RECONNECT_REASONS:
                 self.error("reconnect reason %r" % r)
-        elif t in ("failure", "complete"):
-            self.error("%s envelope %s" % (t, (f.get("data") or "")[:300]))
+        elif t == "failure":
+            if len(self.failures) < 20:
+                self.failures.append("session %d: %s" % (self.sessions, (f.get("data") or "")[:300]))
+        elif t == "complete":
+            self.error("complete envelope %s" % (f.get("data") or "")[:300])
         elif t == "_bad_json":
             self.error("frame is not JSON: %r" % (f.get("data") or "")[:200])
 
@@ -599,11 +605,11 @@ def verify_fleet(dsn, clients, label):
         if not cs:
             continue
         log("FIGURE %s: %s %d, items delivered %d, sessions %d (%d open at the end), session ends %s, "
-            "reconnect reasons %s, resyncs %d %s, sessions per edge port %s"
+            "reconnect reasons %s, failure envelopes %d, resyncs %d %s, sessions per edge port %s"
             % (label, what, len(cs), sum(len(c.items) for c in cs), sum(c.sessions for c in cs),
                sum(1 for c in cs if c.cur is not None),
                total(cs, lambda c: c.outcomes), total(cs, lambda c: c.reasons),
-               sum(len(c.resyncs) for c in cs),
+               sum(len(c.failures) for c in cs), sum(len(c.resyncs) for c in cs),
                total(cs, lambda c: _count(r for _, r, _ in c.resyncs)),
                total(cs, lambda c: c.ports)))
     bad = []
@@ -660,6 +666,16 @@ def verify_fleet(dsn, clients, label):
                        "(resyncs %s)" % (c.cname, len(silent), silent[:5], c.resyncs[:5]))
     check_eq(bad[:5], [], "%d of %d slow clients: a silent gap or an id that is not a committed event "
                           "in order" % (len(bad), len(slow)))
+
+
+def check_no_failure_envelopes(clients):
+    """No LbClient got a `failure`: in a run of restarts every end of a
+    stream (a drain, the database going away) is one to retry, which the
+    contract says with `reconnect` (draining, not_ready, unavailable); a
+    `failure` is a terminal error, counted as one by the edge."""
+    bad = ["%s: %s" % (c.cname, c.failures[:2]) for c in clients if c.failures]
+    check_eq(bad[:10], [], "%d clients got a failure envelope, an error, where the end was one to retry "
+                           "(reconnect)" % len(bad))
 
 
 class EdgeWatch(threading.Thread):
