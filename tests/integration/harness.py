@@ -39,6 +39,9 @@ Stable API (G2's tests rely on it; add, never change):
         .alive()  .stop(timeout=30) -> returncode (SIGTERM, wait)  .kill() (SIGKILL, wait)
         .wait_exit(timeout) -> returncode   .logs() -> str (stdout+stderr tails)
         .rss_kb() -> int (VmRSS from /proc/PID/status)
+        .stacks() -> str (every thread's backtrace: gdb if installed, else /proc)
+        .wait_exit_or_stacks(timeout, what) -> returncode, or TestFailure with the
+                               stacks and logs of a process that did not exit
   program(name, where=BIN_DIR) -> path   (TestFailure when not built)
   migrate(dsn)                 runs `broker-writer migrate --pg-dsn DSN` (raises on failure).
   psql(dsn, sql) -> [tuple of str|None]   rows; NULL -> None; values never split wrongly
@@ -61,19 +64,22 @@ Stable API (G2's tests rely on it; add, never change):
   Raw(b)                       bytes inserted verbatim into an mp_pack'd value.
   http_get(url, headers=None, timeout=10) -> (status, headers dict lower-cased, body bytes)
   free_port() -> int           a 127.0.0.1 port nobody listens on (never handed out twice).
+  stable_port() -> int         the same, below the ephemeral range: for an address that is
+                               closed and bound again (no outgoing connection takes it meanwhile).
   SseClient(url, headers=None) a minimal SSE reader in a thread: .events (list of dicts
                                {"id","event","data","retry"}), .items(), .wait_items(n, timeout),
                                .closed, .error, .close().
   compact_json(text) -> str    text with whitespace outside strings removed (what the
                                writer stores).
   rss_kb(pid) -> int
+  process_stacks(pid) -> str    every thread's stack of a live process (Proc.stacks).
   envelope_data_text(envelope) -> str|None   the raw text of an envelope's "data".
   db_events(dsn, topics=None) -> [(seq:int, topic, about_json, data_text|None)] by seq.
   check_items_match_rows(items, rows, what)  SSE items (SseClient.items()) are exactly
                                rows (db_events) in order: id == seq, topic, and data
                                byte for byte (no data for a change signal).
   metric(url, name, labels=None) -> float|None   one sample from GET /metrics.
-  PgServer(name)               a PostgreSQL of the test's own that it may restart: .start(),
+  PgServer(name, port=None)    a PostgreSQL of the test's own that it may restart: .start(),
                                .stop(mode="fast"), .restart(mode="fast") -> seconds, .dsn,
                                .logs(tail), .close() (also at exit).  Root: runs as postgres.
   PsqlSession(dsn)             one long-lived psql session: .execute(sql) (bounded wait,
@@ -93,6 +99,7 @@ import http.client
 import itertools
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -235,6 +242,35 @@ def free_port():
                 _ports_given.add(port)
                 return port
     raise TestFailure("no free port found")
+
+
+def stable_port():
+    """A free 127.0.0.1 port below the kernel's ephemeral range, for an
+    address a test stops and binds again (an edge restarted on its port, a
+    PostgreSQL restarted): while it is closed, no outgoing connection can
+    take it as its local port, which free_port()'s ports (from that range)
+    allow."""
+    lo = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    with _ports_lock:
+        for _ in range(500):
+            port = random.randint(max(1024, lo - 16384), lo - 1)
+            if port in _ports_given:
+                continue
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            finally:
+                s.close()
+            _ports_given.add(port)
+            return port
+    raise TestFailure("no free port found below the ephemeral range (%d)" % lo)
 
 
 # ---------------------------------------------------------------- PostgreSQL
@@ -382,6 +418,21 @@ class Proc:
 
     def rss_kb(self):
         return rss_kb(self.pid)
+
+    def stacks(self, timeout=60):
+        """Every thread's stack, for a failure message (a process that does
+        not exit): gdb's backtrace when gdb is installed, else the kernel's
+        view per thread (/proc/PID/task/*: wchan, syscall, stack)."""
+        return process_stacks(self.pid, timeout)
+
+    def wait_exit_or_stacks(self, timeout, what):
+        """wait_exit(timeout); when the process is still there, its stacks
+        and logs go into the TestFailure (then it is left to the cleanup)."""
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise TestFailure("%s: %s (pid %d) did not exit within %ss; its threads:\n%s\n%s"
+                              % (what, self.name, self.pid, timeout, self.stacks(), self.logs()))
 
     def logs(self, tail=60):
         parts = []
@@ -538,7 +589,7 @@ class PgServer:
     restart(mode="fast") -> seconds it took, running(), logs(tail), close().
     """
 
-    def __init__(self, name="pg"):
+    def __init__(self, name="pg", port=None):
         bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
                       key=lambda x: int(x.split("/")[4]) if x.split("/")[4].isdigit() else 0)
         if not bins:
@@ -550,7 +601,7 @@ class PgServer:
         self.data = os.path.join(self.base, "data")
         self.sock = os.path.join(self.base, "sock")
         self.logfile = os.path.join(self.base, "server.log")
-        self.port = free_port()
+        self.port = port or free_port()
         self.dsn = "host=127.0.0.1 port=%d user=postgres dbname=postgres" % self.port
         for d in (self.data, self.sock):
             os.mkdir(d, 0o700)
@@ -1111,6 +1162,31 @@ def rss_kb(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise TestFailure("no VmRSS for pid %d" % pid)
+
+
+def process_stacks(pid, timeout=60):
+    """Every thread's stack of a live process, as text (see Proc.stacks)."""
+    gdb = shutil.which("gdb")
+    if gdb:
+        try:
+            p = subprocess.run([gdb, "-p", str(pid), "-batch", "-nx", "-ex", "set pagination off",
+                                "-ex", "thread apply all bt"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout)
+            return "\n".join(ln for ln in p.stdout.decode(errors="replace").splitlines()
+                             if ln.startswith(("Thread ", "#")))
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return "gdb failed: %r" % e
+    out = []
+    for task in sorted(glob.glob("/proc/%d/task/*" % pid)):
+        parts = [task.rsplit("/", 1)[1]]
+        for f in ("comm", "wchan", "syscall", "stack"):
+            try:
+                with open(os.path.join(task, f)) as fh:
+                    parts.append("%s: %s" % (f, fh.read().strip()))
+            except OSError as e:
+                parts.append("%s: (%s)" % (f, e.strerror))
+        out.append("\n  ".join(parts))
+    return "\n".join(out)
 
 
 def envelope_data_text(envelope):
