@@ -1005,6 +1005,8 @@ main(int argc, char **argv)
 	st_buf_init(&w.p_keys);
 	make_instance(w.instance, sizeof(w.instance));
 	rc = run(&w);
+	/* Everything accepted is flushed and answered; closing must not hold a restart (st_util.h). */
+	st_exit_watchdog(PROG, 5, rc);
 	writer_fini(&w);
 	/* nng's own threads and buffers end here; without it ASan counts them as leaks. */
 	nng_fini();

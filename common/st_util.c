@@ -1,9 +1,11 @@
-/* st_util: aborting allocators, panic, decimal parsing and formatting. */
+/* st_util: aborting allocators, panic, decimal parsing and formatting, the teardown watchdog. */
 #include "st_util.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void
 oom(size_t n)
@@ -68,6 +70,36 @@ st_one_line(char *s)
 	for (; *s; s++)
 		if (*s == '\n' || *s == '\r' || *s == '\t')
 			*s = ' ';
+}
+
+static char watchdog_line[160];
+static size_t watchdog_len;
+static volatile sig_atomic_t watchdog_code;
+
+static void
+watchdog_fire(int sig)
+{
+	(void)sig;
+	/* Only async-signal-safe calls here. */
+	(void)!write(STDERR_FILENO, watchdog_line, watchdog_len);
+	_exit(watchdog_code);
+}
+
+void
+st_exit_watchdog(const char *prog, unsigned seconds, int code)
+{
+	struct sigaction sa;
+	int n = snprintf(watchdog_line, sizeof(watchdog_line),
+	                 "%s: teardown did not finish within %u s (a close inside nng hangs); exiting %d\n", prog,
+	                 seconds, code);
+
+	watchdog_len = n > 0 ? ST_MIN((size_t)n, sizeof(watchdog_line) - 1) : 0;
+	watchdog_code = code;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = watchdog_fire;
+	sigemptyset(&sa.sa_mask);
+	(void)sigaction(SIGALRM, &sa, NULL);
+	alarm(seconds);
 }
 
 void

@@ -24,6 +24,17 @@ char *st_xstrndup(const char *s, size_t n);
  */
 void st_one_line(char *s);
 
+/*
+ * Bounds a program's teardown: if the process has not exited `seconds`
+ * after this call, a SIGALRM handler writes one line naming prog and exits
+ * with code (_exit: nothing more runs).  For what follows the end of the
+ * event loop, when the work that matters (drain, flush, replies) is done
+ * and only closing remains: nng 1.5.2's nng_close can wait for ever on a
+ * close race inside the library (a stalled rolling restart otherwise).
+ * Call once, from the main thread.
+ */
+void st_exit_watchdog(const char *prog, unsigned seconds, int code);
+
 /* Aborts with file:line.  Only for programmer errors, never for input. */
 void st_panic(const char *file, int line, const char *what) __attribute__((noreturn));
 #define ST_ASSERT(x)                                         \

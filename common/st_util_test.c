@@ -4,7 +4,11 @@
 #include "st_test.h"
 #include "st_util.h"
 
+#include <signal.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static void
 t_parse_u64(void)
@@ -81,12 +85,49 @@ t_fake_clock(void)
 	ST_CHECK(st_clock_now(st_clock_system()) > 0);
 }
 
+/* A teardown that hangs (here: pause() for ever) ends at the watchdog with the given code and one line. */
+static void
+t_exit_watchdog(void)
+{
+	int fds[2], status = 0;
+	char buf[256] = { 0 };
+	pid_t pid, got = 0;
+	ssize_t n;
+
+	ST_CHECK(pipe(fds) == 0);
+	pid = fork();
+	ST_CHECK(pid != -1);
+	if (pid == 0) {
+		dup2(fds[1], STDERR_FILENO);
+		st_exit_watchdog("hangs", 1, 3);
+		for (;;)
+			pause();
+	}
+	close(fds[1]);
+	/* bounded: 20 s for a 1 s alarm; the test fails (and kills the child) rather than hang */
+	for (int i = 0; i < 200 && got == 0; i++) {
+		got = waitpid(pid, &status, WNOHANG);
+		if (got == 0)
+			usleep(100000);
+	}
+	if (got == 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+	}
+	ST_CHECK(got == pid);
+	ST_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 3);
+	n = read(fds[0], buf, sizeof(buf) - 1);
+	ST_CHECK(n > 0 && strstr(buf, "hangs: teardown did not finish within 1 s") != NULL);
+	close(fds[0]);
+}
+
 int
 main(void)
 {
 	ST_RUN(t_parse_u64);
 	ST_RUN(t_fmt_u64);
 	ST_RUN(t_one_line);
+	ST_RUN(t_exit_watchdog);
 	ST_RUN(t_buf);
 	ST_RUN(t_fake_clock);
 	return st_test_done();

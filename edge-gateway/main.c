@@ -92,6 +92,8 @@
 #define EDGE_MAX_THREADS 64
 #define EDGE_TICK_MS 50
 /* A fill is fanned out like one published message: as many events, as many bytes. */
+/* Seconds the teardown after the loop may take before the process just exits. */
+#define EDGE_TEARDOWN_S 5
 #define EDGE_FILL_CHUNK 256
 #define EDGE_FILL_BYTES (256u * 1024)
 #define EDGE_HEAD_RETRY_MS 500
@@ -905,6 +907,8 @@ main(int argc, char **argv)
 	event_base_dispatch(e.base);
 	st_info("exiting with %zu streams open", edge_streams_count(&e));
 	rc = 0;
+	/* The drain is done; closing must not hold a rolling restart (see st_util.h). */
+	st_exit_watchdog("edge-gateway", EDGE_TEARDOWN_S, rc);
 
 	if (edge_threaded(&e)) {
 		/* Stop every worker loop, join, then free with no loop running. */
