@@ -600,6 +600,16 @@ format_content_type(enum frame_format f)
 	}
 }
 
+/* A retry hint drawn uniformly from [mid/2, 3 mid/2]: refused clients do not come back together. */
+static uint32_t
+retry_jitter(streams *ss, uint32_t mid)
+{
+	ss->rng ^= ss->rng << 13;
+	ss->rng ^= ss->rng >> 7;
+	ss->rng ^= ss->rng << 17;
+	return mid / 2 + (uint32_t)(ss->rng % (mid + 1));
+}
+
 static void
 refusal_send(streams *ss, http_req *req, enum frame_format fmt, enum refusal why, uint32_t retry_ms,
              const char *detail)
@@ -633,12 +643,7 @@ refusal_send(streams *ss, http_req *req, enum frame_format fmt, enum refusal why
 static void
 refuse_retryable(streams *ss, http_req *req, enum frame_format fmt, enum refusal why, const char *detail)
 {
-	uint32_t mid = refusal_retry_ms[why];
-
-	ss->rng ^= ss->rng << 13;
-	ss->rng ^= ss->rng >> 7;
-	ss->rng ^= ss->rng << 17;
-	refusal_send(ss, req, fmt, why, mid / 2 + (uint32_t)(ss->rng % (mid + 1)), detail);
+	refusal_send(ss, req, fmt, why, retry_jitter(ss, refusal_retry_ms[why]), detail);
 }
 
 static void
@@ -653,15 +658,26 @@ stream_start_response(stream *s)
 
 /* ---- replay ------------------------------------------------------------ */
 
+/*
+ * The replay cannot go on.  A database that failed or a full replay queue
+ * passes: the client is told to come back with its last id (reconnect
+ * unavailable, a jittered hint), as it would be before the first byte; a
+ * proper client stops for good on `failure`, so that is kept for a row the
+ * edge cannot read (ST_EPROTO: a defect, retrying gives the same row).
+ */
 static void
-stream_fail(stream *s, const char *detail)
+stream_fail(stream *s, st_err err, const char *detail)
 {
 	stream_cancel_job(s);
 	chunk_clear(s);
 	subq_free(s->hold);
 	s->hold = NULL;
 	s->state = ST_LIVE;
-	stream_write_frame(s, frame_failure_new(503, "Replay failed", detail));
+	if (err == ST_EPROTO)
+		stream_write_frame(s, frame_failure_new(500, "Replay failed", detail));
+	else
+		stream_write_frame(s, frame_reconnect_new(retry_jitter(s->ss, refusal_retry_ms[RF_UNAVAILABLE]),
+		                                          refusal_names[RF_UNAVAILABLE]));
 }
 
 static void
@@ -672,7 +688,8 @@ on_rows(void *arg, st_err err, frame *const *frames, size_t n, bool done, uint64
 	s->job = NULL;
 	if (err != ST_OK) {
 		st_counter_inc(s->ss->m_replay[RR_ERROR]);
-		stream_fail(s, "the database failed during the replay; reconnect with Last-Event-ID");
+		stream_fail(s, err, err == ST_EPROTO ? "a stored event could not be read" :
+		                                      "the database failed during the replay; reconnect with Last-Event-ID");
 		return;
 	}
 	chunk_clear(s);
@@ -724,7 +741,7 @@ stream_fetch(stream *s)
 	                      upto, s->fetch_limit, SUBQ_MAX_BYTES, on_rows, s);
 	if (s->job == NULL) {
 		st_counter_inc(s->ss->m_replay[RR_ERROR]);
-		stream_fail(s, "the replay queue is full; reconnect with Last-Event-ID");
+		stream_fail(s, ST_EBUSY, "the replay queue is full; reconnect with Last-Event-ID");
 	}
 }
 
