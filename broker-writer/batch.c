@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pgarray.h"
+#include "st_pgarray.h"
 #include "st_util.h"
 
 typedef struct batch_req {
@@ -247,40 +247,40 @@ batch_has_keys(const batch *b)
 void
 batch_encode(const batch *b, st_buf *topics, st_buf *abouts, st_buf *datas, st_buf *keys)
 {
-	pgarray_writer wt, wa, wd, wk;
+	st_pgarray_writer wt, wa, wd, wk;
 	bool with_keys = batch_has_keys(b);
 	st_buf one;
 
 	st_buf_init(&one);
-	pgarray_begin(&wt, topics, (uint32_t)b->n_rows);
-	pgarray_begin(&wa, abouts, (uint32_t)b->n_rows);
-	pgarray_begin(&wd, datas, (uint32_t)b->n_rows);
+	st_pgarray_begin(&wt, topics, (uint32_t)b->n_rows);
+	st_pgarray_begin(&wa, abouts, (uint32_t)b->n_rows);
+	st_pgarray_begin(&wd, datas, (uint32_t)b->n_rows);
 	if (with_keys)
-		pgarray_begin(&wk, keys, (uint32_t)b->n_rows);
+		st_pgarray_begin(&wk, keys, (uint32_t)b->n_rows);
 	for (size_t i = 0; i < b->n_rows; i++) {
 		const proto_event *ev = b->rows[i].ev;
 
-		pgarray_add(&wt, ev->topic.p, ev->topic.len);
+		st_pgarray_add(&wt, ev->topic.p, ev->topic.len);
 		if (ev->n_about == 0) {
-			pgarray_add(&wa, "{}", 2);
+			st_pgarray_add(&wa, "{}", 2);
 		} else {
 			st_buf_reset(&one);
 			batch_about_literal(&one, ev->about, ev->n_about);
-			pgarray_add(&wa, one.p, one.len);
+			st_pgarray_add(&wa, one.p, one.len);
 		}
 		if (ev->has_data)
-			pgarray_add(&wd, ev->data.p, ev->data.len);
+			st_pgarray_add(&wd, ev->data.p, ev->data.len);
 		else
-			pgarray_add_null(&wd);
+			st_pgarray_add_null(&wd);
 		if (!with_keys)
 			continue;
 		if (ev->has_key)
-			pgarray_add(&wk, ev->key.p, ev->key.len);
+			st_pgarray_add(&wk, ev->key.p, ev->key.len);
 		else
-			pgarray_add_null(&wk);
+			st_pgarray_add_null(&wk);
 	}
-	ST_ASSERT(pgarray_end(&wt) == ST_OK && pgarray_end(&wa) == ST_OK && pgarray_end(&wd) == ST_OK &&
-	          (!with_keys || pgarray_end(&wk) == ST_OK));
+	ST_ASSERT(st_pgarray_end(&wt) == ST_OK && st_pgarray_end(&wa) == ST_OK && st_pgarray_end(&wd) == ST_OK &&
+	          (!with_keys || st_pgarray_end(&wk) == ST_OK));
 	st_buf_fini(&one);
 }
 

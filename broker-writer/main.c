@@ -69,7 +69,7 @@
 
 #include "batch.h"
 #include "ingest.h"
-#include "pgarray.h"
+#include "st_pgarray.h"
 #include "pgerr.h"
 #include "pgsink.h"
 #include "publish.h"
@@ -409,8 +409,8 @@ read_result(writer *w, PGresult *res, uint64_t *prev)
 		return false;
 	ok = parse_u64(PQgetvalue(res, 0, 0), prev) && parse_u64(PQgetvalue(res, 0, 1), &first) &&
 	     parse_u64(PQgetvalue(res, 0, 2), &n_fresh) &&
-	     pgarray_parse_u64s(PQgetvalue(res, 0, 3), n, &ords, &n_o) == ST_OK &&
-	     pgarray_parse_u64s(PQgetvalue(res, 0, 4), n, &seqs, &n_s) == ST_OK && n_o == n_s &&
+	     st_pgarray_parse_u64s(PQgetvalue(res, 0, 3), n, &ords, &n_o) == ST_OK &&
+	     st_pgarray_parse_u64s(PQgetvalue(res, 0, 4), n, &seqs, &n_s) == ST_OK && n_o == n_s &&
 	     batch_apply(w->fl, *prev, first, n_fresh, ords, seqs, n_o) == ST_OK;
 	free(ords);
 	free(seqs);
@@ -564,7 +564,8 @@ flush_send(writer *w)
 		                keys ? w->p_keys.p : NULL };
 	int lens[6] = { 0, 0, (int)w->p_topics.len, (int)w->p_abouts.len, (int)w->p_datas.len, (int)w->p_keys.len };
 	int fmts[6] = { 0, 0, 1, 1, 1, 1 };
-	Oid types[6] = { 20, 25, PGARRAY_TEXT_OID, PGARRAY_TEXT_OID, PGARRAY_TEXT_OID, PGARRAY_TEXT_OID };
+	Oid types[6] = { ST_PG_INT8_OID, ST_PG_TEXT_OID, ST_PG_TEXT_ARRAY_OID, ST_PG_TEXT_ARRAY_OID, ST_PG_TEXT_ARRAY_OID,
+	                 ST_PG_TEXT_ARRAY_OID };
 
 	if (w->fl_sent || batch_empty(w->fl))
 		return;

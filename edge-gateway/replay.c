@@ -20,9 +20,9 @@
 #include <string.h>
 
 #include "st_log.h"
+#include "st_pgarray.h"
 #include "st_util.h"
 
-#define OID_TEXT 25u
 #define MAX_TOPIC_BYTES (1024u * 1024) /* a topic read back; the contract's are <= 200 bytes */
 
 static const char CHECK_SQL[] =
@@ -93,22 +93,6 @@ struct replay_job {
 	void *arg;
 };
 
-static uint32_t
-rd32(const char *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, 4);
-	return be32toh(v);
-}
-
-static void
-wr32(char *p, uint32_t v)
-{
-	v = htobe32(v);
-	memcpy(p, &v, 4);
-}
-
 static bool
 get_i8(const PGresult *r, int row, int col, uint64_t *out)
 {
@@ -121,51 +105,11 @@ get_i8(const PGresult *r, int row, int col, uint64_t *out)
 	return true;
 }
 
-st_err
-replay_text_array_parse(const char *buf, size_t len, proto_str *out, uint32_t max, uint32_t *n)
-{
-	uint32_t ndim, flags, oid, count;
-	size_t off;
-
-	*n = 0;
-	if (len < 12)
-		return ST_EPROTO;
-	ndim = rd32(buf);
-	flags = rd32(buf + 4);
-	oid = rd32(buf + 8);
-	if (oid != OID_TEXT || flags > 1)
-		return ST_EPROTO;
-	if (ndim == 0)
-		return len == 12 ? ST_OK : ST_EPROTO;
-	if (ndim != 1 || len < 20)
-		return ST_EPROTO;
-	count = rd32(buf + 12);
-	/* buf + 16 is the lower bound: any value is fine for a list. */
-	if (count > max || count > (len - 20) / 4)
-		return ST_EPROTO;
-	off = 20;
-	for (uint32_t i = 0; i < count; i++) {
-		uint32_t el;
-		if (len - off < 4)
-			return ST_EPROTO;
-		el = rd32(buf + off);
-		off += 4;
-		if (el == UINT32_MAX || el > len - off) /* -1 is a NULL element */
-			return ST_EPROTO;
-		out[i].p = buf + off;
-		out[i].len = el;
-		off += el;
-	}
-	if (off != len)
-		return ST_EPROTO;
-	*n = count;
-	return ST_OK;
-}
-
 /* One row (seq, topic, about, data) -> an item frame. */
 static st_err
 row_frame(const PGresult *r, int row, frame **out)
 {
+	st_pgarray_elem el[REPLAY_MAX_ABOUT];
 	proto_str about[REPLAY_MAX_ABOUT];
 	uint64_t seq;
 	uint32_t n_about;
@@ -179,9 +123,11 @@ row_frame(const PGresult *r, int row, frame **out)
 	topic_len = (size_t)PQgetlength(r, row, 1);
 	if (topic_len == 0 || topic_len > MAX_TOPIC_BYTES)
 		return ST_EPROTO;
-	if (replay_text_array_parse(PQgetvalue(r, row, 2), (size_t)PQgetlength(r, row, 2), about,
-	                            REPLAY_MAX_ABOUT, &n_about) != ST_OK)
+	if (st_pgarray_text_parse(PQgetvalue(r, row, 2), (size_t)PQgetlength(r, row, 2), el, REPLAY_MAX_ABOUT,
+	                          &n_about) != ST_OK)
 		return ST_EPROTO;
+	for (uint32_t i = 0; i < n_about; i++)
+		about[i] = (proto_str){ el[i].p, el[i].len };
 	if (!PQgetisnull(r, row, 3)) {
 		/* json's binary form is its text, byte for byte. */
 		data = PQgetvalue(r, row, 3);
@@ -286,34 +232,21 @@ on_result(void *arg, st_err err, const PGresult *res)
 	free(j);
 }
 
-/* The binary text[] of the topics; NULL when out of bounds. */
-static char *
-topics_array(const char *const *topics, const size_t *lens, size_t n, int *out_len)
+/* The binary text[] of the topics into out; false when out of bounds. */
+static bool
+topics_array(const char *const *topics, const size_t *lens, size_t n, st_buf *out)
 {
-	size_t size = 20;
-	char *b, *at;
+	st_pgarray_writer w;
 
 	if (n == 0 || n > REPLAY_MAX_TOPICS)
-		return NULL;
-	for (size_t i = 0; i < n; i++) {
+		return false;
+	for (size_t i = 0; i < n; i++)
 		if (lens[i] > PROTO_MAX_TOPIC)
-			return NULL;
-		size += 4 + lens[i];
-	}
-	b = st_xmalloc(size);
-	wr32(b, 1);
-	wr32(b + 4, 0);
-	wr32(b + 8, OID_TEXT);
-	wr32(b + 12, (uint32_t)n);
-	wr32(b + 16, 1);
-	at = b + 20;
-	for (size_t i = 0; i < n; i++) {
-		wr32(at, (uint32_t)lens[i]);
-		memcpy(at + 4, topics[i], lens[i]);
-		at += 4 + lens[i];
-	}
-	*out_len = (int)size;
-	return b;
+			return false;
+	st_pgarray_begin(&w, out, (uint32_t)n);
+	for (size_t i = 0; i < n; i++)
+		st_pgarray_add(&w, topics[i], lens[i]);
+	return st_pgarray_end(&w) == ST_OK;
 }
 
 static uint64_t
@@ -355,19 +288,19 @@ replay_job *
 replay_check(pgpool *p, const char *const *topics, const size_t *lens, size_t n, uint64_t after, uint64_t until,
              uint64_t cap, replay_check_fn fn, void *arg)
 {
-	int arr_len;
-	char *arr = topics_array(topics, lens, n, &arr_len);
 	uint64_t ints[3] = {after, cap >= INT64_MAX ? INT64_MAX : cap + 1, until >= INT64_MAX ? INT64_MAX : until};
-	replay_job *j;
+	replay_job *j = NULL;
+	st_buf arr;
 
-	if (arr == NULL)
-		return NULL;
-	j = st_xcalloc(1, sizeof(*j));
-	j->kind = J_CHECK;
-	j->check_fn = fn;
-	j->arg = arg;
-	j = job_submit(p, PGPOOL_PRIO_REPLAY, CHECK_SQL, j, arr, arr_len, ints, 3);
-	free(arr);
+	st_buf_init(&arr);
+	if (topics_array(topics, lens, n, &arr)) {
+		j = st_xcalloc(1, sizeof(*j));
+		j->kind = J_CHECK;
+		j->check_fn = fn;
+		j->arg = arg;
+		j = job_submit(p, PGPOOL_PRIO_REPLAY, CHECK_SQL, j, arr.p, (int)arr.len, ints, 3);
+	}
+	st_buf_fini(&arr);
 	return j;
 }
 
@@ -375,23 +308,23 @@ replay_job *
 replay_fetch(pgpool *p, const char *const *topics, const size_t *lens, size_t n, uint64_t cursor, uint64_t upto,
              uint32_t limit, size_t max_bytes, replay_rows_fn fn, void *arg)
 {
-	int arr_len;
-	char *arr;
 	uint64_t ints[4] = {cursor, upto, limit, max_bytes};
-	replay_job *j;
+	replay_job *j = NULL;
+	st_buf arr;
 
 	if (limit == 0 || limit > REPLAY_MAX_LIMIT || max_bytes == 0)
 		return NULL;
-	if ((arr = topics_array(topics, lens, n, &arr_len)) == NULL)
-		return NULL;
-	j = st_xcalloc(1, sizeof(*j));
-	j->kind = J_FETCH;
-	j->limit = limit;
-	j->upto = upto;
-	j->rows_fn = fn;
-	j->arg = arg;
-	j = job_submit(p, PGPOOL_PRIO_REPLAY, FETCH_SQL, j, arr, arr_len, ints, 4);
-	free(arr);
+	st_buf_init(&arr);
+	if (topics_array(topics, lens, n, &arr)) {
+		j = st_xcalloc(1, sizeof(*j));
+		j->kind = J_FETCH;
+		j->limit = limit;
+		j->upto = upto;
+		j->rows_fn = fn;
+		j->arg = arg;
+		j = job_submit(p, PGPOOL_PRIO_REPLAY, FETCH_SQL, j, arr.p, (int)arr.len, ints, 4);
+	}
+	st_buf_fini(&arr);
 	return j;
 }
 

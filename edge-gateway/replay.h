@@ -82,12 +82,4 @@ replay_job *replay_fill(pgpool *p, uint64_t after, uint64_t upto, uint32_t limit
  * callback has returned; a no-op inside the job's own callback. */
 void replay_cancel(replay_job *j);
 
-/*
- * Parses PostgreSQL's binary array format for a one-dimensional text[]
- * (ndim 0 or 1, no NULL elements), every length checked against the bytes
- * left.  out[0..*n) point into buf.  ST_EPROTO for anything else or more
- * than max entries.  (Exposed for the tests.)
- */
-st_err replay_text_array_parse(const char *buf, size_t len, proto_str *out, uint32_t max, uint32_t *n);
-
 #endif

@@ -16,6 +16,7 @@
 #include <event2/event.h>
 
 #include "st_buf.h"
+#include "st_pgarray.h"
 #include "st_test.h"
 #include "st_util.h"
 
@@ -298,7 +299,7 @@ static void
 on_raw(void *arg, st_err err, const PGresult *r)
 {
 	got *g = arg;
-	proto_str about[16];
+	st_pgarray_elem about[16];
 	uint32_t n = 0;
 
 	g->done_cb = true;
@@ -307,7 +308,7 @@ on_raw(void *arg, st_err err, const PGresult *r)
 		g->err = ST_EINVAL;
 		return;
 	}
-	g->err = replay_text_array_parse(PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0), about, 16, &n);
+	g->err = st_pgarray_text_parse(PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0), about, 16, &n);
 	g->n = n;
 	for (uint32_t i = 0; i < n && i < ST_ARRAY_LEN(g->env); i++)
 		snprintf(g->env[i], sizeof(g->env[i]), "%.*s", (int)about[i].len, about[i].p);
@@ -332,36 +333,6 @@ t_array_parse(void)
 	ST_CHECK_STR(g.env[5], "back\\slash");
 	ST_CHECK_STR(g.env[6], " sp ");
 
-	/* malformed inputs */
-	proto_str out[4];
-	uint32_t n;
-	static const char empty[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 25};
-	ST_CHECK(replay_text_array_parse(empty, 12, out, 4, &n) == ST_OK && n == 0);
-	ST_CHECK(replay_text_array_parse(empty, 11, out, 4, &n) == ST_EPROTO);
-	static const char one[] = {0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 25, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 'h', 'i'};
-	ST_CHECK(replay_text_array_parse(one, sizeof(one), out, 4, &n) == ST_OK && n == 1 && out[0].len == 2 &&
-	         memcmp(out[0].p, "hi", 2) == 0);
-	ST_CHECK(replay_text_array_parse(one, sizeof(one) - 1, out, 4, &n) == ST_EPROTO); /* truncated */
-	ST_CHECK(replay_text_array_parse(one, sizeof(one), out, 0, &n) == ST_EPROTO);     /* over max */
-	char bad[sizeof(one) + 1];
-	memcpy(bad, one, sizeof(one));
-	bad[sizeof(one)] = 'x';
-	ST_CHECK(replay_text_array_parse(bad, sizeof(bad), out, 4, &n) == ST_EPROTO);     /* trailing */
-	memcpy(bad, one, sizeof(one));
-	bad[11] = 23; /* int4[] */
-	ST_CHECK(replay_text_array_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
-	memcpy(bad, one, sizeof(one));
-	bad[3] = 2; /* two dimensions */
-	ST_CHECK(replay_text_array_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
-	memcpy(bad, one, sizeof(one));
-	bad[20] = bad[21] = bad[22] = bad[23] = (char)0xff; /* NULL element */
-	ST_CHECK(replay_text_array_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
-	memcpy(bad, one, sizeof(one));
-	bad[12] = 0x7f; /* 2 billion elements in 26 bytes */
-	ST_CHECK(replay_text_array_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
-	memcpy(bad, one, sizeof(one));
-	bad[20] = 0x7f; /* an element longer than the buffer */
-	ST_CHECK(replay_text_array_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
 }
 
 static void

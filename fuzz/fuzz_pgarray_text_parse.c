@@ -1,6 +1,6 @@
 /*
- * fuzz_replay_text_array_parse: the about column of every replayed row
- * arrives as PostgreSQL's binary text[] (the server is trusted less than
+ * fuzz_pgarray_text_parse: the about column of every replayed row arrives
+ * as PostgreSQL's binary text[], read by st_pgarray_text_parse (the server is trusted less than
  * it seems: a proxy, a wrong column or a future format change are all
  * bytes the edge must survive).
  *
@@ -17,11 +17,11 @@
 #include <string.h>
 
 #include "fuzz_check.h"
-#include "replay.h"
+#include "st_pgarray.h"
 
-#define MAX_ENTRIES REPLAY_MAX_ABOUT
+#define MAX_ENTRIES 1024u /* REPLAY_MAX_ABOUT, the edge's bound */
 
-static proto_str ref_out[MAX_ENTRIES];
+static st_pgarray_elem ref_out[MAX_ENTRIES];
 
 static uint32_t
 be32(const uint8_t *p)
@@ -75,7 +75,7 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	uint32_t max = MAX_ENTRIES, n = 0xdead, rn = 0;
-	proto_str *out;
+	st_pgarray_elem *out;
 	bool ok;
 	st_err rv;
 
@@ -85,7 +85,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	out = malloc((max ? max : 1) * sizeof(*out));
 	FUZZ_CHECK(out != NULL, "malloc");
 	ok = ref_parse(data, size, max, &rn);
-	rv = replay_text_array_parse((const char *)data, size, out, max, &n);
+	rv = st_pgarray_text_parse((const char *)data, size, out, max, &n);
 	if (!ok) {
 		FUZZ_CHECK(rv == ST_EPROTO, "reference refuses, parser returns %d", (int)rv);
 		FUZZ_CHECK(n == 0, "refused with *n = %u", n);

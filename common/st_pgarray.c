@@ -1,8 +1,9 @@
 /*
- * pgarray: writes the binary form of a text[] parameter.
+ * st_pgarray: the binary form of a text[], written and read, and the text
+ * form of an int8[] result read.
  *
- * The header is written by pgarray_begin with the has-null flag cleared and
- * patched in place by the first pgarray_add_null, so the caller streams the
+ * The header is written by st_pgarray_begin with the has-null flag cleared and
+ * patched in place by the first st_pgarray_add_null, so the caller streams the
  * elements once without knowing in advance whether one of them is NULL.
  * The bytes follow array_recv() in src/backend/utils/adt/arrayfuncs.c:
  * ndim, flags, element OID, then (dim, lbound) per dimension, then
@@ -11,7 +12,7 @@
  * The text parser counts the commas first, so it allocates once and never
  * more than max + 1 values, whatever the server sent.
  */
-#include "pgarray.h"
+#include "st_pgarray.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,7 @@ put_i32(st_buf *b, int32_t v)
 }
 
 void
-pgarray_begin(pgarray_writer *w, st_buf *out, uint32_t n)
+st_pgarray_begin(st_pgarray_writer *w, st_buf *out, uint32_t n)
 {
 	ST_ASSERT(n <= INT32_MAX);
 	w->out = out;
@@ -38,7 +39,7 @@ pgarray_begin(pgarray_writer *w, st_buf *out, uint32_t n)
 	w->added = 0;
 	put_i32(out, n == 0 ? 0 : 1);
 	put_i32(out, 0);
-	put_i32(out, (int32_t)PGARRAY_ELEM_TEXT_OID);
+	put_i32(out, (int32_t)ST_PG_TEXT_OID);
 	if (n > 0) {
 		put_i32(out, (int32_t)n);
 		put_i32(out, 1);
@@ -46,7 +47,7 @@ pgarray_begin(pgarray_writer *w, st_buf *out, uint32_t n)
 }
 
 void
-pgarray_add(pgarray_writer *w, const void *p, size_t len)
+st_pgarray_add(st_pgarray_writer *w, const void *p, size_t len)
 {
 	ST_ASSERT(len <= INT32_MAX);
 	ST_ASSERT(w->added < w->n);
@@ -57,7 +58,7 @@ pgarray_add(pgarray_writer *w, const void *p, size_t len)
 }
 
 void
-pgarray_add_null(pgarray_writer *w)
+st_pgarray_add_null(st_pgarray_writer *w)
 {
 	ST_ASSERT(w->added < w->n);
 	/* flags live right after ndim; only bit 0 (has nulls) is defined */
@@ -67,13 +68,13 @@ pgarray_add_null(pgarray_writer *w)
 }
 
 st_err
-pgarray_end(pgarray_writer *w)
+st_pgarray_end(st_pgarray_writer *w)
 {
 	return w->added == w->n ? ST_OK : ST_EINVAL;
 }
 
 st_err
-pgarray_parse_u64s(const char *s, size_t max, uint64_t **out, size_t *n)
+st_pgarray_parse_u64s(const char *s, size_t max, uint64_t **out, size_t *n)
 {
 	size_t len = strlen(s), count = 1, k = 0;
 	uint64_t *v;
@@ -104,6 +105,56 @@ pgarray_parse_u64s(const char *s, size_t max, uint64_t **out, size_t *n)
 	}
 	ST_ASSERT(k == count);
 	*out = v;
+	*n = count;
+	return ST_OK;
+}
+
+static uint32_t
+get_u32(const char *p)
+{
+	const unsigned char *u = (const unsigned char *)p;
+
+	return (uint32_t)u[0] << 24 | (uint32_t)u[1] << 16 | (uint32_t)u[2] << 8 | u[3];
+}
+
+st_err
+st_pgarray_text_parse(const char *buf, size_t len, st_pgarray_elem *out, uint32_t max, uint32_t *n)
+{
+	uint32_t ndim, flags, oid, count;
+	size_t off;
+
+	*n = 0;
+	if (len < 12)
+		return ST_EPROTO;
+	ndim = get_u32(buf);
+	flags = get_u32(buf + 4);
+	oid = get_u32(buf + 8);
+	if (oid != ST_PG_TEXT_OID || flags > 1)
+		return ST_EPROTO;
+	if (ndim == 0)
+		return len == 12 ? ST_OK : ST_EPROTO;
+	if (ndim != 1 || len < 20)
+		return ST_EPROTO;
+	count = get_u32(buf + 12);
+	/* buf + 16 is the lower bound: any value is fine for a list. */
+	if (count > max || count > (len - 20) / 4)
+		return ST_EPROTO;
+	off = 20;
+	for (uint32_t i = 0; i < count; i++) {
+		uint32_t el;
+
+		if (len - off < 4)
+			return ST_EPROTO;
+		el = get_u32(buf + off);
+		off += 4;
+		if (el == UINT32_MAX || el > len - off) /* -1 is a NULL element */
+			return ST_EPROTO;
+		out[i].p = buf + off;
+		out[i].len = el;
+		off += el;
+	}
+	if (off != len)
+		return ST_EPROTO;
 	*n = count;
 	return ST_OK;
 }
