@@ -368,6 +368,8 @@ replay_check(pgpool *p, const char *const *topics, const size_t *lens, size_t n,
 	j->arg = arg;
 	j = job_submit(p, PGPOOL_PRIO_REPLAY, CHECK_SQL, j, arr, arr_len, ints, 2);
 	free(arr);
+	if (j != NULL) /* the client waits for this answer before its first byte */
+		pgpool_set_deadline(j->q, REPLAY_CHECK_DEADLINE_MS);
 	return j;
 }
 
