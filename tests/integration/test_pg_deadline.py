@@ -16,6 +16,7 @@ for TCP to give up (never, behind a relay that still acknowledges).
   check has been answered.
 """
 import os
+import subprocess
 import sys
 import time
 
@@ -69,7 +70,7 @@ def a_check_in_flight_is_answered_at_its_deadline():
             relay.close()
 
 
-def gap_setup(env, **edge_flags):
+def gap_setup(env):
     """Two writers on one database, the edge dials only the second: events
     committed by the first reach the edge as a gap behind the second's."""
     w1 = env.start_writer(flush_interval_ms=100)
@@ -122,7 +123,6 @@ def c_a_fill_runs_while_checks_hold_every_other_connection():
         drive([live], "the first live event", lambda: (live.last_id or 0) >= s0)
         # Only the resume check reads broker_meta: a lock on it holds every
         # check (and so every connection a replay may use).
-        import subprocess
         hold = subprocess.Popen(["psql", "-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1", env.dsn],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
