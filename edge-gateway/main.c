@@ -834,6 +834,9 @@ main(int argc, char **argv)
 	if ((rv = pgpool_new(e.base, OPT("pg-dsn")->sval, edge_threaded(&e) ? EDGE_MAIN_POOL_CONNS : EDGE_POOL_CONNS,
 	                     &e.pool)) != ST_OK)
 		st_config_fail("edge-gateway", "--pg-dsn: %s", st_err_str(rv));
+	/* One connection runs only the head query and gap fills: live delivery
+	 * never waits behind replays that hold every other connection. */
+	pgpool_reserve_fills(e.pool, 1);
 	(void)sequencer_new(st_clock_system(), on_emit, on_fill, &e, &e.seq);
 	e.flow = flow_budget_new(st_clock_system());
 	scfg.replay_cap = (uint64_t)OPT("replay-cap")->ival;

@@ -32,7 +32,12 @@
  * connection's code from inside one of its callbacks.  Cancelling a queued
  * query unlinks it; cancelling one in flight only marks it, and its result
  * is discarded when it ends (there is no non-blocking cancel in libpq 15;
- * statement_timeout bounds it).
+ * the query's deadline or statement_timeout bounds it).
+ *
+ * Every query has a deadline (see on_sweep); a connection stuck mid-query
+ * counts as up, so the wait-for-a-connection rule alone would not end it.
+ * The first `reserved` connections run fills only (pgpool_reserve_fills):
+ * a fill never waits behind replays that hold every other connection.
  */
 #include "pgpool.h"
 
@@ -51,10 +56,12 @@
 #define BACKOFF_MIN_MS 100u
 #define BACKOFF_MAX_MS 5000u
 #define CONNECT_TIMEOUT_MS 10000u
-#define SETUP_SQL "SET statement_timeout = '30s'; SET client_encoding = 'UTF8'"
+#define SETUP_SQL "SET statement_timeout = '15s'; SET client_encoding = 'UTF8'"
+#define SWEEP_MS 250u
 
 enum conn_state { C_DOWN, C_RESOLVING, C_CONNECTING, C_SETUP, C_IDLE, C_BUSY };
-enum query_state { Q_QUEUED, Q_INFLIGHT, Q_CALLING };
+/* Q_DUE: taken out of the queue by the sweep, its callback not run yet (on the sweep's own list). */
+enum query_state { Q_QUEUED, Q_DUE, Q_INFLIGHT, Q_CALLING };
 
 struct pgpool_query {
 	pgpool_query *next;
@@ -72,6 +79,7 @@ struct pgpool_query {
 	pgpool_fn fn;
 	void *arg;
 	uint64_t queued_at;      /* monotonic ms of the submit */
+	uint32_t deadline_ms;    /* from queued_at, queue wait included */
 };
 
 typedef struct conn {
@@ -106,7 +114,9 @@ struct pgpool {
 	size_t queued;
 	size_t inflight;
 	struct event *kick;
-	struct event *sweep;     /* fails queries that waited too long for any connection */
+	struct event *sweep;     /* fails queries past their deadline */
+	const st_clock *clock;
+	unsigned reserved;       /* conns[0 .. reserved-1] take only PGPOOL_PRIO_FILL queries */
 };
 
 static void conn_start(conn *c);
@@ -184,9 +194,9 @@ timer_arm(conn *c, uint32_t ms)
 	evtimer_add(c->timer, &tv);
 }
 
-/* Drops the connection, fails its query (after the state is clean), schedules a reconnect. */
+/* Drops the connection, fails its query with err (after the state is clean), schedules a reconnect. */
 static void
-conn_fail(conn *c, const char *why)
+conn_drop(conn *c, const char *why, st_err err)
 {
 	char msg[512];
 	pgpool_query *q = c->q;
@@ -211,8 +221,14 @@ conn_fail(conn *c, const char *why)
 	c->backoff_ms = ST_MIN(c->backoff_ms * 2, BACKOFF_MAX_MS);
 	if (q != NULL) {
 		c->pool->inflight--;
-		deliver(q, ST_EDB, NULL);
+		deliver(q, err, NULL);
 	}
+}
+
+static void
+conn_fail(conn *c, const char *why)
+{
+	conn_drop(c, why, ST_EDB);
 }
 
 static void
@@ -531,10 +547,13 @@ queue_unlink(pgpool *p, pgpool_query *q)
 	p->queued--;
 }
 
+/* The next query conns[idx] may run: a reserved connection takes fills only. */
 static pgpool_query *
-queue_pop(pgpool *p)
+queue_pop(pgpool *p, unsigned idx)
 {
-	for (int i = 0; i < 2; i++) {
+	int lists = idx < p->reserved ? 1 : 2;
+
+	for (int i = 0; i < lists; i++) {
 		pgpool_query *q = p->queue[i].head;
 
 		if (q != NULL) {
@@ -550,45 +569,68 @@ dispatch(pgpool *p)
 {
 	for (unsigned i = 0; i < p->n && p->queued > 0; i++) {
 		conn *c = &p->conns[i];
-		if (c->st == C_IDLE)
-			send_next(c, queue_pop(p));
+		pgpool_query *q;
+
+		if (c->st == C_IDLE && (q = queue_pop(p, i)) != NULL)
+			send_next(c, q);
 	}
 }
 
 /*
- * While no connection is up, a query waits at most PGPOOL_WAIT_MS and then
- * fails with ST_EUNAVAIL: a stream answers 503 (or a failure envelope)
- * instead of hanging while the database is gone.  Expired queries are
- * unlinked first and called back afterwards, since a callback may submit
- * or cancel.
+ * Deadlines.  A query that is past its deadline (counted from the submit,
+ * the wait for a connection included) ends with ST_ETIMEDOUT: queued, it
+ * is taken out of the queue; in flight, its connection is dropped
+ * (PQfinish closes the socket at once, the server aborts the query at its
+ * next write or at statement_timeout) and made again.  libpq 15 has only a
+ * blocking PQcancel, which opens a new connection to the very server that
+ * does not answer; dropping needs no thread and frees the slot now.
+ * While no connection is up, a queued query also ends after
+ * PGPOOL_WAIT_MS, with ST_EUNAVAIL.
+ *
+ * Expired queued queries are unlinked first, marked Q_DUE (a cancel from a
+ * callback then only marks them) and called back afterwards, since a
+ * callback may submit or cancel.
  */
 static void
 on_sweep(evutil_socket_t fd, short what, void *arg)
 {
 	pgpool *p = arg;
-	uint64_t now = st_clock_now(st_clock_system());
-	pgpool_query *expired = NULL, *q, *next;
+	uint64_t now = st_clock_now(p->clock);
+	bool ready = pgpool_ready(p);
+	pgpool_query *expired = NULL, **tail = &expired, *q, *next;
 
 	(void)fd;
 	(void)what;
-	if (pgpool_ready(p))
-		return;
 	for (int i = 0; i < 2; i++) {
 		qlist *l = &p->queue[i];
 
 		for (q = l->head; q != NULL; q = next) {
+			uint64_t waited = now - q->queued_at;
+
 			next = q->next;
-			if (now - q->queued_at < PGPOOL_WAIT_MS)
+			if (waited < q->deadline_ms && (ready || waited < PGPOOL_WAIT_MS))
 				continue;
 			queue_unlink(p, q);
-			q->next = expired;
-			expired = q;
+			q->state = Q_DUE;
+			*tail = q; /* in submit order */
+			tail = &q->next;
 		}
 	}
+	for (unsigned i = 0; i < p->n; i++) {
+		conn *c = &p->conns[i];
+
+		if (c->st == C_BUSY && c->q != NULL && now - c->q->queued_at >= c->q->deadline_ms)
+			conn_drop(c, "query deadline passed", ST_ETIMEDOUT);
+	}
 	for (q = expired; q != NULL; q = next) {
+		uint64_t waited = now - q->queued_at;
+
 		next = q->next;
 		q->next = NULL;
-		deliver(q, ST_EUNAVAIL, NULL);
+		if (waited >= q->deadline_ms)
+			st_warn("pgpool: a query waited %llu ms for a connection, past its deadline",
+			        (unsigned long long)waited);
+		deliver(q, waited >= q->deadline_ms ? ST_ETIMEDOUT : ST_EUNAVAIL, NULL);
 	}
 }
 
@@ -618,6 +660,7 @@ pgpool_new(struct event_base *base, const char *dsn, unsigned n, pgpool **out)
 	p->base = base;
 	p->dsn = d;
 	p->n = n;
+	p->clock = st_clock_system();
 	p->lookup_timer = evtimer_new(base, on_lookup_timeout, p);
 	ST_ASSERT(p->lookup_timer != NULL && st_resolver_new(base, &p->resolver) == ST_OK);
 	p->conns = st_xcalloc(n, sizeof(conn));
@@ -625,7 +668,7 @@ pgpool_new(struct event_base *base, const char *dsn, unsigned n, pgpool **out)
 	p->sweep = event_new(base, -1, EV_PERSIST, on_sweep, p);
 	ST_ASSERT(p->kick != NULL && p->sweep != NULL);
 	{
-		struct timeval tv = { 0, 500 * 1000 };
+		struct timeval tv = { 0, SWEEP_MS * 1000 };
 
 		event_add(p->sweep, &tv);
 	}
@@ -678,7 +721,8 @@ pgpool_submit(pgpool *p, enum pgpool_prio prio, const char *sql, int nparams, co
 	q->binary = result_binary ? 1 : 0;
 	q->fn = fn;
 	q->arg = arg;
-	q->queued_at = st_clock_now(st_clock_system());
+	q->queued_at = st_clock_now(p->clock);
+	q->deadline_ms = prio == PGPOOL_PRIO_FILL ? PGPOOL_FILL_DEADLINE_MS : PGPOOL_REPLAY_DEADLINE_MS;
 	q->vals = (const char **)(q + 1);
 	q->lens = (int *)(q->vals + nparams);
 	q->fmts = q->lens + nparams;
@@ -731,12 +775,31 @@ pgpool_cancel(pgpool_query *q)
 		queue_unlink(p, q);
 		query_free(q);
 		return;
+	case Q_DUE:
 	case Q_INFLIGHT:
 		q->cancelled = true;
 		return;
 	case Q_CALLING:
 		return;
 	}
+}
+
+void
+pgpool_set_deadline(pgpool_query *q, uint32_t ms)
+{
+	q->deadline_ms = ms;
+}
+
+void
+pgpool_reserve_fills(pgpool *p, unsigned k)
+{
+	p->reserved = k < p->n ? k : p->n - 1;
+}
+
+void
+pgpool_set_clock(pgpool *p, const st_clock *clock)
+{
+	p->clock = clock;
 }
 
 bool
@@ -746,6 +809,16 @@ pgpool_ready(const pgpool *p)
 		if (p->conns[i].st == C_IDLE || p->conns[i].st == C_BUSY)
 			return true;
 	return false;
+}
+
+size_t
+pgpool_up(const pgpool *p)
+{
+	size_t n = 0;
+
+	for (unsigned i = 0; i < p->n; i++)
+		n += p->conns[i].st == C_IDLE || p->conns[i].st == C_BUSY;
+	return n;
 }
 
 size_t
@@ -779,7 +852,7 @@ pgpool_free(pgpool *p)
 		if (c->q != NULL)
 			query_free(c->q);
 	}
-	while ((q = queue_pop(p)) != NULL)
+	while ((q = queue_pop(p, p->n)) != NULL)
 		query_free(q);
 	if (p->kick != NULL)
 		event_free(p->kick);

@@ -9,7 +9,7 @@
  * PQsendQueryParams in non-blocking mode and read on socket events (no
  * PQexec, PQconnectdb or PQcancel).  A connection that fails is made again
  * after a back-off (100 ms doubling to 5 s, reset once a session is up).
- * Each session runs SET statement_timeout = '30s' and client_encoding UTF8
+ * Each session runs SET statement_timeout = '15s' and client_encoding UTF8
  * and is named application_name=edge-gateway; keepalives (5 s idle, 3
  * probes 2 s apart) and tcp_user_timeout 10 s notice a partitioned
  * connection in seconds.
@@ -25,6 +25,7 @@
 
 #include <libpq-fe.h>
 
+#include "st_clock.h"
 #include "st_err.h"
 
 struct event_base;
@@ -37,6 +38,15 @@ typedef struct pgpool_query pgpool_query;
 #define PGPOOL_MAX_PARAM_BYTES (16u * 1024 * 1024) /* all parameters of one query together */
 /* A query waits at most this long while no connection is up (then ST_EUNAVAIL). */
 #define PGPOOL_WAIT_MS 5000u
+/*
+ * Default deadlines, counted from the submit (the wait for a connection
+ * included): past it the query ends with ST_ETIMEDOUT, dropping its
+ * connection if it is in flight.  Checked every 250 ms.  Both are below the
+ * sessions' statement_timeout (15 s), which ends on the server a query the
+ * pool gave up.
+ */
+#define PGPOOL_FILL_DEADLINE_MS 10000u
+#define PGPOOL_REPLAY_DEADLINE_MS 10000u
 
 /* Priorities: every queued PGPOOL_PRIO_FILL query is sent before any PGPOOL_PRIO_REPLAY one. */
 enum pgpool_prio { PGPOOL_PRIO_FILL = 0, PGPOOL_PRIO_REPLAY = 1 };
@@ -47,7 +57,9 @@ enum pgpool_prio { PGPOOL_PRIO_FILL = 0, PGPOOL_PRIO_REPLAY = 1 };
  * err ST_EDB: the query failed (res is the error result: PQresultErrorField
  * works) or the connection died while it was in flight (res NULL).
  * err ST_EUNAVAIL: no connection was up for PGPOOL_WAIT_MS while it waited
- * in the queue (res NULL).  A query
+ * in the queue (res NULL).
+ * err ST_ETIMEDOUT: the query's deadline passed, queued or in flight (res
+ * NULL; in flight, its connection was dropped and is made again).  A query
  * in flight when the connection dies is failed, never resent: the caller
  * decides.  The message has been logged.  res is valid only during the
  * call (the pool clears it).  The handle is freed when the callback
@@ -80,15 +92,29 @@ pgpool_query *pgpool_submit(pgpool *p, enum pgpool_prio prio, const char *sql, i
 
 /*
  * The callback of q will never be called.  A queued query is dropped; one
- * in flight is left to finish on its connection and its result discarded.
+ * in flight is left to finish on its connection (at most until its
+ * deadline) and its result discarded.
  * Safe from inside any pgpool callback; a no-op inside q's own callback.
  * After the callback has returned, q is gone: do not cancel it then.
  */
 void pgpool_cancel(pgpool_query *q);
 
+/* Sets q's deadline (ms from its submit) instead of its priority's default.
+ * Right after pgpool_submit, before the loop runs again. */
+void pgpool_set_deadline(pgpool_query *q, uint32_t ms);
+
+/* The first k connections run PGPOOL_PRIO_FILL queries only (at most n-1 of
+ * them), so a fill never waits behind replays holding every connection. */
+void pgpool_reserve_fills(pgpool *p, unsigned k);
+
+/* Tests: the clock deadlines are read from (default st_clock_system()).
+ * Set it before submitting; it must outlive the pool. */
+void pgpool_set_clock(pgpool *p, const st_clock *clock);
+
 /* At least one connection is up (session set up). */
 bool pgpool_ready(const pgpool *p);
-/* Queries queued, and in flight. */
+/* Connections up; queries queued, and in flight. */
+size_t pgpool_up(const pgpool *p);
 size_t pgpool_queued(const pgpool *p);
 size_t pgpool_inflight(const pgpool *p);
 

@@ -201,7 +201,7 @@ t_error(void)
 	    "current_setting('application_name')",
 	    &s);
 	ST_CHECK(run_until(all_done, &ms, 5000));
-	ST_CHECK_STR(s.val, "30s UTF8 edge-gateway");
+	ST_CHECK_STR(s.val, "15s UTF8 edge-gateway");
 	pgpool_free(p);
 }
 
@@ -292,6 +292,154 @@ t_queue_bound(void)
 	pgpool_free(p); /* drops the queue without callbacks (ASan checks the leaks) */
 	ST_CHECK(pgpool_new(B, "host='unterminated", 1, &p) == ST_EINVAL);
 	ST_CHECK(pgpool_new(B, DSN, 0, &p) == ST_EINVAL);
+}
+
+/*
+ * Deadlines, on a hand-driven clock: a query stuck in flight ends with
+ * ST_ETIMEDOUT when its deadline passes (its connection is dropped and made
+ * again), and a query still waiting for a connection ends at its own.
+ */
+static bool
+is_up2(void *p)
+{
+	return pgpool_up(p) == 1;
+}
+
+static void
+t_deadline(void)
+{
+	st_clock_fake f;
+	pgpool *p = NULL;
+	res r[3];
+	many m0 = {&r[1], 1}, m1 = {&r[0], 1}, m2 = {&r[2], 1};
+	pgpool_query *q;
+
+	st_clock_fake_init(&f, 1000);
+	ST_CHECK(pgpool_new(B, DSN, 1, &p) == ST_OK);
+	pgpool_set_clock(p, &f.clock);
+	ST_CHECK(run_until(is_ready, p, 10000));
+	memset(r, 0, sizeof(r));
+	q = sub(p, PGPOOL_PRIO_FILL, "SELECT pg_sleep(60)", &r[0]);
+	pgpool_set_deadline(q, 3000);
+	q = sub(p, PGPOOL_PRIO_REPLAY, "SELECT 'late'", &r[1]);
+	pgpool_set_deadline(q, 1000);
+	while (pgpool_inflight(p) == 0)
+		event_base_loop(B, EVLOOP_ONCE);
+	/* before the deadlines nothing ends (several sweeps run meanwhile) */
+	f.now += 999;
+	uint64_t end = now_ms() + 600;
+	while (now_ms() < end)
+		event_base_loop(B, EVLOOP_ONCE);
+	ST_CHECK_EQ_U64(r[0].done + r[1].done, 0);
+	/* the queued one's deadline: it ends, the stuck one goes on */
+	f.now += 1;
+	ST_CHECK(run_until(all_done, &m0, 2000));
+	ST_CHECK(r[1].err == ST_ETIMEDOUT);
+	ST_CHECK_EQ_U64(r[0].done, 0);
+	ST_CHECK_EQ_U64(pgpool_queued(p), 0);
+	ST_CHECK_EQ_U64(pgpool_inflight(p), 1);
+	/* the stuck one's deadline: its connection is dropped, the query fails */
+	f.now += 2000;
+	ST_CHECK(run_until(all_done, &m1, 2000));
+	ST_CHECK(r[0].err == ST_ETIMEDOUT);
+	ST_CHECK_EQ_U64(pgpool_inflight(p), 0);
+	/* the connection is made again and serves the next query */
+	sub(p, PGPOOL_PRIO_FILL, "SELECT 'again'", &r[2]);
+	ST_CHECK(run_until(all_done, &m2, 10000));
+	ST_CHECK(r[2].err == ST_OK);
+	ST_CHECK_STR(r[2].val, "again");
+	ST_CHECK(run_until(is_up2, p, 1000));
+	pgpool_free(p);
+}
+
+/*
+ * The sweep fails expired queries from its own list; a callback that
+ * cancels another query on that list must only mark it (the old code
+ * unlinked it from the real queue, where it no longer was: the queue's
+ * count wrapped and the query was freed while the sweep still held it).
+ */
+typedef struct pair {
+	res r;
+	pgpool_query *q; /* this pair's own query */
+	struct pair *peer;
+} pair;
+
+static void
+on_cancel_peer(void *arg, st_err err, const PGresult *r)
+{
+	pair *x = arg;
+
+	on_done(&x->r, err, r);
+	pgpool_cancel(x->peer->q);
+	x->peer->q = NULL;
+}
+
+static void
+t_sweep_cancel(void)
+{
+	st_clock_fake f;
+	pgpool *p = NULL;
+	pair a, b;
+	res c;
+	many mc = {&c, 1};
+
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	memset(&c, 0, sizeof(c));
+	st_clock_fake_init(&f, 1000);
+	/* nothing listens there: the queries wait until PGPOOL_WAIT_MS */
+	ST_CHECK(pgpool_new(B, "host=127.0.0.1 port=1 dbname=x connect_timeout=1", 1, &p) == ST_OK);
+	pgpool_set_clock(p, &f.clock);
+	a.peer = &b;
+	b.peer = &a;
+	/* each cancels the other: whichever is called first, the other is on the sweep's list */
+	a.q = pgpool_submit(p, PGPOOL_PRIO_REPLAY, "SELECT 1", 0, NULL, NULL, NULL, 0, on_cancel_peer, &a);
+	b.q = pgpool_submit(p, PGPOOL_PRIO_REPLAY, "SELECT 2", 0, NULL, NULL, NULL, 0, on_cancel_peer, &b);
+	sub(p, PGPOOL_PRIO_REPLAY, "SELECT 3", &c);
+	ST_CHECK_EQ_U64(pgpool_queued(p), 3);
+	f.now += PGPOOL_WAIT_MS;
+	ST_CHECK(run_until(all_done, &mc, 2000));
+	ST_CHECK(c.err == ST_EUNAVAIL);
+	ST_CHECK_EQ_U64(a.r.done + b.r.done, 1);
+	ST_CHECK_EQ_U64(pgpool_queued(p), 0);
+	pgpool_free(p);
+}
+
+/*
+ * A reserved connection runs fills only: with replays holding every other
+ * connection, a fill submitted after them runs at once (the old pool gave
+ * both connections to the replays and the fill waited for one to end).
+ */
+static bool
+both_up(void *p)
+{
+	return pgpool_up(p) == 2;
+}
+
+static void
+t_reserve(void)
+{
+	pgpool *p = NULL;
+	res r[3];
+	many m = {r, 3};
+
+	ST_CHECK(pgpool_new(B, DSN, 2, &p) == ST_OK);
+	pgpool_reserve_fills(p, 1);
+	ST_CHECK(run_until(both_up, p, 10000));
+	memset(r, 0, sizeof(r));
+	ORDER = 0;
+	sub(p, PGPOOL_PRIO_REPLAY, "SELECT pg_sleep(0.3)", &r[0]);
+	sub(p, PGPOOL_PRIO_REPLAY, "SELECT pg_sleep(0.3)", &r[1]);
+	while (pgpool_inflight(p) == 0)
+		event_base_loop(B, EVLOOP_ONCE);
+	ST_CHECK_EQ_U64(pgpool_inflight(p), 1);
+	ST_CHECK_EQ_U64(pgpool_queued(p), 1);
+	sub(p, PGPOOL_PRIO_FILL, "SELECT 'fill'", &r[2]);
+	ST_CHECK(run_until(all_done, &m, 5000));
+	ST_CHECK_EQ_U64(r[2].order, 1);
+	ST_CHECK_STR(r[2].val, "fill");
+	ST_CHECK(r[0].err == ST_OK && r[1].err == ST_OK);
+	pgpool_free(p);
 }
 
 static void
@@ -401,6 +549,9 @@ main(void)
 	ST_RUN(t_queue_bound);
 	ST_RUN(t_restart);
 	ST_RUN(t_host_name);
+	ST_RUN(t_deadline);
+	ST_RUN(t_sweep_cancel);
+	ST_RUN(t_reserve);
 	event_free(tick);
 	event_base_free(B);
 	return st_test_done();

@@ -299,6 +299,8 @@ replay_check(pgpool *p, const char *const *topics, const size_t *lens, size_t n,
 		j->check_fn = fn;
 		j->arg = arg;
 		j = job_submit(p, PGPOOL_PRIO_REPLAY, CHECK_SQL, j, arr.p, (int)arr.len, ints, 3);
+		if (j != NULL) /* the client waits for this answer before its first byte */
+			pgpool_set_deadline(j->q, REPLAY_CHECK_DEADLINE_MS);
 	}
 	st_buf_fini(&arr);
 	return j;

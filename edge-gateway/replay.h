@@ -15,7 +15,10 @@
  * Results are read in binary (about as a binary text[], data as the json
  * text byte for byte) and turned into item frames.  Replays run at
  * PGPOOL_PRIO_REPLAY, fills at PGPOOL_PRIO_FILL (a fill holds back every
- * stream's live history; a replay only one client).
+ * stream's live history; a replay only one client).  Deadlines (from the
+ * submit): a check REPLAY_CHECK_DEADLINE_MS, a chunk or a fill the pool's
+ * defaults (PGPOOL_REPLAY_DEADLINE_MS, PGPOOL_FILL_DEADLINE_MS); a job past
+ * it ends with ST_ETIMEDOUT.
  *
  * Threads: the loop thread of the pool.  Callbacks run from the pool's
  * callbacks (never from inside the call that starts the query) and may
@@ -31,6 +34,10 @@
 #include "frame.h"
 #include "pgpool.h"
 #include "st_err.h"
+
+/* A resume check decides whether a client gets a stream at all: it ends
+ * (ST_ETIMEDOUT, the client is told to retry) after this long. */
+#define REPLAY_CHECK_DEADLINE_MS 5000u
 #include "wire.h"
 
 #define REPLAY_MAX_TOPICS 64u     /* per query (the contract's bound per stream) */
