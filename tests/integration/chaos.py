@@ -753,3 +753,21 @@ def edge_memory_bound_mib(writers, streams, resuming, db_conns=4):
          + S x (1.8 KiB + 16 KiB + 4 x 1 MiB) + R x 4 x 2.3 MiB."""
     return (20 + 128 + writers * 0.5 + 4 * 32 + 1 + db_conns * 1.3
             + streams * (1.8 / 1024 + 16 / 1024 + 4 * 1.0) + resuming * 4 * 2.3)
+
+
+def acks(producers):
+    """Events acknowledged so far by all producers."""
+    return sum(len(p.acked) for p in producers)
+
+
+def wait_acked(producers, n, what, logs=(), interval=0.05):
+    """Waits (bounded, 90 s) until n more events are acknowledged; a producer
+    error, or the time running out, fails with the counts, the retries and
+    the log tails of the processes in `logs` (objects with .logs(lines))."""
+    target = acks(producers) + n
+    harness.wait_until(lambda: acks(producers) >= target or any(p.error for p in producers), 90,
+                       "%d more acknowledged events (%s)" % (n, what), interval=interval,
+                       detail=lambda: "acked %d; producer errors %s; retries %s\n%s" % (
+                           acks(producers), [p.error for p in producers],
+                           [p.retry_reasons for p in producers], "\n".join(x.logs(20) for x in logs)))
+    check(not any(p.error for p in producers), "producers: %s" % [p.error for p in producers])

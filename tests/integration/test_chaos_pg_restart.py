@@ -30,8 +30,7 @@ t = harness.Tests()
 TOPICS = ["c.a", "c.b", "c.c"]
 
 
-def acks(producers):
-    return sum(len(p.acked) for p in producers)
+acks = chaos.acks
 
 
 @t.case
@@ -59,14 +58,7 @@ def pg_fast_restart_under_load():
                 p.start()
 
             def progress(n, what):
-                target = acks(producers) + n
-                harness.wait_until(lambda: acks(producers) >= target or any(p.error for p in producers), 90,
-                                   "%d more acknowledged events (%s)" % (n, what),
-                                   detail=lambda: "acked %d; producer errors %s; retries %s\n%s\n%s\n%s" % (
-                                       acks(producers), [p.error for p in producers],
-                                       [p.retry_reasons for p in producers],
-                                       w1.logs(20), w2.logs(20), pg.logs(20)))
-                check(not any(p.error for p in producers), "producers: %s" % [p.error for p in producers])
+                chaos.wait_acked(producers, n, what, logs=(w1, w2, pg))
 
             progress(300, "before the restarts")
             took = []

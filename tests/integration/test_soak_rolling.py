@@ -100,8 +100,7 @@ def make_clients():
     return clients
 
 
-def acks(producers):
-    return sum(len(p.acked) for p in producers)
+acks = chaos.acks
 
 
 @t.case
@@ -149,14 +148,7 @@ def rolling_restarts_two_writers_thousand_clients():
                 p.start()
 
             def progress(n, what):
-                target = acks(producers) + n
-                harness.wait_until(lambda: acks(producers) >= target or any(p.error for p in producers), 90,
-                                   "%d more acknowledged events (%s)" % (n, what), interval=0.05,
-                                   detail=lambda: "acked %d; producer errors %s; retries %s\n%s\n%s\n%s" % (
-                                       acks(producers), [p.error for p in producers],
-                                       [p.retry_reasons for p in producers],
-                                       w1.logs(20), w2.logs(20), pg.logs(20)))
-                check(not any(p.error for p in producers), "producers: %s" % [p.error for p in producers])
+                chaos.wait_acked(producers, n, what, logs=(w1, w2, pg))
 
             progress(RESTART_EVERY_EVENTS, "before the first restart")
             drains = []
