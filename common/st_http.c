@@ -1472,6 +1472,12 @@ http_server_new_shared(struct event_base *base, const char *listen, const http_s
 	return server_create(base, listen, cfg, true, limit, fn, arg, out);
 }
 
+uint32_t
+http_server_conns_open(const http_server *s)
+{
+	return http_conn_limit_open(s->limit);
+}
+
 void
 http_server_free(http_server *s)
 {

@@ -95,6 +95,9 @@ st_err http_server_new_shared(struct event_base *base, const char *listen, const
                               http_conn_limit *limit, http_handler_fn fn, void *arg, http_server **out);
 /* Closes the listener and every connection at once (streams get on_close). NULL-safe. */
 void http_server_free(http_server *s);
+/* Connections open now under this server's limit: with a shared limit, those
+ * of every server given it (the whole address), else this server's own. */
+uint32_t http_server_conns_open(const http_server *s);
 /*
  * Delivery latency: while an origin is set, every stream that gets bytes
  * with an empty output is stamped with it, and when those bytes have been

@@ -175,7 +175,7 @@ struct edge {
 	bool exiting;
 	st_counter *m_msgs, *m_bad_msgs, *m_gap_fills, *m_filled, *m_dups, *m_fill_errors, *m_held_dropped;
 	st_counter *m_paused;      /* ms the intake was paused */
-	st_gauge *m_held, *m_head;
+	st_gauge *m_held, *m_head, *m_conns;
 	st_histogram *m_delivery;  /* given to every worker's HTTP server */
 	sequencer_stats seen;      /* the sequencer's counters already exported */
 };
@@ -484,7 +484,10 @@ http_cb(http_req *req, void *arg)
 		           ok ? NULL : "Retry-After: 1\r\n");
 	} else {
 		size_t len;
-		char *text = st_metrics_render(e->metrics, &len);
+		char *text;
+
+		st_gauge_set(e->m_conns, (int64_t)http_server_conns_open(w->http));
+		text = st_metrics_render(e->metrics, &len);
 
 		http_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, NULL);
 		free(text);
@@ -815,6 +818,8 @@ main(int argc, char **argv)
 	                                "Milliseconds the edge stopped reading published messages (flow control).");
 	e.m_held = st_metrics_gauge(e.metrics, "studio_sequencer_held", NULL, "Events held behind a gap now.");
 	e.m_head = st_metrics_gauge(e.metrics, "studio_history_head", NULL, "The newest seq of the ordered history.");
+	e.m_conns = st_metrics_gauge(e.metrics, "studio_http_connections_open", NULL,
+	                             "HTTP connections open now (this scrape's included), of --max-streams + 1024.");
 	{
 		static const double b[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 		                            0.075,  0.1,     0.15,   0.2,   0.25,   0.3,   0.4,  0.5,   0.75, 1,

@@ -152,6 +152,18 @@ with harness.Env() as env:
         p2 = sc.edge_port(threaded_edge())
         total, limit = 1100, 3 + 1024
         socks = []
+
+        def conns_open():
+            # Connection: close, read to EOF: the edge gives the slot back
+            # before it closes, so a scrape leaves nothing counted behind it.
+            c = sc.fetch(p2, "/metrics", headers={"Connection": "close"}, timeout=5)
+            v = sc.metric(sc.parse_metrics(bytes(c.raw).decode("utf-8", "replace")),
+                          "studio_http_connections_open")
+            return None if v is None else int(v)
+        # Earlier cases' clients closed their sockets first; the edge counts
+        # them until it has read their EOF.  Start from none but the scrape.
+        harness.wait_until(lambda: conns_open() == 1, 10, "only the scrape's own connection open",
+                           detail=lambda: "studio_http_connections_open %r" % conns_open())
         try:
             for _ in range(total):
                 s = socket.create_connection(("127.0.0.1", p2), timeout=5)
@@ -184,6 +196,13 @@ with harness.Env() as env:
                 count_closed()
             log("FIGURE connections_closed_at_once %d of %d (limit %d)" % (len(closed), total, limit))
             check_eq(len(closed), total - limit, "connections closed at once (one limit for both loops)")
+            # The gauge: free 10 slots, then a scrape sees the rest plus itself.
+            held = [s for s in socks if s.fileno() not in closed]
+            for s in held[:10]:
+                s.close()
+            harness.wait_until(lambda: conns_open() == limit - 10 + 1, 10,
+                               "studio_http_connections_open = %d held + the scrape" % (limit - 10),
+                               detail=lambda: "gauge %r" % conns_open())
         finally:
             for s in socks:
                 s.close()
