@@ -154,6 +154,7 @@ struct http_server {
 	http_handler_fn fn;
 	void *arg;
 	char *cors;
+	bool cors_credentials;    /* Access-Control-Allow-Credentials: true with every CORS answer */
 	size_t max_head;
 	uint32_t head_timeout_ms;
 	http_conn_limit *limit;   /* cfg's (borrowed) or own_limit */
@@ -581,6 +582,9 @@ conn_put_head(http_stream *c, int status, const char *ctype, enum head_kind kind
 	st_buf_puts(&b, keep ? "Connection: keep-alive\r\n" : "Connection: close\r\n");
 	if (cors)
 		st_buf_printf(&b, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n", cors);
+	/* Only ever beside an echoed origin: never with a wildcard (Fetch standard, CORS protocol). */
+	if (cors && c->srv->cors_credentials)
+		st_buf_puts(&b, "Access-Control-Allow-Credentials: true\r\n");
 	if (internal)
 		st_buf_puts(&b, internal);
 	if (extra)
@@ -998,7 +1002,7 @@ conn_preflight(http_stream *c, http_req *r)
 	if (r->cors)
 		conn_put_head(c, 204, NULL, HEAD_PLAIN, 0, keep, r->cors,
 		              "Access-Control-Allow-Methods: GET, HEAD, OPTIONS\r\n"
-		              "Access-Control-Allow-Headers: Last-Event-ID, Accept, Cache-Control\r\n"
+		              "Access-Control-Allow-Headers: Last-Event-ID, Accept, Cache-Control, Authorization\r\n"
 		              "Access-Control-Max-Age: 600\r\n",
 		              NULL);
 	else
@@ -1470,6 +1474,12 @@ http_server_new_shared(struct event_base *base, const char *listen, const http_s
                        http_conn_limit *limit, http_handler_fn fn, void *arg, http_server **out)
 {
 	return server_create(base, listen, cfg, true, limit, fn, arg, out);
+}
+
+void
+http_server_set_cors_credentials(http_server *s, bool on)
+{
+	s->cors_credentials = on;
 }
 
 uint32_t
