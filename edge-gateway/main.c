@@ -931,6 +931,13 @@ main(int argc, char **argv)
 			st_config_fail("edge-gateway", "--cors-origins %s: with --auth-keys, list the allowed origins (no *)",
 			               OPT("cors-origins")->sval);
 		e.auth_keys_path = OPT("auth-keys")->sval;
+		/*
+		 * A token of up to AUTH_TOKEN_MAX beside cookies and the other
+		 * headers must reach the check, so a longer one is answered 401
+		 * invalid_token rather than 431 by the head parser.  The head
+		 * buffer lives only until the head is parsed (header timeout 10 s).
+		 */
+		hcfg.max_header_bytes = 4 * AUTH_TOKEN_MAX;
 		e.auth = auth_store_new(ks, &acfg);
 		scfg.auth = e.auth;
 		st_info("access control on: %zu keys from %s; streams need a token", auth_keys_count(ks), e.auth_keys_path);
