@@ -131,6 +131,7 @@ struct http_stream {
 	 * input after the request is dropped, so reading goes on and EOF is seen. */
 	bool watch_gone : 1;
 	char peer[56];
+	uint8_t peer_ip[16];     /* the peer's address, IPv4 as ::ffff:a.b.c.d (http_req_peer_ip) */
 };
 
 struct hdr {
@@ -1316,11 +1317,14 @@ accept_cb(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *sa, i
 
 		evutil_inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
 		snprintf(c->peer, sizeof(c->peer), "%s:%u", host, (unsigned)ntohs(in->sin_port));
+		c->peer_ip[10] = c->peer_ip[11] = 0xff;
+		memcpy(c->peer_ip + 12, &in->sin_addr, 4);
 	} else if (sa->sa_family == AF_INET6) {
 		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)sa;
 
 		evutil_inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
 		snprintf(c->peer, sizeof(c->peer), "[%s]:%u", host, (unsigned)ntohs(in6->sin6_port));
+		memcpy(c->peer_ip, &in6->sin6_addr, 16);
 	} else {
 		snprintf(c->peer, sizeof(c->peer), "?");
 	}
@@ -1862,6 +1866,12 @@ http_stream_abort(http_stream *s)
 		return;
 	s->aborted = true;
 	conn_close(s);
+}
+
+void
+http_req_peer_ip(const http_req *r, uint8_t out[16])
+{
+	memcpy(out, r->c->peer_ip, 16);
 }
 
 const char *

@@ -134,6 +134,8 @@ st_err http_listen_parse(const char *listen, struct sockaddr_storage *ss, int *s
 const char *http_req_method(const http_req *r);   /* "GET", "HEAD", ... */
 const char *http_req_path(const http_req *r);     /* path only, undecoded, e.g. "/v1/stream" */
 const char *http_req_query(const http_req *r);    /* after '?', undecoded, "" when none */
+/* The peer's address: 16 bytes, IPv4 as ::ffff:a.b.c.d (RFC 4291 2.5.5.2); zeros for other families. */
+void http_req_peer_ip(const http_req *r, uint8_t out[16]);
 /* First header with that name (case-insensitive), value trimmed; NULL when absent. */
 const char *http_req_header(const http_req *r, const char *name);
 /*

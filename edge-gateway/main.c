@@ -156,6 +156,7 @@ struct edge {
 	http_conn_limit *conn_limit; /* threads > 1: one connection bound for every loop's server */
 	st_control *control;
 	auth_store *auth;          /* NULL: access control off; shared by every loop */
+	iplimit *ip_limit;         /* --max-streams-per-ip; shared by every loop */
 	const char *auth_keys_path;
 	struct event *ev_hup;      /* SIGHUP: reload the keys */
 	struct event *ev_tick, *ev_head_retry, *ev_term, *ev_int, *ev_exit, *ev_flow;
@@ -826,6 +827,10 @@ static st_opt opts[] = {
 	{ .name = "auth-cookie", .kind = ST_OPT_STR, .def = "studio_token", .help = "cookie carrying the token" },
 	{ .name = "auth-query-token", .kind = ST_OPT_BOOL, .def = "false",
 	  .help = "also accept the token as access_token= in the query (it may end up in proxy logs)" },
+	{ .name = "max-streams-per-ip", .kind = ST_OPT_INT, .def = "0",
+	  .help = "open streams per client address before 429 (0: no limit)", .min = 0, .max = 10000000 },
+	{ .name = "trusted-proxies", .kind = ST_OPT_STR, .def = "",
+	  .help = "CIDR ranges whose X-Forwarded-For names the client, comma separated" },
 };
 #define OPT(name) st_config_get(opts, ST_ARRAY_LEN(opts), name)
 
@@ -944,6 +949,14 @@ main(int argc, char **argv)
 	} else {
 		st_warn("access control off (no --auth-keys): anyone who reaches this edge reads every topic");
 	}
+	{
+		char why[160];
+
+		if (iplimit_new((uint32_t)OPT("max-streams-per-ip")->ival, OPT("trusted-proxies")->sval, &e.ip_limit, why,
+		                sizeof(why)) != ST_OK)
+			st_config_fail("edge-gateway", "--trusted-proxies %s: %s", OPT("trusted-proxies")->sval, why);
+		scfg.ip_limit = e.ip_limit;
+	}
 	hcfg.cors_origins = OPT("cors-origins")->sval;
 	/* Streams plus room for the ops endpoints and for refusals to be answered. */
 	hcfg.max_conns = scfg.max_streams + 1024;
@@ -1054,6 +1067,7 @@ main(int argc, char **argv)
 	event_free(e.ev_hup);
 	/* After every worker was joined: no check can hold the store any more. */
 	auth_store_free(e.auth);
+	iplimit_free(e.ip_limit);
 	st_metrics_free(e.metrics);
 	for (size_t i = 0; i < n_writers; i++)
 		free(writers[i]);

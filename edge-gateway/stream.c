@@ -116,6 +116,7 @@ struct streams {
 	st_counter *m_refusal[RF_COUNT];
 	st_counter *m_replay_rows;
 	st_counter *m_auth[AUTH_RESULT_COUNT]; /* refusals by reason; [AUTH_OK] unused */
+	st_counter *m_ip_refused;
 	uint64_t rng;            /* xorshift state for retry jitter */
 };
 
@@ -132,6 +133,7 @@ struct streams_metrics {
 	st_counter *refusal[RF_COUNT];
 	st_counter *replay_rows;
 	st_counter *auth[AUTH_RESULT_COUNT];
+	st_counter *ip_refused;
 };
 
 struct stream {
@@ -175,6 +177,8 @@ struct stream {
 	uint64_t last_id;        /* last id written (items and resyncs) */
 	uint64_t exp_ms;         /* access control: the token's exp (wall-clock ms), 0 = none */
 	struct event *ev_exp;    /* ends the stream at exp_ms (reconnect token_expired), owned */
+	bool ip_held;            /* holds one of ip's slots in cfg.ip_limit */
+	uint8_t ip[16];          /* the client's address (X-Forwarded-For from a trusted proxy) */
 };
 
 static void stream_pump(stream *s);
@@ -237,6 +241,8 @@ stream_free(stream *s)
 {
 	if (s->ev_exp)
 		event_free(s->ev_exp);
+	if (s->ip_held)
+		iplimit_release(s->ss->cfg.ip_limit, s->ip);
 	behind_leave(s, st_clock_now(s->ss->clock));
 	stream_cancel_job(s);
 	stream_leave_hub(s);
@@ -1251,6 +1257,28 @@ streams_handle(streams *ss, http_req *req, bool ready)
 		goto refuse;
 	}
 	/*
+	 * One client's share (--max-streams-per-ip).  Not a retryable refusal
+	 * like a full edge: the client itself holds the streams, and telling
+	 * its EventSources to come back would only loop; so 429 with
+	 * Retry-After in every format.  stream_free gives the slot back.
+	 */
+	if (!s->is_head && iplimit_enabled(ss->cfg.ip_limit)) {
+		uint8_t peer[16];
+
+		http_req_peer_ip(req, peer);
+		iplimit_client(ss->cfg.ip_limit, peer, http_req_header(req, "X-Forwarded-For"), s->ip);
+		if (!iplimit_acquire(ss->cfg.ip_limit, s->ip)) {
+			char text[64];
+
+			st_counter_inc(ss->m_ip_refused);
+			st_debug("stream refused: %s holds its maximum of streams", iplimit_addr_str(s->ip, text, sizeof(text)));
+			http_reply_problem(req, 429, NULL, "Too Many Requests", "too many streams from this address",
+			                   "Retry-After: 5\r\n");
+			goto refuse;
+		}
+		s->ip_held = true;
+	}
+	/*
 	 * The shared gauge: the bound is the edge's, whichever loop took the
 	 * connection.  A GET reserves its slot in one atomic step (check and
 	 * add), so loops accepting at the same moment cannot both take the
@@ -1559,6 +1587,8 @@ streams_metrics_new(st_metrics *m)
 		sm->auth[i] = st_metrics_counter(m, "studio_auth_refused_total", labels,
 		                                 i == AUTH_MISSING ? "Stream requests refused by access control, by reason." : NULL);
 	}
+	sm->ip_refused = st_metrics_counter(m, "studio_ip_limit_refused_total", NULL,
+	                                    "Stream requests refused by --max-streams-per-ip (429).");
 	return sm;
 }
 
@@ -1606,6 +1636,7 @@ streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, co
 	ss->m_replay_rows = sm->replay_rows;
 	for (int i = 0; i < AUTH_RESULT_COUNT; i++)
 		ss->m_auth[i] = sm->auth[i];
+	ss->m_ip_refused = sm->ip_refused;
 	/* Jitter only spreads retries; any seed that differs between registries will do. */
 	ss->rng = (st_clock_now(clock) << 20) ^ (uint64_t)(uintptr_t)ss ^ 0x9e3779b97f4a7c15u;
 	ss->ev_heartbeat = event_new(base, -1, 0, heartbeat_cb, ss);

@@ -28,6 +28,7 @@
 
 #include "auth.h"
 #include "frame.h"
+#include "iplimit.h"
 #include "pgpool.h"
 #include "st_clock.h"
 #include "st_http.h"
@@ -48,6 +49,12 @@ typedef struct streams_config {
 	 * reconnect token_expired at its token's exp.
 	 */
 	auth_store *auth;
+	/*
+	 * --max-streams-per-ip (iplimit.h), borrowed, shared by every
+	 * registry; NULL or disabled: no bound.  A GET beyond it gets 429 with
+	 * Retry-After in every format.
+	 */
+	iplimit *ip_limit;
 } streams_config;
 
 /*

@@ -21,7 +21,9 @@ the test's temp dir; an ES256 DER signature is turned into raw r||s).
   {"cmd":"reload"} over the control socket does the same;
 - CORS with credentials: the origin is echoed with
   Access-Control-Allow-Credentials, never *;
-- studio_auth_refused_total counts by reason.
+- studio_auth_refused_total counts by reason;
+- --max-streams-per-ip: the third stream from one address gets 429 with
+  Retry-After; X-Forwarded-For counts only from --trusted-proxies.
 """
 
 import base64
@@ -30,6 +32,7 @@ import hmac
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -370,5 +373,83 @@ with harness.Env() as env:
         check_eq(c.status, 200, "query token with --auth-query-token")
         check(tok not in edge2.logs(2000), "the query token is not logged")
         refused(port2, "orders/1", {}, 401, INVALID, "a bad query token", "&access_token=x.y.z")
+
+    # A third edge without access control, with a per-address bound of 2 and
+    # 127.0.0.2 as its trusted proxy (every 127/8 address is loopback).
+    edge3 = env.start_edge([writer], max_streams_per_ip=2, trusted_proxies="127.0.0.2/32")
+    edge3.wait_ready()
+    port3 = sc.edge_port(edge3)
+
+    def open_raw(src, xff=None, topic="orders/1"):
+        """A stream over a socket bound to src; returns (socket, status, head text)."""
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.bind((src, 0))
+        s.connect(("127.0.0.1", port3))
+        req = "GET /v1/stream?topic=%s&format=ndjson HTTP/1.1\r\nHost: x\r\n" % topic
+        if xff:
+            req += "X-Forwarded-For: %s\r\n" % xff
+        s.sendall((req + "\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            b = s.recv(4096)
+            if not b:
+                break
+            head += b
+        text = head.decode(errors="replace")
+        status = int(text.split(" ", 2)[1]) if text.startswith("HTTP/1.1 ") else None
+        return s, status, text
+
+    @t.case
+    def without_keys_the_edge_says_so():
+        harness.wait_until(lambda: "access control off" in edge3.logs(200), 5, "the start warning")
+
+    @t.case
+    def per_ip_limit_and_trusted_proxy():
+        held = []
+        try:
+            for i in range(2):
+                s, st, _ = open_raw("127.0.0.1")
+                held.append(s)
+                check_eq(st, 200, "stream %d from 127.0.0.1" % (i + 1))
+            s, st, head = open_raw("127.0.0.1")
+            s.close()
+            check_eq(st, 429, "the third stream from 127.0.0.1")
+            check("\r\nRetry-After: " in head, "Retry-After on the 429: %r" % head)
+            check("application/problem+json" in head, "a problem document: %r" % head)
+            # 127.0.0.1 is no proxy of ours: its X-Forwarded-For is ignored.
+            s, st, _ = open_raw("127.0.0.1", xff="198.51.100.1")
+            s.close()
+            check_eq(st, 429, "an untrusted peer cannot pick its address")
+            # Through the trusted proxy the forwarded address counts.
+            for i in range(2):
+                s, st, _ = open_raw("127.0.0.2", xff="203.0.113.5, 198.51.100.1")
+                held.append(s)
+                check_eq(st, 200, "stream %d for 198.51.100.1 via the proxy" % (i + 1))
+            s, st, _ = open_raw("127.0.0.2", xff="198.51.100.1")
+            s.close()
+            check_eq(st, 429, "the third stream for 198.51.100.1 via the proxy")
+            s, st, _ = open_raw("127.0.0.2", xff="198.51.100.2")
+            held.append(s)
+            check_eq(st, 200, "another client behind the same proxy")
+            s, st, _ = open_raw("127.0.0.2")
+            held.append(s)
+            check_eq(st, 200, "the proxy itself, without the header")
+            m = sc.get_metrics(port3)
+            check_eq(sc.metric(m, "studio_ip_limit_refused_total"), 3, "refusals counted")
+            # A closed stream gives its slot back.
+            held.pop(0).close()
+
+            def reopened():
+                s2, st2, _ = open_raw("127.0.0.1")
+                if st2 == 200:
+                    held.append(s2)
+                    return True
+                s2.close()
+                return False
+            harness.wait_until(reopened, 10, "a slot of 127.0.0.1 freed by the close")
+        finally:
+            for s in held:
+                s.close()
 
     t.main()
