@@ -452,4 +452,12 @@ with harness.Env() as env:
             for s in held:
                 s.close()
 
+    @t.case
+    def edges_exit_cleanly():
+        """SIGTERM: exit 0 (a sanitizer build fails here on a leak or a race)."""
+        for p in (edge, edge2, edge3):
+            rc = p.stop()
+            check_eq(rc, 0, "%s exit status (logs: %s)" % (p.name, p.logs(40) if rc else ""))
+            check("Sanitizer" not in p.logs(400), "%s: a sanitizer report" % p.name)
+
     t.main()
