@@ -863,6 +863,43 @@ main(int argc, char **argv)
 		};
 		st_preflight_listen("edge-gateway", addrs, ST_ARRAY_LEN(addrs));
 	}
+	/* Access control and the per-address bound: local checks, before the database and the writers. */
+	if (OPT("auth-keys")->sval[0] != '\0') {
+		auth_config acfg = { .policy = { .leeway_s = (uint32_t)OPT("auth-leeway-s")->ival,
+		                                 .audience = OPT("auth-audience")->sval,
+		                                 .issuer = OPT("auth-issuer")->sval,
+		                                 .topics_claim = OPT("auth-topics-claim")->sval },
+		                     .cookie = OPT("auth-cookie")->sval,
+		                     .query_token = OPT("auth-query-token")->ival != 0,
+		                     .wall = st_clock_realtime() };
+		auth_keys *ks = NULL;
+		char why[256];
+
+		if (auth_keys_load(OPT("auth-keys")->sval, &ks, why, sizeof(why)) != ST_OK)
+			st_config_fail("edge-gateway", "--auth-keys %s: %s", OPT("auth-keys")->sval, why);
+		/* Credentials with every origin would let any site read with its visitors' cookies. */
+		if (strchr(OPT("cors-origins")->sval, '*') != NULL)
+			st_config_fail("edge-gateway", "--cors-origins %s: with --auth-keys, list the allowed origins (no *)",
+			               OPT("cors-origins")->sval);
+		e.auth_keys_path = OPT("auth-keys")->sval;
+		/*
+		 * A token of up to AUTH_TOKEN_MAX beside cookies and the other
+		 * headers must reach the check, so a longer one is answered 401
+		 * invalid_token rather than 431 by the head parser.  The head
+		 * buffer lives only until the head is parsed (header timeout 10 s).
+		 */
+		hcfg.max_header_bytes = 4 * AUTH_TOKEN_MAX;
+		e.auth = auth_store_new(ks, &acfg);
+		scfg.auth = e.auth;
+	}
+	{
+		char why[160];
+
+		if (iplimit_new((uint32_t)OPT("max-streams-per-ip")->ival, OPT("trusted-proxies")->sval, &e.ip_limit, why,
+		                sizeof(why)) != ST_OK)
+			st_config_fail("edge-gateway", "--trusted-proxies %s: %s", OPT("trusted-proxies")->sval, why);
+		scfg.ip_limit = e.ip_limit;
+	}
 	signal(SIGPIPE, SIG_IGN);
 	evthread_use_pthreads();
 	e.base = event_base_new();
@@ -918,45 +955,6 @@ main(int argc, char **argv)
 	scfg.max_streams = (uint32_t)OPT("max-streams")->ival;
 	scfg.drain_grace_ms = e.drain_grace_ms;
 
-	if (OPT("auth-keys")->sval[0] != '\0') {
-		auth_config acfg = { .policy = { .leeway_s = (uint32_t)OPT("auth-leeway-s")->ival,
-		                                 .audience = OPT("auth-audience")->sval,
-		                                 .issuer = OPT("auth-issuer")->sval,
-		                                 .topics_claim = OPT("auth-topics-claim")->sval },
-		                     .cookie = OPT("auth-cookie")->sval,
-		                     .query_token = OPT("auth-query-token")->ival != 0,
-		                     .wall = st_clock_realtime() };
-		auth_keys *ks = NULL;
-		char why[256];
-
-		if (auth_keys_load(OPT("auth-keys")->sval, &ks, why, sizeof(why)) != ST_OK)
-			st_config_fail("edge-gateway", "--auth-keys %s: %s", OPT("auth-keys")->sval, why);
-		/* Credentials with every origin would let any site read with its visitors' cookies. */
-		if (strchr(OPT("cors-origins")->sval, '*') != NULL)
-			st_config_fail("edge-gateway", "--cors-origins %s: with --auth-keys, list the allowed origins (no *)",
-			               OPT("cors-origins")->sval);
-		e.auth_keys_path = OPT("auth-keys")->sval;
-		/*
-		 * A token of up to AUTH_TOKEN_MAX beside cookies and the other
-		 * headers must reach the check, so a longer one is answered 401
-		 * invalid_token rather than 431 by the head parser.  The head
-		 * buffer lives only until the head is parsed (header timeout 10 s).
-		 */
-		hcfg.max_header_bytes = 4 * AUTH_TOKEN_MAX;
-		e.auth = auth_store_new(ks, &acfg);
-		scfg.auth = e.auth;
-		st_info("access control on: %zu keys from %s; streams need a token", auth_keys_count(ks), e.auth_keys_path);
-	} else {
-		st_warn("access control off (no --auth-keys): anyone who reaches this edge reads every topic");
-	}
-	{
-		char why[160];
-
-		if (iplimit_new((uint32_t)OPT("max-streams-per-ip")->ival, OPT("trusted-proxies")->sval, &e.ip_limit, why,
-		                sizeof(why)) != ST_OK)
-			st_config_fail("edge-gateway", "--trusted-proxies %s: %s", OPT("trusted-proxies")->sval, why);
-		scfg.ip_limit = e.ip_limit;
-	}
 	hcfg.cors_origins = OPT("cors-origins")->sval;
 	/* Streams plus room for the ops endpoints and for refusals to be answered. */
 	hcfg.max_conns = scfg.max_streams + 1024;
@@ -1024,6 +1022,11 @@ main(int argc, char **argv)
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 	}
 
+	if (e.auth)
+		st_info("access control on: %zu keys from %s; streams need a token", auth_store_key_count(e.auth),
+		        e.auth_keys_path);
+	else
+		st_warn("access control off (no --auth-keys): anyone who reaches this edge reads every topic");
 	st_info("listening on %s, %zu writer url(s), %zu loop thread(s)", listen, n_writers, e.n_workers);
 	event_base_dispatch(e.base);
 	st_info("exiting with %zu streams open", edge_streams_count(&e));
