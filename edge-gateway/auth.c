@@ -60,33 +60,33 @@ static const char *const alg_names[ALG_COUNT] = { "HS256", "RS256", "ES256" };
 static const jwt_alg_t alg_jwt[ALG_COUNT] = { JWT_ALG_HS256, JWT_ALG_RS256, JWT_ALG_ES256 };
 
 typedef struct auth_key {
-	char *kid;                 /* owned */
+	char *kid; /* owned */
 	enum auth_alg alg;
-	unsigned char *material;   /* owned: the HMAC secret, or a PEM public key (NUL-terminated) */
+	unsigned char *material; /* owned: the HMAC secret, or a PEM public key (NUL-terminated) */
 	size_t material_len;
 } auth_key;
 
 struct auth_keys {
 	atomic_uint refs;
 	size_t n;
-	auth_key *keys;            /* owned, n */
+	auth_key *keys; /* owned, n */
 };
 
 struct auth_grant {
 	uint64_t exp_ms;
-	bool all;                  /* "*" */
+	bool all; /* "*" */
 	size_t n;
-	char **patterns;           /* owned copies, n */
+	char **patterns; /* owned copies, n */
 	size_t *lens;
 };
 
 struct auth_store {
-	pthread_mutex_t mu;        /* guards cur only */
-	auth_keys *cur;            /* one reference */
-	auth_policy policy;        /* strings owned */
-	char *cookie;              /* owned */
+	pthread_mutex_t mu; /* guards cur only */
+	auth_keys *cur;     /* one reference */
+	auth_policy policy; /* strings owned */
+	char *cookie;       /* owned */
 	bool query_token;
-	const st_clock *wall;      /* borrowed */
+	const st_clock *wall; /* borrowed */
 };
 
 static const char *const result_names[AUTH_RESULT_COUNT] = { "ok", "missing", "invalid", "expired", "forbidden" };
@@ -368,7 +368,8 @@ key_parse(const st_json *j, int obj, auth_key *k, const char **why)
 	if (strcmp(kty, "oct") != 0) {
 		for (size_t i = 0; i < ST_ARRAY_LEN(private_members); i++)
 			if (st_json_get(j, obj, private_members[i]) != -1)
-				return *why = "holds a private key (remove d, p, q...: the edge only verifies)", ST_EINVAL;
+				return *why = "holds a private key (remove d, p, q...: the edge only verifies)",
+				       ST_EINVAL;
 	}
 	if (strcmp(kty, "oct") == 0)
 		want = ALG_HS256;
@@ -379,8 +380,9 @@ key_parse(const st_json *j, int obj, auth_key *k, const char **why)
 	else
 		return *why = "kty must be oct, RSA or EC", ST_EINVAL;
 	if (strcmp(alg, alg_names[want]) != 0)
-		return *why = want == ALG_HS256 ? "an oct key's alg must be HS256" :
-		              want == ALG_RS256 ? "an RSA key's alg must be RS256" : "an EC key's alg must be ES256",
+		return *why = want == ALG_HS256   ? "an oct key's alg must be HS256"
+			      : want == ALG_RS256 ? "an RSA key's alg must be RS256"
+						  : "an EC key's alg must be ES256",
 		       ST_EINVAL;
 	k->kid = st_xstrndup(kid, kid_len);
 	k->alg = (enum auth_alg)want;
@@ -437,13 +439,12 @@ auth_keys_parse(const char *text, size_t len, auth_keys **out, char *why, size_t
 	st_json_free(j);
 	*out = ks;
 	return ST_OK;
-fail_key:
-	{
-		const char *kid = st_json_str(j, st_json_get(j, st_json_at(j, arr, bad), "kid"), NULL);
+fail_key : {
+	const char *kid = st_json_str(j, st_json_get(j, st_json_at(j, arr, bad), "kid"), NULL);
 
-		/* A kid is an identifier, not a secret: it names the key an operator must fix. */
-		snprintf(why, cap, "key %zu (kid \"%.64s\"): %s", bad, kid ? kid : "?", reason);
-	}
+	/* A kid is an identifier, not a secret: it names the key an operator must fix. */
+	snprintf(why, cap, "key %zu (kid \"%.64s\"): %s", bad, kid ? kid : "?", reason);
+}
 	st_json_free(j);
 	keys_free(ks);
 	return ST_EINVAL;
@@ -673,7 +674,7 @@ key_find(const auth_keys *ks, const char *kid)
 
 enum auth_result
 auth_verify(const auth_keys *ks, const char *token, size_t len, uint64_t now_ms, const auth_policy *pol,
-            auth_grant **out, const char **why)
+	    auth_grant **out, const char **why)
 {
 	const char *dummy, *dot1, *dot2, *kid, *alg;
 	unsigned char hdr[AUTH_HEADER_B64_MAX];
@@ -770,8 +771,8 @@ is_space(char c)
 }
 
 enum auth_source
-auth_token_extract(const char *authorization, const char *cookie, const char *cookie_name,
-                   const char *query_token, bool allow_query, const char **tok, size_t *len)
+auth_token_extract(const char *authorization, const char *cookie, const char *cookie_name, const char *query_token,
+		   bool allow_query, const char **tok, size_t *len)
 {
 	*tok = NULL;
 	*len = 0;
@@ -930,7 +931,7 @@ auth_store_now_ms(const auth_store *st)
 
 enum auth_result
 auth_store_check(auth_store *st, const char *authorization, const char *cookie, const char *query_token,
-                 const char *const *topics, const size_t *lens, size_t n, uint64_t *exp_ms, const char **why)
+		 const char *const *topics, const size_t *lens, size_t n, uint64_t *exp_ms, const char **why)
 {
 	const char *tok;
 	size_t len;

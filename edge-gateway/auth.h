@@ -47,8 +47,8 @@
 
 enum auth_result {
 	AUTH_OK = 0,
-	AUTH_MISSING,   /* no token presented: 401, WWW-Authenticate: Bearer */
-	AUTH_INVALID,   /* malformed, bad signature, unknown kid, alg mismatch, not yet valid, aud/iss: 401 invalid_token */
+	AUTH_MISSING, /* no token presented: 401, WWW-Authenticate: Bearer */
+	AUTH_INVALID, /* malformed, bad signature, unknown kid, other alg, not yet valid, aud/iss: 401 invalid_token */
 	AUTH_EXPIRED,   /* exp passed (beyond the leeway): 401 invalid_token */
 	AUTH_FORBIDDEN, /* valid, but a requested topic is not covered: 403 */
 	AUTH_RESULT_COUNT
@@ -109,7 +109,7 @@ uint64_t auth_grant_exp_ms(const auth_grant *g);
  * AUTH_MISSING.  Any thread; ks must stay referenced during the call.
  */
 enum auth_result auth_verify(const auth_keys *ks, const char *token, size_t len, uint64_t now_ms,
-                             const auth_policy *pol, auth_grant **out, const char **why);
+			     const auth_policy *pol, auth_grant **out, const char **why);
 
 /* ---- extraction -------------------------------------------------------- */
 
@@ -126,15 +126,15 @@ enum auth_source { AUTH_SRC_NONE = 0, AUTH_SRC_HEADER, AUTH_SRC_COOKIE, AUTH_SRC
  * Pure, no allocation, bounded by its inputs.
  */
 enum auth_source auth_token_extract(const char *authorization, const char *cookie, const char *cookie_name,
-                                    const char *query_token, bool allow_query, const char **tok, size_t *len);
+				    const char *query_token, bool allow_query, const char **tok, size_t *len);
 
 /* ---- the shared store --------------------------------------------------- */
 
 typedef struct auth_config {
-	auth_policy policy;       /* strings copied */
-	const char *cookie;       /* cookie name; NULL = "studio_token"; copied */
-	bool query_token;         /* access_token= in the query is accepted */
-	const st_clock *wall;     /* ms since the epoch (st_clock_realtime(), or a fake); borrowed */
+	auth_policy policy;   /* strings copied */
+	const char *cookie;   /* cookie name; NULL = "studio_token"; copied */
+	bool query_token;     /* access_token= in the query is accepted */
+	const st_clock *wall; /* ms since the epoch (st_clock_realtime(), or a fake); borrowed */
 } auth_config;
 
 typedef struct auth_store auth_store;
@@ -157,8 +157,8 @@ bool auth_store_query_token(const auth_store *st);
  * debug logs (never the token).  Any thread.
  */
 enum auth_result auth_store_check(auth_store *st, const char *authorization, const char *cookie,
-                                  const char *query_token, const char *const *topics, const size_t *lens,
-                                  size_t n, uint64_t *exp_ms, const char **why);
+				  const char *query_token, const char *const *topics, const size_t *lens, size_t n,
+				  uint64_t *exp_ms, const char **why);
 /* The store's wall clock now (ms since the epoch). */
 uint64_t auth_store_now_ms(const auth_store *st);
 

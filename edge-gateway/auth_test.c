@@ -68,7 +68,7 @@ pem_of(EVP_PKEY *pk, bool priv)
 	long n;
 
 	ST_ASSERT(mem && (priv ? PEM_write_bio_PrivateKey(mem, pk, NULL, NULL, 0, NULL, NULL)
-	                       : PEM_write_bio_PUBKEY(mem, pk)) == 1);
+			       : PEM_write_bio_PUBKEY(mem, pk)) == 1);
 	n = BIO_get_mem_data(mem, &data);
 	out = st_xstrndup(data, (size_t)n);
 	BIO_free(mem);
@@ -104,16 +104,16 @@ keys_setup(void)
 	bn_b64(rsa_key, OSSL_PKEY_PARAM_RSA_N, n);
 	bn_b64(rsa_key, OSSL_PKEY_PARAM_RSA_E, e);
 	ST_ASSERT(EVP_PKEY_get_octet_string_param(ec_key, OSSL_PKEY_PARAM_PUB_KEY, pt, sizeof(pt), &ptlen) == 1 &&
-	          ptlen == 65);
+		  ptlen == 65);
 	b64url(pt + 1, 32, x);
 	b64url(pt + 33, 32, y);
 	b64url((const unsigned char *)hs_secret, 32, k);
 	snprintf(jwks, sizeof(jwks),
-	         "{\"keys\":["
-	         "{\"kty\":\"oct\",\"kid\":\"hs1\",\"alg\":\"HS256\",\"k\":\"%s\"},"
-	         "{\"kty\":\"RSA\",\"kid\":\"rsa1\",\"alg\":\"RS256\",\"use\":\"sig\",\"n\":\"%s\",\"e\":\"%s\"},"
-	         "{\"kty\":\"EC\",\"kid\":\"ec1\",\"alg\":\"ES256\",\"crv\":\"P-256\",\"x\":\"%s\",\"y\":\"%s\"}]}",
-	         k, n, e, x, y);
+		 "{\"keys\":["
+		 "{\"kty\":\"oct\",\"kid\":\"hs1\",\"alg\":\"HS256\",\"k\":\"%s\"},"
+		 "{\"kty\":\"RSA\",\"kid\":\"rsa1\",\"alg\":\"RS256\",\"use\":\"sig\",\"n\":\"%s\",\"e\":\"%s\"},"
+		 "{\"kty\":\"EC\",\"kid\":\"ec1\",\"alg\":\"ES256\",\"crv\":\"P-256\",\"x\":\"%s\",\"y\":\"%s\"}]}",
+		 k, n, e, x, y);
 }
 
 static auth_keys *
@@ -195,33 +195,44 @@ t_keys_refused(void)
 		{ "{\"keys\":{}}", "\"keys\" array" },
 		{ "{\"keys\":[]}", "1..64" },
 		{ "{\"keys\":[1]}", "object" },
-		{ "{\"keys\":[{\"kty\":\"oct\",\"alg\":\"HS256\",\"k\":\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"}]}",
+		{ "{\"keys\":[{\"kty\":\"oct\",\"alg\":\"HS256\",\"k\":\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"}"
+		  "]}",
 		  "kid" },
 		{ "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"a\",\"k\":\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"}]}",
 		  "alg is required" },
-		{ "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"a\",\"alg\":\"RS256\",\"k\":\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"}]}",
+		{ "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"a\",\"alg\":\"RS256\",\"k\":"
+		  "\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"}]}",
 		  "must be HS256" },
-		{ "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"a\",\"alg\":\"none\",\"k\":\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"}]}",
+		{ "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"a\",\"alg\":\"none\",\"k\":"
+		  "\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"}]}",
 		  "must be HS256" },
-		{ "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"a\",\"alg\":\"HS256\",\"k\":\"c2hvcnQ\"}]}", "shorter than 32" },
+		{ "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"a\",\"alg\":\"HS256\",\"k\":\"c2hvcnQ\"}]}",
+		  "shorter than 32" },
 		{ "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"a\",\"alg\":\"HS256\",\"k\":\"MDEy+zQ1\"}]}", "base64url" },
-		{ "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"a\",\"alg\":\"HS256\",\"use\":\"enc\",\"k\":\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"}]}",
+		{ "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"a\",\"alg\":\"HS256\",\"use\":\"enc\",\"k\":"
+		  "\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"}]}",
 		  "use must be sig" },
-		{ "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"a\",\"alg\":\"HS256\",\"k\":\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"},"
-		  "{\"kty\":\"oct\",\"kid\":\"a\",\"alg\":\"HS256\",\"k\":\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"}]}",
+		{ "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"a\",\"alg\":\"HS256\",\"k\":"
+		  "\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"},"
+		  "{\"kty\":\"oct\",\"kid\":\"a\",\"alg\":\"HS256\",\"k\":"
+		  "\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"}]}",
 		  "not unique" },
 		{ "{\"keys\":[{\"kty\":\"OKP\",\"kid\":\"a\",\"alg\":\"EdDSA\"}]}", "kty must be" },
 		{ "{\"keys\":[{\"kty\":\"RSA\",\"kid\":\"r\",\"alg\":\"RS256\",\"n\":\"AQAB\",\"e\":\"AQAB\"}]}",
 		  "RSA" },
-		{ "{\"keys\":[{\"kty\":\"RSA\",\"kid\":\"r\",\"alg\":\"RS256\",\"n\":\"AQAB\",\"e\":\"AQAB\",\"d\":\"AQAB\"}]}",
+		{ "{\"keys\":[{\"kty\":\"RSA\",\"kid\":\"r\",\"alg\":\"RS256\",\"n\":\"AQAB\",\"e\":\"AQAB\",\"d\":"
+		  "\"AQAB\"}]}",
 		  "private key" },
-		{ "{\"keys\":[{\"kty\":\"EC\",\"kid\":\"e\",\"alg\":\"ES256\",\"crv\":\"P-384\",\"x\":\"AA\",\"y\":\"AA\"}]}",
+		{ "{\"keys\":[{\"kty\":\"EC\",\"kid\":\"e\",\"alg\":\"ES256\",\"crv\":\"P-384\",\"x\":\"AA\",\"y\":"
+		  "\"AA\"}]}",
 		  "P-256" },
 		/* x, y of 32 bytes each that are not a point of the curve */
 		{ "{\"keys\":[{\"kty\":\"EC\",\"kid\":\"e\",\"alg\":\"ES256\",\"crv\":\"P-256\","
-		  "\"x\":\"AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE\",\"y\":\"AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE\"}]}",
+		  "\"x\":\"AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE\",\"y\":"
+		  "\"AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE\"}]}",
 		  "not on P-256" },
-		{ "{\"keys\":[{\"kty\":\"EC\",\"kid\":\"e\",\"alg\":\"ES256\",\"crv\":\"P-256\",\"x\":\"AQ\",\"y\":\"AQ\"}]}",
+		{ "{\"keys\":[{\"kty\":\"EC\",\"kid\":\"e\",\"alg\":\"ES256\",\"crv\":\"P-256\",\"x\":\"AQ\",\"y\":"
+		  "\"AQ\"}]}",
 		  "32 bytes" },
 	};
 
@@ -247,8 +258,8 @@ t_keys_short_rsa(void)
 
 	bn_b64(small, OSSL_PKEY_PARAM_RSA_N, n);
 	bn_b64(small, OSSL_PKEY_PARAM_RSA_E, e);
-	snprintf(doc, sizeof(doc), "{\"keys\":[{\"kty\":\"RSA\",\"kid\":\"r\",\"alg\":\"RS256\",\"n\":\"%s\",\"e\":\"%s\"}]}",
-	         n, e);
+	snprintf(doc, sizeof(doc),
+		 "{\"keys\":[{\"kty\":\"RSA\",\"kid\":\"r\",\"alg\":\"RS256\",\"n\":\"%s\",\"e\":\"%s\"}]}", n, e);
 	ST_CHECK(auth_keys_parse(doc, strlen(doc), &ks, why, sizeof(why)) == ST_EINVAL);
 	ST_CHECK(strstr(why, "2048") != NULL);
 	EVP_PKEY_free(small);
@@ -301,45 +312,54 @@ t_verify_table(void)
 		  AUTH_INVALID },
 		{ "repeated alg member",
 		  forge("{\"alg\":\"RS256\",\"kid\":\"rsa1\",\"alg\":\"HS256\"}", GOOD_CLAIMS, rsa_pub_pem,
-		        strlen(rsa_pub_pem)),
+			strlen(rsa_pub_pem)),
 		  &pol, AUTH_INVALID },
-		{ "RS256 header on the HS key", forge("{\"alg\":\"RS256\",\"kid\":\"hs1\"}", GOOD_CLAIMS, hs_secret, 32),
-		  &pol, AUTH_INVALID },
-		{ "hand-made HS256", forge("{\"alg\":\"HS256\",\"kid\":\"hs1\",\"typ\":\"JWT\"}", GOOD_CLAIMS, hs_secret, 32),
-		  &pol, AUTH_OK },
-		{ "crit header", forge("{\"alg\":\"HS256\",\"kid\":\"hs1\",\"crit\":[\"x\"]}", GOOD_CLAIMS, hs_secret, 32),
-		  &pol, AUTH_INVALID },
+		{ "RS256 header on the HS key",
+		  forge("{\"alg\":\"RS256\",\"kid\":\"hs1\"}", GOOD_CLAIMS, hs_secret, 32), &pol, AUTH_INVALID },
+		{ "hand-made HS256",
+		  forge("{\"alg\":\"HS256\",\"kid\":\"hs1\",\"typ\":\"JWT\"}", GOOD_CLAIMS, hs_secret, 32), &pol,
+		  AUTH_OK },
+		{ "crit header",
+		  forge("{\"alg\":\"HS256\",\"kid\":\"hs1\",\"crit\":[\"x\"]}", GOOD_CLAIMS, hs_secret, 32), &pol,
+		  AUTH_INVALID },
 		{ "unknown kid", sign("HS256", "nope", GOOD_CLAIMS), &pol, AUTH_INVALID },
 		{ "no kid", sign("HS256", NULL, GOOD_CLAIMS), &pol, AUTH_INVALID },
 		{ "expired", sign("HS256", "hs1", "{\"exp\":1899999000,\"topics\":[\"*\"]}"), &pol, AUTH_EXPIRED },
-		{ "expired within leeway", sign("HS256", "hs1", "{\"exp\":1899999980,\"topics\":[\"*\"]}"), &pol, AUTH_OK },
+		{ "expired within leeway", sign("HS256", "hs1", "{\"exp\":1899999980,\"topics\":[\"*\"]}"), &pol,
+		  AUTH_OK },
 		{ "exp missing", sign("HS256", "hs1", "{\"topics\":[\"*\"]}"), &pol, AUTH_INVALID },
 		{ "exp a string", sign("HS256", "hs1", "{\"exp\":\"1900000600\"}"), &pol, AUTH_INVALID },
 		{ "exp with a fraction", sign("HS256", "hs1", "{\"exp\":1900000600.5}"), &pol, AUTH_OK },
-		{ "nbf in the future", sign("HS256", "hs1", "{\"exp\":1900000600,\"nbf\":1900000300}"), &pol, AUTH_INVALID },
+		{ "nbf in the future", sign("HS256", "hs1", "{\"exp\":1900000600,\"nbf\":1900000300}"), &pol,
+		  AUTH_INVALID },
 		{ "nbf within leeway", sign("HS256", "hs1", "{\"exp\":1900000600,\"nbf\":1900000020}"), &pol, AUTH_OK },
-		{ "iat in the future", sign("HS256", "hs1", "{\"exp\":1900000600,\"iat\":1900000300}"), &pol, AUTH_INVALID },
+		{ "iat in the future", sign("HS256", "hs1", "{\"exp\":1900000600,\"iat\":1900000300}"), &pol,
+		  AUTH_INVALID },
 		{ "iat in the past", sign("HS256", "hs1", "{\"exp\":1900000600,\"iat\":1899999000}"), &pol, AUTH_OK },
 		{ "aud and iss right",
 		  sign("HS256", "hs1", "{\"exp\":1900000600,\"aud\":\"studio\",\"iss\":\"https://idp.example\"}"), &aud,
 		  AUTH_OK },
 		{ "aud in an array",
-		  sign("HS256", "hs1", "{\"exp\":1900000600,\"aud\":[\"x\",\"studio\"],\"iss\":\"https://idp.example\"}"),
+		  sign("HS256", "hs1",
+		       "{\"exp\":1900000600,\"aud\":[\"x\",\"studio\"],\"iss\":\"https://idp.example\"}"),
 		  &aud, AUTH_OK },
-		{ "aud wrong", sign("HS256", "hs1", "{\"exp\":1900000600,\"aud\":\"other\",\"iss\":\"https://idp.example\"}"),
-		  &aud, AUTH_INVALID },
+		{ "aud wrong",
+		  sign("HS256", "hs1", "{\"exp\":1900000600,\"aud\":\"other\",\"iss\":\"https://idp.example\"}"), &aud,
+		  AUTH_INVALID },
 		{ "aud missing", sign("HS256", "hs1", "{\"exp\":1900000600,\"iss\":\"https://idp.example\"}"), &aud,
 		  AUTH_INVALID },
-		{ "iss wrong", sign("HS256", "hs1", "{\"exp\":1900000600,\"aud\":\"studio\",\"iss\":\"https://evil\"}"), &aud,
-		  AUTH_INVALID },
-		{ "aud ignored when not configured", sign("HS256", "hs1", "{\"exp\":1900000600,\"aud\":\"other\"}"), &pol,
-		  AUTH_OK },
+		{ "iss wrong", sign("HS256", "hs1", "{\"exp\":1900000600,\"aud\":\"studio\",\"iss\":\"https://evil\"}"),
+		  &aud, AUTH_INVALID },
+		{ "aud ignored when not configured", sign("HS256", "hs1", "{\"exp\":1900000600,\"aud\":\"other\"}"),
+		  &pol, AUTH_OK },
 		{ "topics not an array", sign("HS256", "hs1", "{\"exp\":1900000600,\"topics\":\"orders/1\"}"), &pol,
 		  AUTH_INVALID },
-		{ "topics holds a number", sign("HS256", "hs1", "{\"exp\":1900000600,\"topics\":[1]}"), &pol, AUTH_INVALID },
+		{ "topics holds a number", sign("HS256", "hs1", "{\"exp\":1900000600,\"topics\":[1]}"), &pol,
+		  AUTH_INVALID },
 		{ "claims not an object", forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}", "[1]", hs_secret, 32), &pol,
 		  AUTH_INVALID },
-		{ "claims not JSON", forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}", "{", hs_secret, 32), &pol, AUTH_INVALID },
+		{ "claims not JSON", forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}", "{", hs_secret, 32), &pol,
+		  AUTH_INVALID },
 		{ "empty", st_xstrdup(""), &pol, AUTH_INVALID },
 		{ "one segment", st_xstrdup("abc"), &pol, AUTH_INVALID },
 		{ "four segments", st_xstrdup("a.b.c.d"), &pol, AUTH_INVALID },
@@ -356,11 +376,12 @@ t_verify_table(void)
 	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
 		auth_grant *g = NULL;
 		const char *why = NULL;
-		enum auth_result r = auth_verify(ks, cases[i].tok, strlen(cases[i].tok), NOW_S * 1000, cases[i].pol, &g, &why);
+		enum auth_result r =
+			auth_verify(ks, cases[i].tok, strlen(cases[i].tok), NOW_S * 1000, cases[i].pol, &g, &why);
 
 		if (r != cases[i].want)
 			fprintf(stderr, "case \"%s\": got %s (%s), want %s\n", cases[i].name, auth_result_name(r),
-			        why ? why : "-", auth_result_name(cases[i].want));
+				why ? why : "-", auth_result_name(cases[i].want));
 		ST_CHECK(r == cases[i].want);
 		ST_CHECK((r == AUTH_OK) == (g != NULL));
 		ST_CHECK(r == AUTH_OK || why != NULL);
@@ -462,7 +483,7 @@ t_covers_table(void)
 		ST_CHECK(auth_verify(ks, tok, strlen(tok), NOW_S * 1000, &pol, &g, NULL) == AUTH_OK);
 		if (g && auth_grant_covers(g, cases[i].topic, strlen(cases[i].topic)) != cases[i].want) {
 			fprintf(stderr, "case %zu: %s covers %s: want %d\n", i, cases[i].claims, cases[i].topic,
-			        (int)cases[i].want);
+				(int)cases[i].want);
 			ST_CHECK(false);
 		}
 		auth_grant_free(g);
@@ -505,8 +526,8 @@ t_extract_table(void)
 	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
 		const char *tok = NULL;
 		size_t len = 0;
-		enum auth_source src =
-		    auth_token_extract(cases[i].authz, cases[i].cookie, NULL, cases[i].query, cases[i].allow_query, &tok, &len);
+		enum auth_source src = auth_token_extract(cases[i].authz, cases[i].cookie, NULL, cases[i].query,
+							  cases[i].allow_query, &tok, &len);
 
 		if (src != cases[i].src)
 			fprintf(stderr, "case %zu: source %d, want %d\n", i, (int)src, (int)cases[i].src);
@@ -519,7 +540,8 @@ t_extract_table(void)
 		const char *tok;
 		size_t len;
 
-		ST_CHECK(auth_token_extract(NULL, "studio_token=a; sid=b", "sid", NULL, false, &tok, &len) == AUTH_SRC_COOKIE);
+		ST_CHECK(auth_token_extract(NULL, "studio_token=a; sid=b", "sid", NULL, false, &tok, &len) ==
+			 AUTH_SRC_COOKIE);
 		ST_CHECK_MEM(tok, len, "b");
 	}
 }
@@ -556,7 +578,7 @@ t_store_check_and_swap(void)
 	/* Rotation: a set without hs1 refuses the old token. */
 	{
 		const char *doc = "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"hs2\",\"alg\":\"HS256\","
-		                  "\"k\":\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"}]}";
+				  "\"k\":\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"}]}";
 
 		ST_ASSERT(auth_keys_parse(doc, strlen(doc), &other, w, sizeof(w)) == ST_OK);
 	}

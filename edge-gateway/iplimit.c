@@ -32,7 +32,7 @@
 
 typedef struct cidr {
 	uint8_t net[16];
-	unsigned bits;           /* prefix length over the 16-byte form */
+	unsigned bits; /* prefix length over the 16-byte form */
 } cidr;
 
 typedef struct entry {
@@ -46,7 +46,7 @@ struct iplimit {
 	cidr proxies[IPLIMIT_MAX_CIDRS];
 	size_t n_proxies;
 	uint64_t seed;
-	pthread_mutex_t mu;      /* guards buckets and n_entries */
+	pthread_mutex_t mu; /* guards buckets and n_entries */
 	entry *buckets[IPLIMIT_BUCKETS];
 	size_t n_entries;
 };
@@ -116,7 +116,7 @@ cidr_parse(const char *s, size_t len, cidr *out)
 	}
 	/* Host bits set ("10.0.0.1/8") are cleared: the range is what was meant. */
 	for (unsigned b = out->bits; b < 128; b++)
-		out->net[b / 8] &= (uint8_t)~(0x80u >> (b % 8));
+		out->net[b / 8] &= (uint8_t) ~(0x80u >> (b % 8));
 	return true;
 }
 

@@ -64,9 +64,9 @@ t_trusted_table(void)
 		const char *a;
 		bool trusted;
 	} cases[] = {
-		{ "10.1.2.3", true },   { "11.0.0.1", false }, { "192.168.1.1", true }, { "192.168.1.2", false },
-		{ "172.16.0.1", true }, { "172.31.255.255", true }, { "172.32.0.0", false },
-		{ "fd12::1", true },    { "fe80::1", false },  { "::ffff:10.0.0.1", true }, { "::1", false },
+		{ "10.1.2.3", true },   { "11.0.0.1", false },       { "192.168.1.1", true }, { "192.168.1.2", false },
+		{ "172.16.0.1", true }, { "172.31.255.255", true },  { "172.32.0.0", false }, { "fd12::1", true },
+		{ "fe80::1", false },   { "::ffff:10.0.0.1", true }, { "::1", false },
 	};
 	iplimit *l = NULL;
 	char why[128];
@@ -119,7 +119,8 @@ t_client_table(void)
 		iplimit_client(l, peer, cases[i].xff, got);
 		if (memcmp(got, want, 16) != 0)
 			fprintf(stderr, "case %zu (%s, \"%s\"): got %s, want %s\n", i, cases[i].peer,
-			        cases[i].xff ? cases[i].xff : "(none)", iplimit_addr_str(got, buf, sizeof(buf)), cases[i].want);
+				cases[i].xff ? cases[i].xff : "(none)", iplimit_addr_str(got, buf, sizeof(buf)),
+				cases[i].want);
 		ST_CHECK(memcmp(got, want, 16) == 0);
 	}
 	iplimit_free(l);

@@ -879,7 +879,8 @@ main(int argc, char **argv)
 			st_config_fail("edge-gateway", "--auth-keys %s: %s", OPT("auth-keys")->sval, why);
 		/* Credentials with every origin would let any site read with its visitors' cookies. */
 		if (strchr(OPT("cors-origins")->sval, '*') != NULL)
-			st_config_fail("edge-gateway", "--cors-origins %s: with --auth-keys, list the allowed origins (no *)",
+			st_config_fail("edge-gateway",
+			               "--cors-origins %s: with --auth-keys, list the allowed origins (no *)",
 			               OPT("cors-origins")->sval);
 		e.auth_keys_path = OPT("auth-keys")->sval;
 		/*
@@ -895,8 +896,8 @@ main(int argc, char **argv)
 	{
 		char why[160];
 
-		if (iplimit_new((uint32_t)OPT("max-streams-per-ip")->ival, OPT("trusted-proxies")->sval, &e.ip_limit, why,
-		                sizeof(why)) != ST_OK)
+		if (iplimit_new((uint32_t)OPT("max-streams-per-ip")->ival, OPT("trusted-proxies")->sval, &e.ip_limit,
+		                why, sizeof(why)) != ST_OK)
 			st_config_fail("edge-gateway", "--trusted-proxies %s: %s", OPT("trusted-proxies")->sval, why);
 		scfg.ip_limit = e.ip_limit;
 	}

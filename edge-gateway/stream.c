@@ -1271,7 +1271,8 @@ streams_handle(streams *ss, http_req *req, bool ready)
 			char text[64];
 
 			st_counter_inc(ss->m_ip_refused);
-			st_debug("stream refused: %s holds its maximum of streams", iplimit_addr_str(s->ip, text, sizeof(text)));
+			st_debug("stream refused: %s holds its maximum of streams",
+			         iplimit_addr_str(s->ip, text, sizeof(text)));
 			http_reply_problem(req, 429, NULL, "Too Many Requests", "too many streams from this address",
 			                   "Retry-After: 5\r\n");
 			goto refuse;
@@ -1583,9 +1584,10 @@ streams_metrics_new(st_metrics *m)
 	sm->replay_rows = st_metrics_counter(m, "studio_replay_rows_total", NULL,
 	                                     "Rows replays received from the database (each row once).");
 	for (int i = AUTH_MISSING; i < AUTH_RESULT_COUNT; i++) {
+		const char *help = "Stream requests refused by access control, by reason.";
+
 		snprintf(labels, sizeof(labels), "reason=\"%s\"", auth_result_name((enum auth_result)i));
-		sm->auth[i] = st_metrics_counter(m, "studio_auth_refused_total", labels,
-		                                 i == AUTH_MISSING ? "Stream requests refused by access control, by reason." : NULL);
+		sm->auth[i] = st_metrics_counter(m, "studio_auth_refused_total", labels, i == AUTH_MISSING ? help : NULL);
 	}
 	sm->ip_refused = st_metrics_counter(m, "studio_ip_limit_refused_total", NULL,
 	                                    "Stream requests refused by --max-streams-per-ip (429).");

@@ -19,7 +19,7 @@
 #include "fuzz_check.h"
 
 static const char jwks[] = "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"k\",\"alg\":\"HS256\","
-                           "\"k\":\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"}]}";
+			   "\"k\":\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"}]}";
 
 static bool
 inside(const char *p, size_t len, const char *s)
@@ -35,7 +35,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	auth_keys *ks = NULL;
 
 	if (fixed == NULL)
-		FUZZ_CHECK(auth_keys_parse(jwks, strlen(jwks), &fixed, why, sizeof(why)) == ST_OK, "fixed keys: %s", why);
+		FUZZ_CHECK(auth_keys_parse(jwks, strlen(jwks), &fixed, why, sizeof(why)) == ST_OK, "fixed keys: %s",
+			   why);
 	if (size == 0)
 		return 0;
 	if ((data[0] & 1) == 0) {
@@ -64,8 +65,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		const char *tok = NULL;
 		size_t len = 0;
 		bool allow = (data[0] & 2) != 0;
-		enum auth_source src = auth_token_extract(parts[0], parts[1], (data[0] & 4) ? "sid" : NULL, parts[2], allow,
-		                                          &tok, &len);
+		enum auth_source src = auth_token_extract(parts[0], parts[1], (data[0] & 4) ? "sid" : NULL, parts[2],
+							  allow, &tok, &len);
 		auth_policy pol = { .leeway_s = 30, .audience = (data[0] & 8) ? "a" : NULL };
 		auth_grant *g = NULL;
 
