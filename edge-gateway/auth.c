@@ -393,9 +393,22 @@ key_parse(const st_json *j, int obj, auth_key *k, const char **why)
 	}
 }
 
+/* At most cap - 1 printable ASCII bytes of kid (others as '?'): the reason stays one clean line. */
+static const char *
+kid_text(const char *kid, char *buf, size_t cap)
+{
+	size_t i = 0;
+
+	for (; kid && kid[i] && i + 1 < cap; i++)
+		buf[i] = kid[i] >= 0x20 && kid[i] < 0x7f && kid[i] != '"' ? kid[i] : '?';
+	buf[i] = '\0';
+	return kid ? buf : "?";
+}
+
 st_err
 auth_keys_parse(const char *text, size_t len, auth_keys **out, char *why, size_t cap)
 {
+	char kid_buf[65];
 	st_json *j = NULL;
 	auth_keys *ks = NULL;
 	const char *reason = NULL;
@@ -439,12 +452,12 @@ auth_keys_parse(const char *text, size_t len, auth_keys **out, char *why, size_t
 	st_json_free(j);
 	*out = ks;
 	return ST_OK;
-fail_key : {
-	const char *kid = st_json_str(j, st_json_get(j, st_json_at(j, arr, bad), "kid"), NULL);
-
+fail_key:
 	/* A kid is an identifier, not a secret: it names the key an operator must fix. */
-	snprintf(why, cap, "key %zu (kid \"%.64s\"): %s", bad, kid ? kid : "?", reason);
-}
+	snprintf(why, cap, "key %zu (kid \"%s\"): %s", bad,
+		 kid_text(st_json_str(j, st_json_get(j, st_json_at(j, arr, bad), "kid"), NULL), kid_buf,
+			  sizeof(kid_buf)),
+		 reason);
 	st_json_free(j);
 	keys_free(ks);
 	return ST_EINVAL;

@@ -218,6 +218,8 @@ t_keys_refused(void)
 		  "\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"}]}",
 		  "not unique" },
 		{ "{\"keys\":[{\"kty\":\"OKP\",\"kid\":\"a\",\"alg\":\"EdDSA\"}]}", "kty must be" },
+		{ "{\"keys\":[{\"kty\":\"OKP\",\"kid\":\"a\\nb\\\"c\",\"alg\":\"EdDSA\"}]}",
+		  "(kid \"a?b?c\"): kty must be" },
 		{ "{\"keys\":[{\"kty\":\"RSA\",\"kid\":\"r\",\"alg\":\"RS256\",\"n\":\"AQAB\",\"e\":\"AQAB\"}]}",
 		  "RSA" },
 		{ "{\"keys\":[{\"kty\":\"RSA\",\"kid\":\"r\",\"alg\":\"RS256\",\"n\":\"AQAB\",\"e\":\"AQAB\",\"d\":"
