@@ -566,9 +566,13 @@ auth_grant_covers(const auth_grant *g, const char *topic, size_t len)
 	return false;
 }
 
+/* Seconds in 31 million years: bounds a NumericDate so that ms and the leeway never overflow. */
+#define AUTH_DATE_MAX 1000000000000000ull
+
 /*
  * A NumericDate (RFC 7519 2): seconds since the epoch, a JSON number.
- * Fractions are truncated; negative numbers and exponents are refused.
+ * Fractions are truncated; negative numbers and exponents are refused, and
+ * so is anything past AUTH_DATE_MAX.
  */
 static st_err
 numeric_date(const st_json *j, int node, uint64_t *secs)
@@ -583,9 +587,9 @@ numeric_date(const st_json *j, int node, uint64_t *secs)
 	if (len == 0 || p[0] < '0' || p[0] > '9')
 		return ST_EINVAL;
 	for (; i < len && p[i] >= '0' && p[i] <= '9'; i++) {
-		if (v > (UINT64_MAX / 1000 - 9) / 10)
-			return ST_ERANGE;
 		v = v * 10 + (uint64_t)(p[i] - '0');
+		if (v > AUTH_DATE_MAX)
+			return ST_ERANGE;
 	}
 	if (i < len && p[i] == '.')
 		for (i++; i < len && p[i] >= '0' && p[i] <= '9'; i++)
