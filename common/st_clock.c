@@ -40,6 +40,21 @@ st_clock_wall_ms(void)
 }
 
 static uint64_t
+realtime_now(void *arg)
+{
+	(void)arg;
+	return st_clock_wall_ms();
+}
+
+static const st_clock realtime_clock = { realtime_now, NULL };
+
+const st_clock *
+st_clock_realtime(void)
+{
+	return &realtime_clock;
+}
+
+static uint64_t
 fake_now(void *arg)
 {
 	return ((st_clock_fake *)arg)->now;

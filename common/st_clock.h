@@ -32,6 +32,14 @@ uint64_t st_clock_mono_ns(void);
 /* Wall-clock time in ms since the epoch (for logs and event timestamps). */
 uint64_t st_clock_wall_ms(void);
 
+/*
+ * The wall clock as an st_clock (ms since the epoch), for rules stated in
+ * calendar time by someone else, such as a token's exp: it may jump, so
+ * durations measured on the loop still use st_clock_system().  A test
+ * gives a st_clock_fake started at an epoch time instead.
+ */
+const st_clock *st_clock_realtime(void);
+
 /* A hand-driven clock for tests: st_clock_fake_init(&f, 1000); f.now += 30100; */
 typedef struct st_clock_fake {
 	st_clock clock;

@@ -131,6 +131,7 @@ struct http_stream {
 	 * input after the request is dropped, so reading goes on and EOF is seen. */
 	bool watch_gone : 1;
 	char peer[56];
+	uint8_t peer_ip[16];     /* the peer's address, IPv4 as ::ffff:a.b.c.d (http_req_peer_ip) */
 };
 
 struct hdr {
@@ -154,6 +155,7 @@ struct http_server {
 	http_handler_fn fn;
 	void *arg;
 	char *cors;
+	bool cors_credentials;    /* Access-Control-Allow-Credentials: true with every CORS answer */
 	size_t max_head;
 	uint32_t head_timeout_ms;
 	http_conn_limit *limit;   /* cfg's (borrowed) or own_limit */
@@ -581,6 +583,9 @@ conn_put_head(http_stream *c, int status, const char *ctype, enum head_kind kind
 	st_buf_puts(&b, keep ? "Connection: keep-alive\r\n" : "Connection: close\r\n");
 	if (cors)
 		st_buf_printf(&b, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n", cors);
+	/* Only ever beside an echoed origin: never with a wildcard (Fetch standard, CORS protocol). */
+	if (cors && c->srv->cors_credentials)
+		st_buf_puts(&b, "Access-Control-Allow-Credentials: true\r\n");
 	if (internal)
 		st_buf_puts(&b, internal);
 	if (extra)
@@ -998,7 +1003,7 @@ conn_preflight(http_stream *c, http_req *r)
 	if (r->cors)
 		conn_put_head(c, 204, NULL, HEAD_PLAIN, 0, keep, r->cors,
 		              "Access-Control-Allow-Methods: GET, HEAD, OPTIONS\r\n"
-		              "Access-Control-Allow-Headers: Last-Event-ID, Accept, Cache-Control\r\n"
+		              "Access-Control-Allow-Headers: Last-Event-ID, Accept, Cache-Control, Authorization\r\n"
 		              "Access-Control-Max-Age: 600\r\n",
 		              NULL);
 	else
@@ -1312,11 +1317,14 @@ accept_cb(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *sa, i
 
 		evutil_inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
 		snprintf(c->peer, sizeof(c->peer), "%s:%u", host, (unsigned)ntohs(in->sin_port));
+		c->peer_ip[10] = c->peer_ip[11] = 0xff;
+		memcpy(c->peer_ip + 12, &in->sin_addr, 4);
 	} else if (sa->sa_family == AF_INET6) {
 		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)sa;
 
 		evutil_inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
 		snprintf(c->peer, sizeof(c->peer), "[%s]:%u", host, (unsigned)ntohs(in6->sin6_port));
+		memcpy(c->peer_ip, &in6->sin6_addr, 16);
 	} else {
 		snprintf(c->peer, sizeof(c->peer), "?");
 	}
@@ -1470,6 +1478,12 @@ http_server_new_shared(struct event_base *base, const char *listen, const http_s
                        http_conn_limit *limit, http_handler_fn fn, void *arg, http_server **out)
 {
 	return server_create(base, listen, cfg, true, limit, fn, arg, out);
+}
+
+void
+http_server_set_cors_credentials(http_server *s, bool on)
+{
+	s->cors_credentials = on;
 }
 
 uint32_t
@@ -1852,6 +1866,12 @@ http_stream_abort(http_stream *s)
 		return;
 	s->aborted = true;
 	conn_close(s);
+}
+
+void
+http_req_peer_ip(const http_req *r, uint8_t out[16])
+{
+	memcpy(out, r->c->peer_ip, 16);
 }
 
 const char *

@@ -26,7 +26,7 @@
  * list, or "*"), responses carry Access-Control-Allow-Origin (and Vary:
  * Origin); OPTIONS preflights are answered by the server itself with 204
  * and the allowed methods/headers (GET, HEAD, OPTIONS; Last-Event-ID,
- * Accept, Cache-Control).  HEAD requests get the headers of the GET without
+ * Accept, Cache-Control, Authorization).  HEAD requests get the headers of the GET without
  * a body: the handler calls the same functions and the server drops the
  * body bytes (and, for streams, ends the response after the headers).
  *
@@ -93,6 +93,14 @@ st_err http_server_new(struct event_base *base, const char *listen, const http_s
  */
 st_err http_server_new_shared(struct event_base *base, const char *listen, const http_server_config *cfg,
                               http_conn_limit *limit, http_handler_fn fn, void *arg, http_server **out);
+/*
+ * CORS with credentials (cookies, Authorization): every answer that echoes
+ * an allowed Origin also says Access-Control-Allow-Credentials: true.  The
+ * origin is always echoed, never "*"; a caller that turns this on must not
+ * allow every origin (cors_origins "*"), or any site could read with its
+ * visitors' cookies.  Loop thread, before requests arrive.
+ */
+void http_server_set_cors_credentials(http_server *s, bool on);
 /* Closes the listener and every connection at once (streams get on_close). NULL-safe. */
 void http_server_free(http_server *s);
 /* Connections open now under this server's limit: with a shared limit, those
@@ -126,6 +134,8 @@ st_err http_listen_parse(const char *listen, struct sockaddr_storage *ss, int *s
 const char *http_req_method(const http_req *r);   /* "GET", "HEAD", ... */
 const char *http_req_path(const http_req *r);     /* path only, undecoded, e.g. "/v1/stream" */
 const char *http_req_query(const http_req *r);    /* after '?', undecoded, "" when none */
+/* The peer's address: 16 bytes, IPv4 as ::ffff:a.b.c.d (RFC 4291 2.5.5.2); zeros for other families. */
+void http_req_peer_ip(const http_req *r, uint8_t out[16]);
 /* First header with that name (case-insensitive), value trimmed; NULL when absent. */
 const char *http_req_header(const http_req *r, const char *name);
 /*

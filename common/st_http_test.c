@@ -605,10 +605,11 @@ t_options_cors(void)
 	ST_CHECK_STR(hdr(&r, "Access-Control-Allow-Origin", v, sizeof(v)), "https://b.example");
 	ST_CHECK_STR(hdr(&r, "Vary", v, sizeof(v)), "Origin");
 	ST_CHECK_STR(hdr(&r, "Access-Control-Allow-Methods", v, sizeof(v)), "GET, HEAD, OPTIONS");
-	ST_CHECK_STR(hdr(&r, "Access-Control-Allow-Headers", v, sizeof(v)), "Last-Event-ID, Accept, Cache-Control");
+	ST_CHECK_STR(hdr(&r, "Access-Control-Allow-Headers", v, sizeof(v)), "Last-Event-ID, Accept, Cache-Control, Authorization");
 	ST_CHECK_STR(hdr(&r, "Access-Control-Max-Age", v, sizeof(v)), "600");
 	ST_CHECK(hdr(&r, "Content-Length", v, sizeof(v)) == NULL);
 	ST_CHECK(hdr(&r, "Allow", v, sizeof(v)) == NULL);
+	ST_CHECK(hdr(&r, "Access-Control-Allow-Credentials", v, sizeof(v)) == NULL);
 
 	st_buf_reset(&b);
 	cl_puts(fd, "OPTIONS /v1/stream HTTP/1.1\r\nOrigin: https://evil.example\r\n\r\n");
@@ -628,6 +629,23 @@ t_options_cors(void)
 	ST_CHECK(cl_read_resps(fd, &b, &r, 1, 3000) == 1);
 	ST_CHECK(hdr(&r, "Access-Control-Allow-Origin", v, sizeof(v)) == NULL);
 	ST_CHECK(T.calls == 2); /* OPTIONS never reached the handler */
+
+	/* With credentials (edge access control): beside the echoed origin only. */
+	http_server_set_cors_credentials(s, true);
+	st_buf_reset(&b);
+	cl_puts(fd, "GET /hello HTTP/1.1\r\nOrigin: https://b.example\r\n\r\n");
+	ST_CHECK(cl_read_resps(fd, &b, &r, 1, 3000) == 1);
+	ST_CHECK_STR(hdr(&r, "Access-Control-Allow-Origin", v, sizeof(v)), "https://b.example");
+	ST_CHECK_STR(hdr(&r, "Access-Control-Allow-Credentials", v, sizeof(v)), "true");
+	st_buf_reset(&b);
+	cl_puts(fd, "OPTIONS /v1/stream HTTP/1.1\r\nOrigin: https://b.example\r\n\r\n");
+	ST_CHECK(cl_read_resps(fd, &b, &r, 1, 3000) == 1);
+	ST_CHECK_STR(hdr(&r, "Access-Control-Allow-Credentials", v, sizeof(v)), "true");
+	st_buf_reset(&b);
+	cl_puts(fd, "GET /hello HTTP/1.1\r\nOrigin: https://evil.example\r\n\r\n");
+	ST_CHECK(cl_read_resps(fd, &b, &r, 1, 3000) == 1);
+	ST_CHECK(hdr(&r, "Access-Control-Allow-Credentials", v, sizeof(v)) == NULL);
+	ST_CHECK(hdr(&r, "Access-Control-Allow-Origin", v, sizeof(v)) == NULL);
 	close(fd);
 	http_server_free(s);
 

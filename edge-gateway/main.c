@@ -68,6 +68,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "flow.h"
 #include "frame.h"
 #include "pgpool.h"
@@ -154,6 +155,10 @@ struct edge {
 	st_mailbox *inbox;         /* threads > 1: workers -> main */
 	http_conn_limit *conn_limit; /* threads > 1: one connection bound for every loop's server */
 	st_control *control;
+	auth_store *auth;          /* NULL: access control off; shared by every loop */
+	iplimit *ip_limit;         /* --max-streams-per-ip; shared by every loop */
+	const char *auth_keys_path;
+	struct event *ev_hup;      /* SIGHUP: reload the keys */
 	struct event *ev_tick, *ev_head_retry, *ev_term, *ev_int, *ev_exit, *ev_flow;
 	pgpool_query *head_query;
 	replay_job *fill_job;
@@ -566,6 +571,43 @@ edge_ready_main(edge *e)
 	       now - last <= 3 * e->flush_interval_ms;
 }
 
+/*
+ * Reloads --auth-keys into a new key set and swaps it in: streams already
+ * open are not looked at again (their token was checked at their start;
+ * they end at its exp), requests being checked keep the set they took.  A
+ * file that does not parse changes nothing.  Main loop: one read of a
+ * local file of at most 1 MiB (docs/security.md says to keep it local).
+ */
+static st_err
+edge_reload_keys(edge *e, char *why, size_t cap)
+{
+	auth_keys *ks = NULL;
+
+	if (e->auth == NULL) {
+		snprintf(why, cap, "access control is off (no --auth-keys)");
+		return ST_EINVAL;
+	}
+	if (auth_keys_load(e->auth_keys_path, &ks, why, cap) != ST_OK) {
+		st_warn("--auth-keys %s: reload failed, keeping the %zu keys in use: %s", e->auth_keys_path,
+		        auth_store_key_count(e->auth), why);
+		return ST_EINVAL;
+	}
+	st_info("--auth-keys %s: reloaded, %zu keys", e->auth_keys_path, auth_keys_count(ks));
+	auth_store_swap(e->auth, ks);
+	return ST_OK;
+}
+
+static void
+hup_cb(evutil_socket_t sig, short what, void *arg)
+{
+	char why[256];
+
+	(void)sig;
+	(void)what;
+	if (edge_reload_keys(arg, why, sizeof(why)) != ST_OK && ((edge *)arg)->auth == NULL)
+		st_info("SIGHUP: %s, nothing to reload", why);
+}
+
 static st_err
 control_cb(const char *cmd, const st_json *req, st_buf *out, void *arg)
 {
@@ -585,6 +627,16 @@ control_cb(const char *cmd, const st_json *req, st_buf *out, void *arg)
 	if (strcmp(cmd, "drain") == 0) {
 		edge_drain(e, false);
 		st_buf_printf(out, "\"draining\":true,\"streams\":%zu", edge_streams_count(e));
+		return ST_OK;
+	}
+	if (strcmp(cmd, "reload") == 0) {
+		char reason[256];
+
+		if (edge_reload_keys(e, reason, sizeof(reason)) != ST_OK) {
+			st_buf_puts(out, reason);
+			return ST_EINVAL;
+		}
+		st_buf_printf(out, "\"keys\":%zu", auth_store_key_count(e->auth));
 		return ST_OK;
 	}
 	return ST_ENOTFOUND;
@@ -705,6 +757,7 @@ worker_init(edge *e, worker *w, const char *dsn, const char *listen, const http_
 	w->streams = streams_new(w->base, w->pool, e->sm, st_clock_system(), scfg);
 	if ((rv = http_server_new_shared(w->base, listen, hcfg, e->conn_limit, http_cb, w, &w->http)) != ST_OK)
 		return rv;
+	http_server_set_cors_credentials(w->http, e->auth != NULL);
 	http_server_set_delivery_histogram(w->http, e->m_delivery);
 	w->inbox = st_mailbox_new(w->base, worker_inbox_cb, w);
 	w->ev_flow = event_new(w->base, -1, 0, worker_flow_cb, w);
@@ -762,6 +815,22 @@ static st_opt opts[] = {
 	{ .name = "cors-origins", .kind = ST_OPT_STR, .def = "", .help = "origins allowed by CORS, comma separated, or *" },
 	{ .name = "flush-interval-ms", .kind = ST_OPT_INT, .def = "1000",
 	  .help = "the writers' flush interval (readiness waits 3 of them)", .min = 10, .max = 600000 },
+	/* Access control (docs/security.md). */
+	{ .name = "auth-keys", .kind = ST_OPT_STR, .def = "",
+	  .help = "JWKS file of token verification keys; empty: streams need no token" },
+	{ .name = "auth-leeway-s", .kind = ST_OPT_INT, .def = "30",
+	  .help = "clock skew tolerated on a token's exp, nbf and iat", .min = 0, .max = 300 },
+	{ .name = "auth-audience", .kind = ST_OPT_STR, .def = "", .help = "required token aud (empty: not checked)" },
+	{ .name = "auth-issuer", .kind = ST_OPT_STR, .def = "", .help = "required token iss (empty: not checked)" },
+	{ .name = "auth-topics-claim", .kind = ST_OPT_STR, .def = "topics",
+	  .help = "the claim listing the topics a token may read" },
+	{ .name = "auth-cookie", .kind = ST_OPT_STR, .def = "studio_token", .help = "cookie carrying the token" },
+	{ .name = "auth-query-token", .kind = ST_OPT_BOOL, .def = "false",
+	  .help = "also accept the token as access_token= in the query (it may end up in proxy logs)" },
+	{ .name = "max-streams-per-ip", .kind = ST_OPT_INT, .def = "0",
+	  .help = "open streams per client address before 429 (0: no limit)", .min = 0, .max = 10000000 },
+	{ .name = "trusted-proxies", .kind = ST_OPT_STR, .def = "",
+	  .help = "CIDR ranges whose X-Forwarded-For names the client, comma separated" },
 };
 #define OPT(name) st_config_get(opts, ST_ARRAY_LEN(opts), name)
 
@@ -793,6 +862,44 @@ main(int argc, char **argv)
 			{ "control", OPT("control")->sval, ST_PREFLIGHT_NNG },
 		};
 		st_preflight_listen("edge-gateway", addrs, ST_ARRAY_LEN(addrs));
+	}
+	/* Access control and the per-address bound: local checks, before the database and the writers. */
+	if (OPT("auth-keys")->sval[0] != '\0') {
+		auth_config acfg = { .policy = { .leeway_s = (uint32_t)OPT("auth-leeway-s")->ival,
+		                                 .audience = OPT("auth-audience")->sval,
+		                                 .issuer = OPT("auth-issuer")->sval,
+		                                 .topics_claim = OPT("auth-topics-claim")->sval },
+		                     .cookie = OPT("auth-cookie")->sval,
+		                     .query_token = OPT("auth-query-token")->ival != 0,
+		                     .wall = st_clock_realtime() };
+		auth_keys *ks = NULL;
+		char why[256];
+
+		if (auth_keys_load(OPT("auth-keys")->sval, &ks, why, sizeof(why)) != ST_OK)
+			st_config_fail("edge-gateway", "--auth-keys %s: %s", OPT("auth-keys")->sval, why);
+		/* Credentials with every origin would let any site read with its visitors' cookies. */
+		if (strchr(OPT("cors-origins")->sval, '*') != NULL)
+			st_config_fail("edge-gateway",
+			               "--cors-origins %s: with --auth-keys, list the allowed origins (no *)",
+			               OPT("cors-origins")->sval);
+		e.auth_keys_path = OPT("auth-keys")->sval;
+		/*
+		 * A token of up to AUTH_TOKEN_MAX beside cookies and the other
+		 * headers must reach the check, so a longer one is answered 401
+		 * invalid_token rather than 431 by the head parser.  The head
+		 * buffer lives only until the head is parsed (header timeout 10 s).
+		 */
+		hcfg.max_header_bytes = 4 * AUTH_TOKEN_MAX;
+		e.auth = auth_store_new(ks, &acfg);
+		scfg.auth = e.auth;
+	}
+	{
+		char why[160];
+
+		if (iplimit_new((uint32_t)OPT("max-streams-per-ip")->ival, OPT("trusted-proxies")->sval, &e.ip_limit,
+		                why, sizeof(why)) != ST_OK)
+			st_config_fail("edge-gateway", "--trusted-proxies %s: %s", OPT("trusted-proxies")->sval, why);
+		scfg.ip_limit = e.ip_limit;
 	}
 	signal(SIGPIPE, SIG_IGN);
 	evthread_use_pthreads();
@@ -861,6 +968,7 @@ main(int argc, char **argv)
 		w->streams = streams_new(e.base, e.pool, e.sm, st_clock_system(), &scfg);
 		if ((rv = http_server_new(e.base, listen, &hcfg, http_cb, w, &w->http)) != ST_OK)
 			st_config_fail("edge-gateway", "--listen %s: %s", listen, st_err_str(rv));
+		http_server_set_cors_credentials(w->http, e.auth != NULL);
 		http_server_set_delivery_histogram(w->http, e.m_delivery);
 	} else {
 		char bound[600];
@@ -889,10 +997,13 @@ main(int argc, char **argv)
 	e.ev_flow = event_new(e.base, -1, 0, flow_cb, &e);
 	e.ev_term = evsignal_new(e.base, SIGTERM, signal_cb, &e);
 	e.ev_int = evsignal_new(e.base, SIGINT, signal_cb, &e);
-	ST_ASSERT(e.ev_tick && e.ev_head_retry && e.ev_exit && e.ev_term && e.ev_int && e.ev_flow);
+	e.ev_hup = evsignal_new(e.base, SIGHUP, hup_cb, &e);
+	ST_ASSERT(e.ev_tick && e.ev_head_retry && e.ev_exit && e.ev_term && e.ev_int && e.ev_flow && e.ev_hup);
 	event_add(e.ev_tick, &tick);
 	event_add(e.ev_term, NULL);
 	event_add(e.ev_int, NULL);
+	/* Without access control SIGHUP is caught too (and logged), rather than killing the edge. */
+	event_add(e.ev_hup, NULL);
 	head_query_start(&e);
 
 	if (edge_threaded(&e)) {
@@ -902,6 +1013,7 @@ main(int argc, char **argv)
 		sigemptyset(&all);
 		sigaddset(&all, SIGTERM);
 		sigaddset(&all, SIGINT);
+		sigaddset(&all, SIGHUP);
 		pthread_sigmask(SIG_BLOCK, &all, &old);
 		for (size_t i = 0; i < e.n_workers; i++) {
 			if (pthread_create(&e.w[i].thread, NULL, worker_main, &e.w[i]) != 0)
@@ -911,6 +1023,11 @@ main(int argc, char **argv)
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 	}
 
+	if (e.auth)
+		st_info("access control on: %zu keys from %s; streams need a token", auth_store_key_count(e.auth),
+		        e.auth_keys_path);
+	else
+		st_warn("access control off (no --auth-keys): anyone who reaches this edge reads every topic");
 	st_info("listening on %s, %zu writer url(s), %zu loop thread(s)", listen, n_writers, e.n_workers);
 	event_base_dispatch(e.base);
 	st_info("exiting with %zu streams open", edge_streams_count(&e));
@@ -951,6 +1068,10 @@ main(int argc, char **argv)
 	event_free(e.ev_flow);
 	event_free(e.ev_term);
 	event_free(e.ev_int);
+	event_free(e.ev_hup);
+	/* After every worker was joined: no check can hold the store any more. */
+	auth_store_free(e.auth);
+	iplimit_free(e.ip_limit);
 	st_metrics_free(e.metrics);
 	for (size_t i = 0; i < n_writers; i++)
 		free(writers[i]);

@@ -115,6 +115,8 @@ struct streams {
 	st_counter *m_seam_gap;
 	st_counter *m_refusal[RF_COUNT];
 	st_counter *m_replay_rows;
+	st_counter *m_auth[AUTH_RESULT_COUNT]; /* refusals by reason; [AUTH_OK] unused */
+	st_counter *m_ip_refused;
 	uint64_t rng;            /* xorshift state for retry jitter */
 };
 
@@ -130,6 +132,8 @@ struct streams_metrics {
 	st_counter *seam_gap;
 	st_counter *refusal[RF_COUNT];
 	st_counter *replay_rows;
+	st_counter *auth[AUTH_RESULT_COUNT];
+	st_counter *ip_refused;
 };
 
 struct stream {
@@ -171,6 +175,10 @@ struct stream {
 	uint32_t fetch_limit;    /* rows asked of the next replay chunk */
 	uint64_t cursor;         /* last seq the replay fetched */
 	uint64_t last_id;        /* last id written (items and resyncs) */
+	uint64_t exp_ms;         /* access control: the token's exp (wall-clock ms), 0 = none */
+	struct event *ev_exp;    /* ends the stream at exp_ms (reconnect token_expired), owned */
+	bool ip_held;            /* holds one of ip's slots in cfg.ip_limit */
+	uint8_t ip[16];          /* the client's address (X-Forwarded-For from a trusted proxy) */
 };
 
 static void stream_pump(stream *s);
@@ -231,6 +239,10 @@ stream_free_topics(stream *s)
 static void
 stream_free(stream *s)
 {
+	if (s->ev_exp)
+		event_free(s->ev_exp);
+	if (s->ip_held)
+		iplimit_release(s->ss->cfg.ip_limit, s->ip);
 	behind_leave(s, st_clock_now(s->ss->clock));
 	stream_cancel_job(s);
 	stream_leave_hub(s);
@@ -646,6 +658,42 @@ refuse_retryable(streams *ss, http_req *req, enum frame_format fmt, enum refusal
 	refusal_send(ss, req, fmt, why, retry_jitter(ss, refusal_retry_ms[why]), detail);
 }
 
+static void stream_send_reconnect(stream *s, uint32_t retry_ms, const char *reason);
+
+/* The token's exp passed: the client comes back with a fresh token and its last id. */
+static void
+exp_cb(evutil_socket_t fd, short what, void *arg)
+{
+	stream *s = arg;
+
+	(void)fd;
+	(void)what;
+	stream_send_reconnect(s, retry_jitter(s->ss, 1000), "token_expired");
+}
+
+/*
+ * exp is wall-clock time (the issuer's); the timer runs on the loop's
+ * monotonic clock, so the delay is measured once, here, from the store's
+ * wall clock.  A token accepted within the leeway after its exp ends at once.
+ */
+static void
+stream_arm_expiry(stream *s)
+{
+	streams *ss = s->ss;
+	uint64_t now, left;
+	struct timeval tv;
+
+	if (ss->cfg.auth == NULL || s->exp_ms == 0)
+		return;
+	now = auth_store_now_ms(ss->cfg.auth);
+	left = s->exp_ms > now ? s->exp_ms - now : 0;
+	tv.tv_sec = (time_t)(left / 1000);
+	tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
+	s->ev_exp = evtimer_new(ss->base, exp_cb, s);
+	ST_ASSERT(s->ev_exp != NULL);
+	evtimer_add(s->ev_exp, &tv);
+}
+
 static void
 stream_start_response(stream *s)
 {
@@ -654,6 +702,7 @@ stream_start_response(stream *s)
 
 	s->req = NULL;
 	s->hs = http_stream_start(req, 200, format_content_type(s->fmt), NULL, &cbs, s);
+	stream_arm_expiry(s);
 }
 
 /* ---- replay ------------------------------------------------------------ */
@@ -895,6 +944,7 @@ typedef struct query_state {
 	enum frame_format fmt;
 	bool has_qid;
 	uint64_t qid;
+	char *access_token;  /* owned; only kept when the store accepts query tokens; never logged */
 } query_state;
 
 static st_err
@@ -948,6 +998,10 @@ query_item(const char *key, size_t klen, const char *val, size_t vlen, void *arg
 			qs->error = "until must be head or a decimal event id";
 			return ST_EINVAL;
 		}
+	} else if (klen == 12 && memcmp(key, "access_token", 12) == 0) {
+		/* Kept only when allowed (--auth-query-token); otherwise it is ignored like any other. */
+		if (qs->access_token == NULL && s->ss->cfg.auth && auth_store_query_token(s->ss->cfg.auth))
+			qs->access_token = st_xstrndup(val, vlen);
 	}
 	/* Other parameters (cache busters, tokens for a proxy) are ignored. */
 	return ST_OK;
@@ -1091,6 +1145,46 @@ stream_unlink(stream *s)
 }
 
 /*
+ * Access control before the first byte (RFC 6750 3): no token is 401 with
+ * a bare "Bearer" challenge; a token that fails any check is 401
+ * invalid_token; a valid token missing a topic is 403 insufficient_scope.
+ * The client learns nothing more (which check failed is logged at debug
+ * level, without the token).  On success the token's exp is kept for the
+ * stream's end.  On refusal answers req and returns false.
+ */
+static bool
+stream_authorize(streams *ss, stream *s, http_req *req, const char *query_token)
+{
+	const char *why = "";
+	uint64_t exp = 0;
+	enum auth_result r =
+	    auth_store_check(ss->cfg.auth, http_req_header(req, "Authorization"), http_req_header(req, "Cookie"),
+	                     query_token, (const char *const *)s->topics, s->topic_lens, s->n_topics, &exp, &why);
+
+	if (r == AUTH_OK) {
+		s->exp_ms = exp;
+		return true;
+	}
+	st_counter_inc(ss->m_auth[r]);
+	st_debug("stream refused (%s): %s", auth_result_name(r), why);
+	switch (r) {
+	case AUTH_MISSING:
+		http_reply_problem(req, 401, NULL, "Unauthorized", "this stream needs a bearer token",
+		                   "WWW-Authenticate: Bearer\r\n");
+		break;
+	case AUTH_FORBIDDEN:
+		http_reply_problem(req, 403, NULL, "Forbidden", "the token does not allow every requested topic",
+		                   "WWW-Authenticate: Bearer error=\"insufficient_scope\"\r\n");
+		break;
+	default:
+		http_reply_problem(req, 401, NULL, "Unauthorized", "the bearer token is not valid",
+		                   "WWW-Authenticate: Bearer error=\"invalid_token\"\r\n");
+		break;
+	}
+	return false;
+}
+
+/*
  * A refusal that retrying can fix.  A browser's EventSource treats every
  * answer but 200 as final and never reconnects, so a client that asked for
  * SSE gets 200, one reconnect envelope (its retry: hint jittered between
@@ -1145,6 +1239,9 @@ streams_handle(streams *ss, http_req *req, bool ready)
 		s->after = qs.qid;
 		s->has_after = true;
 	}
+	/* Before the retryable refusals: retrying cannot fix a missing or bad token. */
+	if (ss->cfg.auth && !stream_authorize(ss, s, req, qs.access_token))
+		goto refuse;
 	/*
 	 * The retryable refusals come after the query is read: what the client
 	 * gets depends on the format it asked for, and a request that retrying
@@ -1158,6 +1255,29 @@ streams_handle(streams *ss, http_req *req, bool ready)
 	if (!ready || !ss->head_known) {
 		refuse_retryable(ss, req, s->fmt, RF_NOT_READY, "this edge is not ready yet");
 		goto refuse;
+	}
+	/*
+	 * One client's share (--max-streams-per-ip).  Not a retryable refusal
+	 * like a full edge: the client itself holds the streams, and telling
+	 * its EventSources to come back would only loop; so 429 with
+	 * Retry-After in every format.  stream_free gives the slot back.
+	 */
+	if (!s->is_head && iplimit_enabled(ss->cfg.ip_limit)) {
+		uint8_t peer[16];
+
+		http_req_peer_ip(req, peer);
+		iplimit_client(ss->cfg.ip_limit, peer, http_req_header(req, "X-Forwarded-For"), s->ip);
+		if (!iplimit_acquire(ss->cfg.ip_limit, s->ip)) {
+			char text[64];
+
+			st_counter_inc(ss->m_ip_refused);
+			st_debug("stream refused: %s holds its maximum of streams",
+			         iplimit_addr_str(s->ip, text, sizeof(text)));
+			http_reply_problem(req, 429, NULL, "Too Many Requests", "too many streams from this address",
+			                   "Retry-After: 5\r\n");
+			goto refuse;
+		}
+		s->ip_held = true;
 	}
 	/*
 	 * The shared gauge: the bound is the edge's, whichever loop took the
@@ -1193,7 +1313,7 @@ streams_handle(streams *ss, http_req *req, bool ready)
 		s->state = ST_LIVE;
 		stream_free_topics(s);
 		stream_start_response(s);
-		return;
+		goto out;
 	}
 	/* until without an id reads the retained history from its start. */
 	s->state = ST_CHECKING;
@@ -1209,9 +1329,11 @@ streams_handle(streams *ss, http_req *req, bool ready)
 		stream_unlink(s);
 		stream_free(s);
 	}
-	return;
+	goto out;
 refuse:
 	stream_free(s);
+out:
+	free(qs.access_token);
 }
 
 /* ---- fan-out, heartbeats, drain ------------------------------------------ */
@@ -1349,10 +1471,11 @@ grace_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/* reason: "draining" or "token_expired" (only once the response started). */
 static void
-stream_send_reconnect(stream *s, uint32_t retry_ms)
+stream_send_reconnect(stream *s, uint32_t retry_ms, const char *reason)
 {
-	frame *f = frame_reconnect_new(retry_ms, "draining");
+	frame *f = frame_reconnect_new(retry_ms, reason);
 
 	if (s->state == ST_CHECKING) {
 		frame_unref(f);
@@ -1405,7 +1528,7 @@ streams_drain(streams *ss, void (*done)(void *arg), void *arg)
 
 		next = s->next;
 		i++;
-		stream_send_reconnect(s, retry);
+		stream_send_reconnect(s, retry, "draining");
 	}
 	event_add(ss->ev_grace, &tv);
 	streams_check_drained(ss);
@@ -1460,6 +1583,14 @@ streams_metrics_new(st_metrics *m)
 	}
 	sm->replay_rows = st_metrics_counter(m, "studio_replay_rows_total", NULL,
 	                                     "Rows replays received from the database (each row once).");
+	for (int i = AUTH_MISSING; i < AUTH_RESULT_COUNT; i++) {
+		const char *help = "Stream requests refused by access control, by reason.";
+
+		snprintf(labels, sizeof(labels), "reason=\"%s\"", auth_result_name((enum auth_result)i));
+		sm->auth[i] = st_metrics_counter(m, "studio_auth_refused_total", labels, i == AUTH_MISSING ? help : NULL);
+	}
+	sm->ip_refused = st_metrics_counter(m, "studio_ip_limit_refused_total", NULL,
+	                                    "Stream requests refused by --max-streams-per-ip (429).");
 	return sm;
 }
 
@@ -1505,6 +1636,9 @@ streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, co
 	for (int i = 0; i < RF_COUNT; i++)
 		ss->m_refusal[i] = sm->refusal[i];
 	ss->m_replay_rows = sm->replay_rows;
+	for (int i = 0; i < AUTH_RESULT_COUNT; i++)
+		ss->m_auth[i] = sm->auth[i];
+	ss->m_ip_refused = sm->ip_refused;
 	/* Jitter only spreads retries; any seed that differs between registries will do. */
 	ss->rng = (st_clock_now(clock) << 20) ^ (uint64_t)(uintptr_t)ss ^ 0x9e3779b97f4a7c15u;
 	ss->ev_heartbeat = event_new(base, -1, 0, heartbeat_cb, ss);

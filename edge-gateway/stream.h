@@ -26,7 +26,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "auth.h"
 #include "frame.h"
+#include "iplimit.h"
 #include "pgpool.h"
 #include "st_clock.h"
 #include "st_http.h"
@@ -40,6 +42,19 @@ typedef struct streams_config {
 	uint32_t heartbeat_ms;    /* heartbeat interval */
 	uint32_t max_streams;     /* 429 beyond (counted over every registry sharing the metrics) */
 	uint32_t drain_grace_ms;  /* reconnect hints are spread over this; the rest is closed after it */
+	/*
+	 * Access control (auth.h), borrowed, shared by every registry; NULL:
+	 * nothing is checked.  With it, GET and HEAD need a token covering
+	 * every topic (401/403 before the first byte), and a stream ends with
+	 * reconnect token_expired at its token's exp.
+	 */
+	auth_store *auth;
+	/*
+	 * --max-streams-per-ip (iplimit.h), borrowed, shared by every
+	 * registry; NULL or disabled: no bound.  A GET beyond it gets 429 with
+	 * Retry-After in every format.
+	 */
+	iplimit *ip_limit;
 } streams_config;
 
 /*

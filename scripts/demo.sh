@@ -76,6 +76,7 @@ cat <<MSG
     curl -N 'http://127.0.0.1:8080/v1/stream?topic=demo'
 
   Metrics: curl http://127.0.0.1:8080/metrics   Ctrl-C stops everything.
+  Access control is off here (no --auth-keys): see docs/security.md to turn it on.
 
 MSG
 # Stop as soon as any part dies, so a broken demo does not look alive.

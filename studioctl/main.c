@@ -55,7 +55,7 @@ static st_opt opts[O_N] = {
 	[O_WRITER] = { .name = "writer", .kind = ST_OPT_STR,
 	               .help = "publish: the writer's ingest URL; tail: its publish URL",
 	               .check = st_preflight_dial_urls },
-	[O_CONTROL] = { .name = "control", .kind = ST_OPT_STR, .help = "stats, drain: the control URL",
+	[O_CONTROL] = { .name = "control", .kind = ST_OPT_STR, .help = "stats, drain, reload: the control URL",
 	                .check = st_preflight_dial_urls },
 	[O_TOPIC] = { .name = "topic", .kind = ST_OPT_STR, .help = "publish: the event's topic" },
 	[O_ABOUT] = { .name = "about", .kind = ST_OPT_LIST,
@@ -78,7 +78,7 @@ static const char usage[] =
 	PROG " publish --writer URL --topic T [--about A]... [--data JSON] [--key K]\n"
 	"       " PROG " publish --writer URL --file EVENTS.ndjson\n"
 	"       " PROG " tail --writer URL [--ticks] [--count N] [--timeout-s S]\n"
-	"       " PROG " stats|drain --control URL";
+	"       " PROG " stats|drain|reload --control URL";
 
 static uint64_t
 now_ms(void)
@@ -784,7 +784,7 @@ main(int argc, char **argv)
 	st_log_init(PROG);
 	st_config_parse(opts, O_N, argc, argv, PROG, usage, &first);
 	if (first >= argc)
-		st_config_fail(PROG, "missing command: publish, tail, stats or drain (see --help)");
+		st_config_fail(PROG, "missing command: publish, tail, stats, drain or reload (see --help)");
 	if (first + 1 < argc)
 		st_config_fail(PROG, "unexpected argument \"%s\" (see --help)", argv[first + 1]);
 	cmd = argv[first];
@@ -792,10 +792,10 @@ main(int argc, char **argv)
 		rc = cmd_publish();
 	else if (strcmp(cmd, "tail") == 0)
 		rc = cmd_tail();
-	else if (strcmp(cmd, "stats") == 0 || strcmp(cmd, "drain") == 0)
+	else if (strcmp(cmd, "stats") == 0 || strcmp(cmd, "drain") == 0 || strcmp(cmd, "reload") == 0)
 		rc = cmd_control(cmd);
 	else
-		st_config_fail(PROG, "unknown command \"%s\": publish, tail, stats or drain", cmd);
+		st_config_fail(PROG, "unknown command \"%s\": publish, tail, stats, drain or reload", cmd);
 	/* nng reaps closed sockets on its own threads; let it finish so a
 	 * sanitizer build does not report what is merely in flight. */
 	nng_fini();

@@ -11,8 +11,10 @@ connection made to the DSN's and the writers' addresses, and, for the
 writer, a real fresh database that must still have no schema afterwards.
 """
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -279,6 +281,12 @@ def flag_wins_over_variable_and_help_lists_defaults():
 
 @t.case
 def edge_bad_configuration_exits_2_at_once():
+    d = tempfile.mkdtemp(prefix="studio-cfg-")
+    bad_jwks, good_jwks = os.path.join(d, "bad.json"), os.path.join(d, "good.json")
+    with open(bad_jwks, "w") as f:
+        f.write('{"keys":[{"kty":"oct","kid":"k","alg":"HS256","k":"c2hvcnQ"}]}')
+    with open(good_jwks, "w") as f:
+        f.write('{"keys":[{"kty":"oct","kid":"k","alg":"HS256","k":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"}]}')
     many = ",".join("tcp://127.0.0.1:%d" % (20000 + i) for i in range(65))
     cases = [
         (dict(pg_dsn="garbage"), ["--pg-dsn: ", 'missing "="']),
@@ -294,9 +302,18 @@ def edge_bad_configuration_exits_2_at_once():
         (dict(control="tcp://127.0.0.1"), ["--control tcp://127.0.0.1:", "port"]),
         (dict(threads="0"), ["--threads 0: must be an integer in 1..64"]),
         (dict(heartbeat_s="0"), ["--heartbeat-s 0:"]),
+        (dict(auth_keys="/nonexistent/jwks.json"), ["--auth-keys /nonexistent/jwks.json: cannot read"]),
+        (dict(auth_keys=bad_jwks), ["--auth-keys %s: key 0 (kid \"k\"): " % bad_jwks, "shorter than 32 bytes"]),
+        (dict(auth_keys=good_jwks, cors_origins="*"), ["--cors-origins *: ", "no *"]),
+        (dict(auth_leeway_s="301"), ["--auth-leeway-s 301:"]),
+        (dict(trusted_proxies="10.0.0.0/33"), ["--trusted-proxies 10.0.0.0/33: ", "ADDRESS/BITS"]),
+        (dict(max_streams_per_ip="-1"), ["--max-streams-per-ip -1:"]),
     ]
-    for flags, needles in cases:
-        expect_exit2("edge-gateway", edge_args(dead_dsn(), **flags), needles, forbidden=["s3cret"])
+    try:
+        for flags, needles in cases:
+            expect_exit2("edge-gateway", edge_args(dead_dsn(), **flags), needles, forbidden=["s3cret", "MDEy"])
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
     expect_exit2("edge-gateway", [a for a in edge_args(dead_dsn(), writers=None)], ["STUDIO_WRITERS udp://h:1:"],
                  env={"STUDIO_WRITERS": "udp://h:1"})
 

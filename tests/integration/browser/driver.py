@@ -36,6 +36,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 class PageServer:
     def __init__(self):
         self.target = None
+        self.cookie = None   # a Set-Cookie value sent with the page (the access control test)
         self.result = None
         self.done = threading.Event()
         self.requests = []
@@ -50,7 +51,7 @@ class PageServer:
                 if self.path.startswith("/page.html"):
                     with open(os.path.join(HERE, "page.html"), "rb") as f:
                         body = f.read()
-                    self._send(200, "text/html; charset=utf-8", body)
+                    self._send(200, "text/html; charset=utf-8", body, outer.cookie)
                 elif self.path.startswith("/target"):
                     t = outer.target
                     self._send(200, "text/plain", b"" if t is None else str(t).encode())
@@ -68,9 +69,11 @@ class PageServer:
                     outer.done.set()
                 self._send(204, "text/plain", b"")
 
-            def _send(self, code, ctype, body):
+            def _send(self, code, ctype, body, cookie=None):
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
+                if cookie:
+                    self.send_header("Set-Cookie", cookie)
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header("Cache-Control", "no-store")
                 self.end_headers()
@@ -83,9 +86,11 @@ class PageServer:
         self.origin = "http://127.0.0.1:%d" % self.port
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
-    def page_url(self, src, budget_ms=60000):
-        return "%s/page.html?%s" % (self.origin, urllib.parse.urlencode(
-            {"src": src, "budget_ms": str(budget_ms)}))
+    def page_url(self, src, budget_ms=60000, credentials=False):
+        q = {"src": src, "budget_ms": str(budget_ms)}
+        if credentials:
+            q["cred"] = "1"   # EventSource with withCredentials: cookies go cross-origin
+        return "%s/page.html?%s" % (self.origin, urllib.parse.urlencode(q))
 
     def close(self):
         self.httpd.shutdown()
