@@ -474,7 +474,8 @@ size_t
 st_config_split(const char *list, char ***out, size_t max)
 {
 	size_t count = 0, cap = 0;
-	const char *p = list;
+	const char *p = list, *item;
+	size_t len;
 	char **items;
 
 	/* The array is sized by the commas present, so it is bounded by the input. */
@@ -483,20 +484,8 @@ st_config_split(const char *list, char ***out, size_t max)
 			cap += *q == ',';
 	cap = ST_MIN(cap + 1, max);
 	items = st_xcalloc(cap + 1, sizeof(char *));
-	while (list && *p && count < max) {
-		const char *end = strchr(p, ','), *b = p, *e;
-
-		if (end == NULL)
-			end = p + strlen(p);
-		e = end;
-		while (b < e && isspace((unsigned char)*b))
-			b++;
-		while (e > b && isspace((unsigned char)e[-1]))
-			e--;
-		if (e > b)
-			items[count++] = st_xstrndup(b, (size_t)(e - b));
-		p = *end ? end + 1 : end;
-	}
+	while (list && count < max && st_list_next(&p, &item, &len))
+		items[count++] = st_xstrndup(item, len);
 	*out = items;
 	return count;
 }

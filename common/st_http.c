@@ -739,26 +739,14 @@ is_tchar(unsigned char ch)
 static bool
 cors_match(const http_server *s, const char *origin)
 {
-	const char *p = s->cors;
+	const char *p = s->cors, *o;
+	size_t n;
 
 	if (!p || !origin || !*origin)
 		return false;
-	while (*p) {
-		const char *e;
-		size_t n;
-
-		while (*p == ' ' || *p == ',')
-			p++;
-		e = p;
-		while (*e && *e != ',')
-			e++;
-		n = (size_t)(e - p);
-		while (n && p[n - 1] == ' ')
-			n--;
-		if ((n == 1 && *p == '*') || (n && strlen(origin) == n && strncasecmp(origin, p, n) == 0))
+	while (st_list_next(&p, &o, &n))
+		if ((n == 1 && *o == '*') || (strlen(origin) == n && strncasecmp(origin, o, n) == 0))
 			return true;
-		p = e;
-	}
 	return false;
 }
 
@@ -781,24 +769,12 @@ http_req_header(const http_req *r, const char *name)
 static bool
 list_has_token(const char *v, const char *tok)
 {
-	size_t n = strlen(tok);
+	size_t n = strlen(tok), m;
+	const char *item;
 
-	while (v && *v) {
-		const char *e;
-		size_t m;
-
-		while (*v == ' ' || *v == '\t' || *v == ',')
-			v++;
-		e = v;
-		while (*e && *e != ',')
-			e++;
-		m = (size_t)(e - v);
-		while (m && (v[m - 1] == ' ' || v[m - 1] == '\t'))
-			m--;
-		if (m == n && strncasecmp(v, tok, n) == 0)
+	while (v && st_list_next(&v, &item, &m))
+		if (m == n && strncasecmp(item, tok, n) == 0)
 			return true;
-		v = e;
-	}
 	return false;
 }
 

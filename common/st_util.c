@@ -1,6 +1,7 @@
 /* st_util: aborting allocators, panic, decimal parsing and formatting, the teardown watchdog. */
 #include "st_util.h"
 
+#include <ctype.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,4 +176,25 @@ st_fmt_u64(char *buf, uint64_t v)
 		buf[i] = tmp[n - 1 - i];
 	buf[n] = '\0';
 	return n;
+}
+
+bool
+st_list_next(const char **p, const char **item, size_t *len)
+{
+	const char *b = *p, *e;
+
+	while (*b == ',' || isspace((unsigned char)*b))
+		b++;
+	if (*b == '\0') {
+		*p = b;
+		return false;
+	}
+	for (e = b; *e && *e != ','; e++)
+		;
+	*p = e;
+	while (e > b && isspace((unsigned char)e[-1]))
+		e--;
+	*item = b;
+	*len = (size_t)(e - b);
+	return true;
 }

@@ -70,4 +70,14 @@ uint64_t st_hash_bytes(const void *p, size_t len);
 /* Writes the decimal form of v into buf (at least 21 bytes); returns length. */
 size_t st_fmt_u64(char *buf, uint64_t v);
 
+/*
+ * The next item of a comma-separated list (an HTTP header list such as
+ * Connection, a flag such as --cors-origins or --trusted-proxies): skips
+ * commas and white space, sets *item and *len to the item without the
+ * white space around it, and moves *p past it.  Empty items are skipped;
+ * false when none is left.  *p must not be NULL (point it at "" instead).
+ */
+#include <stdbool.h>
+bool st_list_next(const char **p, const char **item, size_t *len);
+
 #endif

@@ -121,12 +121,42 @@ t_exit_watchdog(void)
 	close(fds[0]);
 }
 
+/* Each call yields the next non-empty item, trimmed; the pointer ends at the terminator. */
+static void
+t_list_next(void)
+{
+	static const struct {
+		const char *in;
+		const char *want; /* the items joined with '|' */
+	} cases[] = {
+		{ "", "" },
+		{ " , ,, ", "" },
+		{ "a", "a" },
+		{ "keep-alive, Close", "keep-alive|Close" },
+		{ " 10.0.0.0/8 ,\t::1/128,", "10.0.0.0/8|::1/128" },
+		{ "a b , c", "a b|c" },
+		{ ",x,,y ,", "x|y" },
+	};
+
+	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
+		const char *p = cases[i].in, *item;
+		char got[64] = "";
+		size_t len, n = 0;
+
+		while (st_list_next(&p, &item, &len))
+			n += (size_t)snprintf(got + n, sizeof(got) - n, "%s%.*s", n ? "|" : "", (int)len, item);
+		ST_CHECK_STR(got, cases[i].want);
+		ST_CHECK(*p == '\0');
+	}
+}
+
 int
 main(void)
 {
 	ST_RUN(t_parse_u64);
 	ST_RUN(t_fmt_u64);
 	ST_RUN(t_one_line);
+	ST_RUN(t_list_next);
 	ST_RUN(t_exit_watchdog);
 	ST_RUN(t_buf);
 	ST_RUN(t_fake_clock);

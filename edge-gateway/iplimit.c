@@ -134,33 +134,20 @@ st_err
 iplimit_new(uint32_t max, const char *proxies, iplimit **out, char *why, size_t cap)
 {
 	iplimit *l = st_xcalloc(1, sizeof(*l));
-	const char *p = proxies ? proxies : "";
+	const char *p = proxies ? proxies : "", *c;
+	size_t n;
 
 	l->max = max;
-	while (*p) {
-		const char *e;
-		size_t n;
-
-		while (*p == ',' || *p == ' ')
-			p++;
-		e = p;
-		while (*e && *e != ',')
-			e++;
-		n = (size_t)(e - p);
-		while (n && p[n - 1] == ' ')
-			n--;
-		if (n > 0) {
-			if (l->n_proxies == IPLIMIT_MAX_CIDRS) {
-				snprintf(why, cap, "at most %d ranges", IPLIMIT_MAX_CIDRS);
-				goto fail;
-			}
-			if (!cidr_parse(p, n, &l->proxies[l->n_proxies])) {
-				snprintf(why, cap, "\"%.*s\" is not ADDRESS or ADDRESS/BITS", (int)ST_MIN(n, 64), p);
-				goto fail;
-			}
-			l->n_proxies++;
+	while (st_list_next(&p, &c, &n)) {
+		if (l->n_proxies == IPLIMIT_MAX_CIDRS) {
+			snprintf(why, cap, "at most %d ranges", IPLIMIT_MAX_CIDRS);
+			goto fail;
 		}
-		p = e;
+		if (!cidr_parse(c, n, &l->proxies[l->n_proxies])) {
+			snprintf(why, cap, "\"%.*s\" is not ADDRESS or ADDRESS/BITS", (int)ST_MIN(n, 64), c);
+			goto fail;
+		}
+		l->n_proxies++;
 	}
 	l->seed = st_clock_mono_ns() ^ (uint64_t)(uintptr_t)l ^ 0x9e3779b97f4a7c15u;
 	pthread_mutex_init(&l->mu, NULL);
