@@ -14,9 +14,6 @@ A second page without withCredentials sends no cookie: the edge refuses it
 (401, counted as missing) and the page sees nothing.
 """
 
-import base64
-import hashlib
-import hmac
 import json
 import os
 import sys
@@ -30,20 +27,14 @@ import harness  # noqa: E402
 from harness import check, check_eq, log  # noqa: E402
 import sse_client as sc  # noqa: E402
 import driver  # noqa: E402
+import tokens  # noqa: E402
 
 t = harness.Tests()
 rc = 1
 TOPIC = "acct/7"
 
 
-def b64u(b):
-    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
-
-
-def hs256(secret, kid, claims):
-    signing = (b64u(json.dumps({"alg": "HS256", "typ": "JWT", "kid": kid}).encode()) + "." +
-               b64u(json.dumps(claims).encode())).encode()
-    return signing.decode() + "." + b64u(hmac.new(secret, signing, hashlib.sha256).digest())
+b64u, hs256 = tokens.b64u, tokens.hs256
 
 
 class Flow(threading.Thread):
