@@ -57,6 +57,7 @@
 
 #include "st_buf.h"
 #include "st_clock.h"
+#include "st_json.h"
 #include "st_log.h"
 #include "st_metrics.h"
 #include "st_util.h"
@@ -634,81 +635,11 @@ conn_drain(http_stream *c)
 
 /* ---------------------------------------------------------------- JSON */
 
-/* A tiny escaper (independent of st_json): invalid UTF-8 becomes U+FFFD. */
-static void
-json_put_str(st_buf *b, const char *s)
-{
-	const unsigned char *p = (const unsigned char *)s;
-
-	st_buf_putc(b, '"');
-	while (*p) {
-		unsigned char ch = *p;
-		size_t n = 0;
-
-		if (ch == '"' || ch == '\\') {
-			st_buf_putc(b, '\\');
-			st_buf_putc(b, (char)ch);
-			p++;
-			continue;
-		}
-		if (ch < 0x20 || ch == 0x7f) {
-			switch (ch) {
-			case '\n': st_buf_puts(b, "\\n"); break;
-			case '\r': st_buf_puts(b, "\\r"); break;
-			case '\t': st_buf_puts(b, "\\t"); break;
-			case '\b': st_buf_puts(b, "\\b"); break;
-			case '\f': st_buf_puts(b, "\\f"); break;
-			default: st_buf_printf(b, "\\u%04x", ch); break;
-			}
-			p++;
-			continue;
-		}
-		if (ch < 0x80) {
-			st_buf_putc(b, (char)ch);
-			p++;
-			continue;
-		}
-		/* Validate one UTF-8 sequence (no overlongs, no surrogates, <= U+10FFFF). */
-		if (ch >= 0xc2 && ch <= 0xdf)
-			n = 1;
-		else if (ch >= 0xe0 && ch <= 0xef)
-			n = 2;
-		else if (ch >= 0xf0 && ch <= 0xf4)
-			n = 3;
-		if (n) {
-			size_t i;
-
-			for (i = 1; i <= n; i++)
-				if ((p[i] & 0xc0) != 0x80)
-					break;
-			if (i <= n || (ch == 0xe0 && p[1] < 0xa0) || (ch == 0xed && p[1] > 0x9f) ||
-			    (ch == 0xf0 && p[1] < 0x90) || (ch == 0xf4 && p[1] > 0x8f))
-				n = 0;
-		}
-		if (n) {
-			st_buf_append(b, p, n + 1);
-			p += n + 1;
-		} else {
-			st_buf_puts(b, "\\ufffd");
-			p++;
-		}
-	}
-	st_buf_putc(b, '"');
-}
-
+/* A problem document (RFC 9457); an absent title is the status's reason phrase. */
 static void
 problem_render(st_buf *b, int status, const char *type, const char *title, const char *detail)
 {
-	st_buf_puts(b, "{\"type\":");
-	json_put_str(b, type ? type : "about:blank");
-	st_buf_puts(b, ",\"title\":");
-	json_put_str(b, title ? title : reason_phrase(status));
-	st_buf_printf(b, ",\"status\":%d", status);
-	if (detail) {
-		st_buf_puts(b, ",\"detail\":");
-		json_put_str(b, detail);
-	}
-	st_buf_puts(b, "}");
+	st_json_problem(b, type, title ? title : reason_phrase(status), status, detail);
 }
 
 /* A refusal found by the server itself: problem document, then close. */

@@ -357,42 +357,106 @@ st_json_compact(const char *in, size_t len, char *out, size_t *out_len, const ch
 
 /* ---- escaping --------------------------------------------------------- */
 
+/* The escape of byte c < 0x20, '"' or '\\' into esc; returns its length (2 or 6). */
+static size_t
+esc_byte(unsigned char c, char esc[6])
+{
+	static const char hex[] = "0123456789abcdef";
+
+	esc[0] = '\\';
+	switch (c) {
+	case '"': esc[1] = '"'; return 2;
+	case '\\': esc[1] = '\\'; return 2;
+	case '\n': esc[1] = 'n'; return 2;
+	case '\r': esc[1] = 'r'; return 2;
+	case '\t': esc[1] = 't'; return 2;
+	case '\b': esc[1] = 'b'; return 2;
+	case '\f': esc[1] = 'f'; return 2;
+	default:
+		memcpy(esc + 1, "u00", 3);
+		esc[4] = hex[c >> 4];
+		esc[5] = hex[c & 15];
+		return 6;
+	}
+}
+
+/*
+ * One loop for both the length and the text, so they cannot disagree:
+ * with b NULL only counts.  Runs of bytes that need nothing are appended
+ * in one piece; a byte that starts no well-formed UTF-8 sequence becomes
+ * \ufffd (6 bytes).
+ */
+static size_t
+escape(st_buf *b, const char *s, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t run = 0, n = 2;
+
+	if (b)
+		st_buf_putc(b, '"');
+	for (size_t i = 0; i < len;) {
+		unsigned char c = p[i];
+		char esc[6];
+		size_t k, e;
+
+		if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+			i++, n++;
+			continue;
+		}
+		if (c >= 0x80 && (k = utf8_seq(p + i, len - i)) != 0) {
+			i += k, n += k;
+			continue;
+		}
+		if (c >= 0x80) {
+			memcpy(esc, "\\ufffd", 6);
+			e = 6;
+		} else {
+			e = esc_byte(c, esc);
+		}
+		if (b) {
+			st_buf_append(b, s + run, i - run);
+			st_buf_append(b, esc, e);
+		}
+		n += e;
+		run = ++i;
+	}
+	if (b) {
+		st_buf_append(b, s + run, len - run);
+		st_buf_putc(b, '"');
+	}
+	return n;
+}
+
 void
 st_json_escape(st_buf *b, const char *s, size_t len)
 {
-	static const char hex[] = "0123456789abcdef";
-	size_t run = 0;
-
 	st_buf_reserve(b, len + 2);
-	st_buf_putc(b, '"');
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
-		char esc[6];
-		size_t n = 2;
+	escape(b, s, len);
+}
 
-		if (c >= 0x20 && c != '"' && c != '\\')
-			continue;
-		st_buf_append(b, s + run, i - run);
-		run = i + 1;
-		esc[0] = '\\';
-		switch (c) {
-		case '"': esc[1] = '"'; break;
-		case '\\': esc[1] = '\\'; break;
-		case '\n': esc[1] = 'n'; break;
-		case '\r': esc[1] = 'r'; break;
-		case '\t': esc[1] = 't'; break;
-		case '\b': esc[1] = 'b'; break;
-		case '\f': esc[1] = 'f'; break;
-		default:
-			memcpy(esc + 1, "u00", 3);
-			esc[4] = hex[c >> 4];
-			esc[5] = hex[c & 15];
-			n = 6;
-		}
-		st_buf_append(b, esc, n);
+size_t
+st_json_escaped_len(const char *s, size_t len)
+{
+	return escape(NULL, s, len);
+}
+
+void
+st_json_problem(st_buf *b, const char *type, const char *title, int status, const char *detail)
+{
+	st_buf_puts(b, "{\"type\":");
+	type = type ? type : "about:blank";
+	st_json_escape(b, type, strlen(type));
+	/* RFC 9457 3.1: every member is optional; an absent title or detail is left out. */
+	if (title) {
+		st_buf_puts(b, ",\"title\":");
+		st_json_escape(b, title, strlen(title));
 	}
-	st_buf_append(b, s + run, len - run);
-	st_buf_putc(b, '"');
+	st_buf_printf(b, ",\"status\":%d", status);
+	if (detail) {
+		st_buf_puts(b, ",\"detail\":");
+		st_json_escape(b, detail, strlen(detail));
+	}
+	st_buf_putc(b, '}');
 }
 
 /* ---- the DOM ---------------------------------------------------------- */

@@ -37,10 +37,22 @@ st_err st_json_compact(const char *in, size_t len, char *out, size_t *out_len, c
 /* True when s[0..len) is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF) and has no NUL byte. */
 bool st_utf8_valid(const char *s, size_t len);
 
-/* Appends "s" as a JSON string literal: escapes '"', '\\', and every byte
- * < 0x20 (\n \r \t \b \f by name, the rest as \u00XX); nothing else.  s must
- * be valid UTF-8 (callers validated it). */
+/*
+ * Appends "s" as a JSON string literal: escapes '"', '\\', and every byte
+ * < 0x20 (\n \r \t \b \f by name, the rest as \u00XX); a byte that starts
+ * no well-formed UTF-8 sequence becomes \ufffd, so the result is valid JSON
+ * whatever s holds (a client's bytes, a library's message); valid UTF-8 is
+ * copied as it is.  The one JSON string writer of the project.
+ */
 void st_json_escape(st_buf *b, const char *s, size_t len);
+/* Bytes st_json_escape appends for s, quotes included (to size a buffer exactly). */
+size_t st_json_escaped_len(const char *s, size_t len);
+/*
+ * Appends an RFC 9457 problem object {"type","title","status","detail"}:
+ * type NULL is "about:blank"; title or detail NULL is left out.  The one
+ * renderer for HTTP problem answers (st_http) and failure envelopes (edge).
+ */
+void st_json_problem(st_buf *b, const char *type, const char *title, int status, const char *detail);
 
 /* ---- a bounded DOM ---------------------------------------------------- */
 

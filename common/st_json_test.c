@@ -278,6 +278,13 @@ t_escape(void)
 		{"\x01\x1f\x7f", 3, "\"\\u0001\\u001f\x7f\""},
 		{"/\xc3\xa9", 3, "\"/\xc3\xa9\""},
 		{"\x1b[0m", 4, "\"\\u001b[0m\""},
+		/* not UTF-8: each offending byte becomes U+FFFD, the rest is kept */
+		{"a\xff" "b", 3, "\"a\\ufffdb\""},
+		{"\xe2\x82", 2, "\"\\ufffd\\ufffd\""},             /* truncated */
+		{"\xc0\x80", 2, "\"\\ufffd\\ufffd\""},             /* overlong NUL */
+		{"\xed\xa0\x80", 3, "\"\\ufffd\\ufffd\\ufffd\""}, /* encoded surrogate */
+		{"\xf0\x9f\x98\x80\xbf", 5, "\"\xf0\x9f\x98\x80\\ufffd\""},
+		{"\0", 1, "\"\\u0000\""},
 	};
 	st_buf b;
 
@@ -286,9 +293,26 @@ t_escape(void)
 		st_buf_reset(&b);
 		st_json_escape(&b, cases[i].in, cases[i].len);
 		ST_CHECK_MEM(b.p, b.len, cases[i].out);
+		ST_CHECK_EQ_U64(st_json_escaped_len(cases[i].in, cases[i].len), b.len);
 		/* every escape result is valid JSON */
 		ST_CHECK(st_json_compact(b.p, b.len, b.p, &b.len, NULL) == ST_OK);
 	}
+	st_buf_fini(&b);
+}
+
+/* The problem object: type defaults to about:blank, an absent title or detail is left out. */
+static void
+t_problem(void)
+{
+	st_buf b;
+
+	st_buf_init(&b);
+	st_json_problem(&b, NULL, "Bad Request", 400, "topic: \"x\"\n");
+	ST_CHECK_MEM(b.p, b.len,
+	             "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"topic: \\\"x\\\"\\n\"}");
+	st_buf_reset(&b);
+	st_json_problem(&b, "https://example.test/p", NULL, 503, NULL);
+	ST_CHECK_MEM(b.p, b.len, "{\"type\":\"https://example.test/p\",\"status\":503}");
 	st_buf_fini(&b);
 }
 
@@ -518,6 +542,7 @@ main(void)
 	ST_RUN(t_compact);
 	ST_RUN(t_depth);
 	ST_RUN(t_utf8);
+	ST_RUN(t_problem);
 	ST_RUN(t_escape);
 	ST_RUN(t_dom);
 	ST_RUN(t_dom_refused);

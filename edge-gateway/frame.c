@@ -65,25 +65,6 @@ struct frame {
 static const char sse_heartbeat[] = ": heartbeat\n\n";
 static const char type_names[][10] = { "item", "resync", "heartbeat", "reconnect", "complete", "failure" };
 
-/* Bytes a string literal takes once escaped by st_json_escape, quotes included. */
-static size_t
-esc_len(const char *s, size_t len)
-{
-	size_t n = 2;
-
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
-
-		if (c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f')
-			n += 2;
-		else if (c < 0x20)
-			n += 6;
-		else
-			n += 1;
-	}
-	return n;
-}
-
 /*
  * Starts a frame: reserves the struct plus `extra` bytes in b (one
  * allocation when the caller's count is right) and writes the SSE prefix.
@@ -158,7 +139,7 @@ frame *
 frame_item_new(uint64_t seq, const char *topic, size_t topic_len, const proto_str *about, uint32_t n_about,
                const char *data, size_t data_len)
 {
-	size_t topic_esc = esc_len(topic, topic_len), extra, env, res, res_end, topic_at;
+	size_t topic_esc = st_json_escaped_len(topic, topic_len), extra, env, res, res_end, topic_at;
 	bool raw_topic = topic_esc != topic_len + 2;
 	st_buf b;
 	frame *f;
@@ -166,7 +147,7 @@ frame_item_new(uint64_t seq, const char *topic, size_t topic_len, const proto_st
 	extra = sizeof("{\"type\":\"item\",\"id\":\"\",\"topic\":,\"about\":[],\"data\":}") + 20 + topic_esc +
 	        n_about + (data ? data_len : 0) + (raw_topic ? topic_len + 1 : 0);
 	for (uint32_t i = 0; i < n_about; i++)
-		extra += esc_len(about[i].p, about[i].len);
+		extra += st_json_escaped_len(about[i].p, about[i].len);
 	st_buf_init(&b);
 	env = build_begin(&b, FRAME_ITEM, seq, true, -1, extra);
 	st_buf_puts(&b, "{\"type\":\"item\",\"id\":\"");
@@ -215,7 +196,7 @@ frame_resync_new(uint64_t id, const char *reason)
 	st_buf b;
 
 	st_buf_init(&b);
-	env = build_begin(&b, FRAME_RESYNC, id, true, -1, 64 + esc_len(reason, rl));
+	env = build_begin(&b, FRAME_RESYNC, id, true, -1, 64 + st_json_escaped_len(reason, rl));
 	st_buf_puts(&b, "{\"type\":\"resync\",\"id\":\"");
 	st_buf_put_u64(&b, id);
 	st_buf_puts(&b, "\",\"reason\":");
@@ -243,7 +224,7 @@ frame_reconnect_new(uint32_t retry_ms, const char *reason)
 	st_buf b;
 
 	st_buf_init(&b);
-	env = build_begin(&b, FRAME_RECONNECT, 0, false, (int64_t)retry_ms, 64 + esc_len(reason, rl));
+	env = build_begin(&b, FRAME_RECONNECT, 0, false, (int64_t)retry_ms, 64 + st_json_escaped_len(reason, rl));
 	st_buf_puts(&b, "{\"type\":\"reconnect\",\"retry_ms\":");
 	st_buf_put_u64(&b, retry_ms);
 	st_buf_puts(&b, ",\"reason\":");
@@ -267,24 +248,15 @@ frame_complete_new(void)
 frame *
 frame_failure_new(int status, const char *title, const char *detail)
 {
-	size_t tl = title ? strlen(title) : 0, dl = detail ? strlen(detail) : 0, env;
+	size_t env, extra = 96 + (title ? st_json_escaped_len(title, strlen(title)) : 0) +
+	                    (detail ? st_json_escaped_len(detail, strlen(detail)) : 0);
 	st_buf b;
 
 	st_buf_init(&b);
-	env = build_begin(&b, FRAME_FAILURE, 0, false, -1,
-	                  128 + (title ? esc_len(title, tl) : 0) + (detail ? esc_len(detail, dl) : 0));
-	st_buf_puts(&b, "{\"type\":\"failure\",\"problem\":{\"type\":\"about:blank\"");
-	/* RFC 9457 members are all optional: an absent title or detail is left out. */
-	if (title) {
-		st_buf_puts(&b, ",\"title\":");
-		st_json_escape(&b, title, tl);
-	}
-	st_buf_printf(&b, ",\"status\":%d", status);
-	if (detail) {
-		st_buf_puts(&b, ",\"detail\":");
-		st_json_escape(&b, detail, dl);
-	}
-	st_buf_puts(&b, "}}");
+	env = build_begin(&b, FRAME_FAILURE, 0, false, -1, 32 + extra);
+	st_buf_puts(&b, "{\"type\":\"failure\",\"problem\":");
+	st_json_problem(&b, NULL, title, status, detail);
+	st_buf_putc(&b, '}');
 	return control_end(&b, FRAME_FAILURE, 0, env);
 }
 

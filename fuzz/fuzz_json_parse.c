@@ -9,8 +9,9 @@
  * as long as they say, st_json_u64 agrees with a digits-only reference on
  * the raw text.  The node bound is exact: a document of N nodes parses with
  * max_nodes = N and is refused with N - 1.  Separately the input, when it
- * is valid UTF-8, is escaped with st_json_escape and parsed back: the same
- * string must come out.
+ * is escaped with st_json_escape and must parse back as a string of the
+ * length st_json_escaped_len said; when it is valid UTF-8 the same string
+ * must come out.
  */
 #include <string.h>
 
@@ -125,10 +126,16 @@ escape_round_trip(const char *s, size_t n)
 	const char *back;
 	size_t blen = 0;
 
-	if (!st_utf8_valid(s, n))
-		return;
 	st_buf_init(&b);
 	st_json_escape(&b, s, n);
+	FUZZ_CHECK(st_json_escaped_len(s, n) == b.len, "st_json_escaped_len differs from what st_json_escape wrote");
+	/* Valid JSON whatever s holds (the DOM below refuses \u0000, so NULs are checked here only). */
+	FUZZ_CHECK(st_json_compact(b.p, b.len, NULL, NULL, NULL) == ST_OK && b.len >= 2 && b.p[0] == '"',
+	           "st_json_escape output is not a JSON string");
+	if (!st_utf8_valid(s, n)) {
+		st_buf_fini(&b);
+		return;
+	}
 	FUZZ_CHECK(st_json_parse(b.p, b.len, 1, &j) == ST_OK, "st_json_escape output does not parse");
 	FUZZ_CHECK(st_json_type(j, 0) == ST_JSON_STRING, "st_json_escape output is not a string");
 	back = st_json_str(j, 0, &blen);
