@@ -166,7 +166,7 @@ typedef struct writer {
 	bool fl_sent;     /* statement outstanding for fl */
 	bool due;         /* cur holds requests that were due at a flush tick already */
 	bool tick_sent;
-	uint32_t retry_ms;
+	st_backoff retry;   /* between attempts of one flush: RETRY_MIN_MS doubling to RETRY_MAX_MS */
 	uint64_t fail_since; /* 0 = the database answered last time */
 	uint64_t flush_start_ms;
 	uint64_t last_flush_ms; /* duration of the last successful flush */
@@ -200,7 +200,7 @@ now_ms(const writer *w)
 static void
 arm(struct event *ev, uint32_t ms)
 {
-	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+	struct timeval tv = st_timeval_ms(ms);
 
 	evtimer_add(ev, &tv);
 }
@@ -252,10 +252,11 @@ log_schema(int found)
 static int
 migrate(const char *dsn, bool daemon)
 {
-	uint32_t backoff = RETRY_MIN_MS;
+	st_backoff backoff;
 	int attempts = 0;
 	bool logged = false;
 
+	st_backoff_init(&backoff, RETRY_MIN_MS, RETRY_MAX_MS);
 	for (;;) {
 		char err[512] = "";
 		PGconn *c = connect_blocking(dsn);
@@ -292,7 +293,7 @@ migrate(const char *dsn, bool daemon)
 			st_warn("migrate: %s (retrying)", err);
 		logged = true;
 		/* wait in small slices so that SIGTERM ends the wait at once */
-		for (uint32_t waited = 0; waited < backoff; waited += 50) {
+		for (uint32_t waited = 0, wait = st_backoff_next(&backoff); waited < wait; waited += 50) {
 			struct timespec ts = { 0, 50 * 1000000L };
 			if (pre_loop_stop)
 				return -1;
@@ -300,7 +301,6 @@ migrate(const char *dsn, bool daemon)
 		}
 		if (pre_loop_stop)
 			return -1;
-		backoff = ST_MIN(backoff * 2, RETRY_MAX_MS);
 	}
 }
 
@@ -463,6 +463,7 @@ static void
 flush_retry_later(writer *w, const char *msg, bool sent)
 {
 	uint64_t failing = now_ms(w) - w->fl_first_ms;
+	uint32_t wait;
 
 	db_failed(w);
 	if (failing >= w->give_up_ms) {
@@ -473,13 +474,13 @@ flush_retry_later(writer *w, const char *msg, bool sent)
 		event_base_loopbreak(w->base);
 		return;
 	}
+	wait = st_backoff_next(&w->retry);
 	if (sent) {
 		st_counter_inc(w->flush_failures);
-		st_warn("flush %s (%zu events) failed, retrying in %u ms: %s", w->flush_id, batch_rows(w->fl),
-		        w->retry_ms, msg);
+		st_warn("flush %s (%zu events) failed, retrying in %u ms: %s", w->flush_id, batch_rows(w->fl), wait,
+		        msg);
 	}
-	arm(w->retry_timer, w->retry_ms);
-	w->retry_ms = ST_MIN(w->retry_ms * 2, RETRY_MAX_MS);
+	arm(w->retry_timer, wait);
 }
 
 /*
@@ -514,7 +515,7 @@ flush_failed_permanently(writer *w, const PGresult *res, const char *msg)
 	/* the database answered: it is reachable */
 	w->fail_since = 0;
 	refusal_update(w);
-	w->retry_ms = RETRY_MIN_MS;
+	st_backoff_reset(&w->retry);
 	flush_start(w);
 	maybe_finish(w);
 }
@@ -541,7 +542,7 @@ on_flush_result(void *arg, PGresult *res, const char *err)
 	}
 	w->fail_since = 0;
 	refusal_update(w);
-	w->retry_ms = RETRY_MIN_MS;
+	st_backoff_reset(&w->retry);
 	w->last_flush_ms = now_ms(w) - w->flush_start_ms;
 	st_histogram_observe(w->flush_seconds, (double)w->last_flush_ms / 1000.0);
 	committed(w, prev);
@@ -652,7 +653,7 @@ send:
 	st_buf_reset(&w->p_datas);
 	st_buf_reset(&w->p_keys);
 	batch_encode(w->fl, &w->p_topics, &w->p_abouts, &w->p_datas, &w->p_keys);
-	w->retry_ms = RETRY_MIN_MS;
+	st_backoff_reset(&w->retry);
 	flush_send(w);
 }
 
@@ -887,7 +888,7 @@ run(writer *w)
 	w->fl = batch_new(BATCH_MAX_EVENTS, BATCH_MAX_BYTES);
 	w->iso = batch_new(BATCH_MAX_EVENTS, BATCH_MAX_BYTES);
 	w->seqs = st_xcalloc(PROTO_MAX_BATCH, sizeof(*w->seqs));
-	w->retry_ms = RETRY_MIN_MS;
+	st_backoff_init(&w->retry, RETRY_MIN_MS, RETRY_MAX_MS);
 	w->flush_timer = event_new(w->base, -1, EV_PERSIST, on_flush_timer, w);
 	w->retry_timer = evtimer_new(w->base, on_retry, w);
 	w->give_up_timer = evtimer_new(w->base, on_give_up, w);
@@ -923,8 +924,7 @@ run(writer *w)
 		st_error("cannot start retention");
 		return 1;
 	}
-	iv.tv_sec = w->interval_ms / 1000;
-	iv.tv_usec = (w->interval_ms % 1000) * 1000;
+	iv = st_timeval_ms((uint64_t)w->interval_ms);
 	evtimer_add(w->flush_timer, &iv);
 	st_info("writer %s: ingest, publish and flush every %d ms with lock key %s", w->instance, w->interval_ms,
 	        w->lock_key);

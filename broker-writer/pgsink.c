@@ -30,6 +30,7 @@
 
 #include <event2/event.h>
 
+#include "st_clock.h"
 #include "st_log.h"
 #include "st_pgdsn.h"
 #include "st_resolve.h"
@@ -78,7 +79,7 @@ struct pgsink {
 	PGconn *conn;
 	struct event *ev;     /* socket wait */
 	struct event *timer;  /* reconnect backoff */
-	uint32_t backoff_ms;
+	st_backoff backoff;   /* reconnect delays: BACKOFF_MIN_MS doubling to BACKOFF_MAX_MS */
 	PGresult *res;        /* result being collected */
 	pgsink_result_fn fn;
 	void *fn_arg;
@@ -93,7 +94,7 @@ static void start_connect(pgsink *s);
 static void
 watch(pgsink *s, short what, int deadline_ms)
 {
-	struct timeval tv = { deadline_ms / 1000, (deadline_ms % 1000) * 1000 };
+	struct timeval tv = st_timeval_ms(deadline_ms > 0 ? (uint64_t)deadline_ms : 0);
 
 	if (s->ev != NULL) {
 		event_free(s->ev);
@@ -107,10 +108,9 @@ watch(pgsink *s, short what, int deadline_ms)
 static void
 schedule_reconnect(pgsink *s)
 {
-	struct timeval tv = { s->backoff_ms / 1000, (s->backoff_ms % 1000) * 1000 };
+	struct timeval tv = st_timeval_ms(st_backoff_next(&s->backoff));
 
 	evtimer_add(s->timer, &tv);
-	s->backoff_ms = ST_MIN(s->backoff_ms * 2, BACKOFF_MAX_MS);
 }
 
 /* Tears the connection down and tells whoever waits.  Callbacks run last,
@@ -323,7 +323,7 @@ finished(pgsink *s)
 		}
 		PQclear(res);
 		s->st = PS_IDLE;
-		s->backoff_ms = BACKOFF_MIN_MS;
+		st_backoff_reset(&s->backoff);
 		s->logged_down = false;
 		st_info("%s: connected to the database", s->name);
 		watch(s, EV_READ, 0);
@@ -417,7 +417,7 @@ pgsink_new(struct event_base *base, const char *dsn, const char *name, pgsink_st
 	s->on_state = on_state;
 	s->state_arg = arg;
 	s->st = PS_DOWN;
-	s->backoff_ms = BACKOFF_MIN_MS;
+	st_backoff_init(&s->backoff, BACKOFF_MIN_MS, BACKOFF_MAX_MS);
 	if ((s->timer = evtimer_new(base, on_timer, s)) == NULL || st_resolver_new(base, &s->resolver) != ST_OK) {
 		pgsink_free(s);
 		return ST_ESYS;

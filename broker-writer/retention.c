@@ -17,6 +17,7 @@
 
 #include <event2/event.h>
 
+#include "st_clock.h"
 #include "st_log.h"
 #include "st_util.h"
 
@@ -35,7 +36,7 @@ static const char retain_sql[] = "SELECT broker_retain3($1::bigint, $2::interval
 static void
 arm(retention *r, int ms)
 {
-	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+	struct timeval tv = st_timeval_ms(ms > 0 ? (uint64_t)ms : 0);
 
 	evtimer_add(r->timer, &tv);
 }

@@ -67,3 +67,34 @@ st_clock_fake_init(st_clock_fake *f, uint64_t start_ms)
 	f->clock.arg = f;
 	f->now = start_ms;
 }
+
+struct timeval
+st_timeval_ms(uint64_t ms)
+{
+	struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000) };
+
+	return tv;
+}
+
+void
+st_backoff_init(st_backoff *b, uint32_t min_ms, uint32_t max_ms)
+{
+	b->min_ms = min_ms;
+	b->max_ms = max_ms;
+	b->next_ms = min_ms;
+}
+
+uint32_t
+st_backoff_next(st_backoff *b)
+{
+	uint32_t now = b->next_ms;
+
+	b->next_ms = b->next_ms > b->max_ms / 2 ? b->max_ms : b->next_ms * 2;
+	return now;
+}
+
+void
+st_backoff_reset(st_backoff *b)
+{
+	b->next_ms = b->min_ms;
+}

@@ -10,6 +10,7 @@
 #define ST_CLOCK_H
 
 #include <stdint.h>
+#include <sys/time.h>
 
 typedef struct st_clock {
 	uint64_t (*now_ms)(void *arg);
@@ -47,5 +48,24 @@ typedef struct st_clock_fake {
 } st_clock_fake;
 
 void st_clock_fake_init(st_clock_fake *f, uint64_t start_ms);
+
+/* ms as a struct timeval, the unit of libevent's timers. */
+struct timeval st_timeval_ms(uint64_t ms);
+
+/*
+ * A doubling back-off for reconnects and retries: st_backoff_next gives
+ * the delay to wait now (min_ms the first time) and doubles the next one
+ * up to max_ms; st_backoff_reset after a success starts again from min_ms.
+ * No jitter: its users retry one resource each (their database connection,
+ * a flush), not a shared one at a common instant.
+ */
+typedef struct st_backoff {
+	uint32_t min_ms, max_ms;
+	uint32_t next_ms;
+} st_backoff;
+
+void st_backoff_init(st_backoff *b, uint32_t min_ms, uint32_t max_ms);
+uint32_t st_backoff_next(st_backoff *b);
+void st_backoff_reset(st_backoff *b);
 
 #endif

@@ -212,7 +212,7 @@ timer_arm(struct event *ev, uint64_t deadline)
 {
 	uint64_t now = now_ms();
 	uint64_t d = deadline > now ? deadline - now : 0;
-	struct timeval tv = { (time_t)(d / 1000), (suseconds_t)((d % 1000) * 1000) };
+	struct timeval tv = st_timeval_ms(d);
 
 	evtimer_add(ev, &tv);
 }

@@ -85,6 +85,27 @@ t_fake_clock(void)
 	ST_CHECK(st_clock_now(st_clock_system()) > 0);
 }
 
+/* Delays double from min to max and stay there; a reset starts again; ms become a timeval exactly. */
+static void
+t_backoff(void)
+{
+	static const uint32_t want[] = { 100, 200, 400, 800, 1600, 3200, 5000, 5000 };
+	st_backoff b;
+	struct timeval tv = st_timeval_ms(5999);
+
+	st_backoff_init(&b, 100, 5000);
+	for (size_t i = 0; i < ST_ARRAY_LEN(want); i++)
+		ST_CHECK_EQ_U64(st_backoff_next(&b), want[i]);
+	st_backoff_reset(&b);
+	ST_CHECK_EQ_U64(st_backoff_next(&b), 100);
+	/* no overflow near the top of the range */
+	st_backoff_init(&b, 3000000000u, UINT32_MAX);
+	ST_CHECK_EQ_U64(st_backoff_next(&b), 3000000000u);
+	ST_CHECK_EQ_U64(st_backoff_next(&b), UINT32_MAX);
+	ST_CHECK_EQ_U64((uint64_t)tv.tv_sec, 5);
+	ST_CHECK_EQ_U64((uint64_t)tv.tv_usec, 999000);
+}
+
 /* A teardown that hangs (here: pause() for ever) ends at the watchdog with the given code and one line. */
 static void
 t_exit_watchdog(void)
@@ -160,5 +181,6 @@ main(void)
 	ST_RUN(t_exit_watchdog);
 	ST_RUN(t_buf);
 	ST_RUN(t_fake_clock);
+	ST_RUN(t_backoff);
 	return st_test_done();
 }

@@ -91,7 +91,7 @@ typedef struct conn {
 	evutil_socket_t ev_fd;
 	short ev_what;
 	struct event *timer;
-	uint32_t backoff_ms;
+	st_backoff backoff;      /* reconnect delays, BACKOFF_MIN_MS doubling to BACKOFF_MAX_MS */
 	pgpool_query *q; /* in flight (C_BUSY) */
 	PGresult *res;   /* the result kept while the query's results are read */
 	bool flushing;
@@ -189,7 +189,7 @@ sock_watch(conn *c, short what)
 static void
 timer_arm(conn *c, uint32_t ms)
 {
-	struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+	struct timeval tv = st_timeval_ms(ms);
 
 	evtimer_add(c->timer, &tv);
 }
@@ -200,10 +200,10 @@ conn_drop(conn *c, const char *why, st_err err)
 {
 	char msg[512];
 	pgpool_query *q = c->q;
+	uint32_t wait = st_backoff_next(&c->backoff);
 
 	trim_msg(msg, sizeof(msg), c->pg ? PQerrorMessage(c->pg) : "");
-	st_warn("pgpool: connection %u: %s%s%s (reconnect in %u ms)", c->idx, why, msg[0] ? ": " : "", msg,
-	        c->backoff_ms);
+	st_warn("pgpool: connection %u: %s%s%s (reconnect in %u ms)", c->idx, why, msg[0] ? ": " : "", msg, wait);
 	sock_unwatch(c);
 	evtimer_del(c->timer);
 	if (c->res != NULL) {
@@ -217,8 +217,7 @@ conn_drop(conn *c, const char *why, st_err err)
 	c->q = NULL;
 	c->flushing = false;
 	c->st = C_DOWN;
-	timer_arm(c, c->backoff_ms);
-	c->backoff_ms = ST_MIN(c->backoff_ms * 2, BACKOFF_MAX_MS);
+	timer_arm(c, wait);
 	if (q != NULL) {
 		c->pool->inflight--;
 		deliver(q, err, NULL);
@@ -316,7 +315,7 @@ conn_start(conn *c)
 	pgpool *p = c->pool;
 	const char *const *names;
 	size_t n = st_pgdsn_names(p->dsn, &names);
-	struct timeval tv = {CONNECT_TIMEOUT_MS / 1000, 0};
+	struct timeval tv = st_timeval_ms(CONNECT_TIMEOUT_MS);
 
 	if (n == 0) {
 		conn_open(c, NULL);
@@ -429,7 +428,7 @@ conn_finished(conn *c)
 		}
 		PQclear(res);
 		evtimer_del(c->timer);
-		c->backoff_ms = BACKOFF_MIN_MS;
+		st_backoff_reset(&c->backoff);
 		c->st = C_IDLE;
 		st_info("pgpool: connection %u up", c->idx);
 		if (sock_watch(c, EV_READ))
@@ -668,7 +667,7 @@ pgpool_new(struct event_base *base, const char *dsn, unsigned n, pgpool **out)
 	p->sweep = event_new(base, -1, EV_PERSIST, on_sweep, p);
 	ST_ASSERT(p->kick != NULL && p->sweep != NULL);
 	{
-		struct timeval tv = { 0, SWEEP_MS * 1000 };
+		struct timeval tv = st_timeval_ms(SWEEP_MS);
 
 		event_add(p->sweep, &tv);
 	}
@@ -677,7 +676,7 @@ pgpool_new(struct event_base *base, const char *dsn, unsigned n, pgpool **out)
 		c->pool = p;
 		c->idx = i;
 		c->st = C_DOWN;
-		c->backoff_ms = BACKOFF_MIN_MS;
+		st_backoff_init(&c->backoff, BACKOFF_MIN_MS, BACKOFF_MAX_MS);
 		c->timer = evtimer_new(base, on_timer, c);
 		ST_ASSERT(c->timer != NULL);
 		timer_arm(c, 0);

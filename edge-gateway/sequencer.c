@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "st_clock.h"
 #include "st_log.h"
 #include "st_util.h"
 
@@ -57,7 +58,7 @@ struct sequencer {
 	uint64_t fill_upto;
 	bool backing_off;
 	uint64_t retry_at;
-	uint32_t backoff_ms;
+	st_backoff backoff;      /* between failed fills: SEQUENCER_BACKOFF_MIN_MS doubling to _MAX_MS */
 
 	sequencer_stats st;
 };
@@ -71,7 +72,7 @@ sequencer_new(const st_clock *clock, sequencer_emit_fn emit, sequencer_fill_fn f
 	s->emit = emit;
 	s->fill = fill;
 	s->arg = arg;
-	s->backoff_ms = SEQUENCER_BACKOFF_MIN_MS;
+	st_backoff_init(&s->backoff, SEQUENCER_BACKOFF_MIN_MS, SEQUENCER_BACKOFF_MAX_MS);
 	*out = s;
 	return ST_OK;
 }
@@ -134,8 +135,7 @@ fill_failed(sequencer *s)
 {
 	s->st.fill_errors++;
 	s->backing_off = true;
-	s->retry_at = st_clock_now(s->clock) + s->backoff_ms;
-	s->backoff_ms = ST_MIN(s->backoff_ms * 2, SEQUENCER_BACKOFF_MAX_MS);
+	s->retry_at = st_clock_now(s->clock) + st_backoff_next(&s->backoff);
 }
 
 static void
@@ -403,7 +403,7 @@ sequencer_fill_done(sequencer *s, st_err err, frame *const *frames, size_t n, ui
 		}
 	}
 	s->backing_off = false;
-	s->backoff_ms = SEQUENCER_BACKOFF_MIN_MS;
+	st_backoff_reset(&s->backoff);
 	s->st.fills++;
 	/*
 	 * Head first, so the callee reads the head after this batch.  Nothing

@@ -42,6 +42,7 @@
 #include "hub.h"
 #include "replay.h"
 #include "st_buf.h"
+#include "st_clock.h"
 #include "st_log.h"
 #include "st_util.h"
 #include "subq.h"
@@ -687,8 +688,7 @@ stream_arm_expiry(stream *s)
 		return;
 	now = auth_store_now_ms(ss->cfg.auth);
 	left = s->exp_ms > now ? s->exp_ms - now : 0;
-	tv.tv_sec = (time_t)(left / 1000);
-	tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
+	tv = st_timeval_ms(left);
 	s->ev_exp = evtimer_new(ss->base, exp_cb, s);
 	ST_ASSERT(s->ev_exp != NULL);
 	evtimer_add(s->ev_exp, &tv);
@@ -1430,7 +1430,7 @@ heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	ss->hb_sweeping = false;
 	{
-		struct timeval tv = { ss->cfg.heartbeat_ms / 1000, (ss->cfg.heartbeat_ms % 1000) * 1000 };
+		struct timeval tv = st_timeval_ms(ss->cfg.heartbeat_ms);
 
 		event_add(ss->ev_heartbeat, &tv);
 	}
@@ -1510,7 +1510,7 @@ stream_send_reconnect(stream *s, uint32_t retry_ms, const char *reason)
 void
 streams_drain(streams *ss, void (*done)(void *arg), void *arg)
 {
-	struct timeval tv = { ss->cfg.drain_grace_ms / 1000, (ss->cfg.drain_grace_ms % 1000) * 1000 };
+	struct timeval tv = st_timeval_ms(ss->cfg.drain_grace_ms);
 	size_t n = ss->n_streams, i = 0;
 	stream *s, *next;
 
@@ -1645,8 +1645,7 @@ streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, co
 	ss->ev_grace = event_new(base, -1, 0, grace_cb, ss);
 	ss->ev_drain_done = event_new(base, -1, 0, drain_done_cb, ss);
 	ST_ASSERT(ss->ev_heartbeat && ss->ev_grace && ss->ev_drain_done);
-	tv.tv_sec = ss->cfg.heartbeat_ms / 1000;
-	tv.tv_usec = (ss->cfg.heartbeat_ms % 1000) * 1000;
+	tv = st_timeval_ms(ss->cfg.heartbeat_ms);
 	event_add(ss->ev_heartbeat, &tv);
 	return ss;
 }
