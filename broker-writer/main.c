@@ -82,6 +82,7 @@
 #include "st_http.h"
 #include "st_log.h"
 #include "st_metrics.h"
+#include "st_ops.h"
 #include "st_preflight.h"
 #include "st_util.h"
 #include "wire.h"
@@ -743,34 +744,28 @@ on_signal(evutil_socket_t sig, short what, void *arg)
 
 /* ---------------------------------------------------------------- ops */
 
+static bool
+writer_ready(void *arg, const char **why)
+{
+	writer *w = arg;
+
+	if (w->stopping)
+		return *why = "shutting down", false;
+	if (w->draining)
+		return *why = "draining", false;
+	if (!pgsink_up(w->db))
+		return *why = "database not connected", false;
+	return true;
+}
+
 static void
 on_http(http_req *req, void *arg)
 {
 	writer *w = arg;
-	const char *path = http_req_path(req);
-	const char *method = http_req_method(req);
+	const st_ops ops = { .metrics = w->m, .ready = writer_ready, .arg = w };
 
-	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
-		http_reply_problem(req, 405, NULL, "Method Not Allowed", "only GET and HEAD", "Allow: GET, HEAD\r\n");
-		return;
-	}
-	if (strcmp(path, "/metrics") == 0) {
-		size_t len;
-		char *text = st_metrics_render(w->m, &len);
-		http_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, NULL);
-		free(text);
-	} else if (strcmp(path, "/healthz") == 0) {
-		http_reply(req, 200, "text/plain; charset=utf-8", "ok\n", 3, NULL);
-	} else if (strcmp(path, "/readyz") == 0) {
-		if (pgsink_up(w->db) && !w->stopping && !w->draining)
-			http_reply(req, 200, "text/plain; charset=utf-8", "ready\n", 6, NULL);
-		else
-			http_reply_problem(req, 503, NULL, "Service Unavailable",
-			                   w->stopping ? "shutting down" : w->draining ? "draining" : "database not connected",
-			                   "Retry-After: 1\r\n");
-	} else {
+	if (!st_ops_handle(req, &ops) && !st_ops_refuse_method(req))
 		http_reply_problem(req, 404, NULL, "Not Found", "no such endpoint", NULL);
-	}
 }
 
 static void

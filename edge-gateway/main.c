@@ -81,6 +81,7 @@
 #include "st_log.h"
 #include "st_mailbox.h"
 #include "st_metrics.h"
+#include "st_ops.h"
 #include "st_preflight.h"
 #include "st_util.h"
 #include "stream.h"
@@ -458,45 +459,38 @@ edge_ready(edge *e, worker *w, const char **why)
 	return *why = "ready", true;
 }
 
+static bool
+ops_ready(void *arg, const char **why)
+{
+	worker *w = arg;
+
+	return edge_ready(w->e, w, why);
+}
+
+/* The connection gauge is read only when scraped: it is one load of the server's count. */
+static void
+ops_refresh(void *arg)
+{
+	worker *w = arg;
+
+	st_gauge_set(w->e->m_conns, (int64_t)http_server_conns_open(w->http));
+}
+
 static void
 http_cb(http_req *req, void *arg)
 {
 	worker *w = arg;
-	edge *e = w->e;
-	const char *path = http_req_path(req), *method = http_req_method(req);
-	bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+	const st_ops ops = { .metrics = w->e->metrics, .ready = ops_ready, .refresh = ops_refresh, .arg = w };
 	const char *why;
 
-	if (strcmp(path, "/v1/stream") != 0 && strcmp(path, "/healthz") != 0 && strcmp(path, "/readyz") != 0 &&
-	    strcmp(path, "/metrics") != 0) {
+	if (st_ops_handle(req, &ops))
+		return;
+	if (strcmp(http_req_path(req), "/v1/stream") != 0) {
 		http_reply_problem(req, 404, NULL, "Not Found", "no such resource", NULL);
 		return;
 	}
-	if (!get) {
-		http_reply_problem(req, 405, NULL, "Method Not Allowed", "use GET", "Allow: GET, HEAD, OPTIONS\r\n");
-		return;
-	}
-	if (strcmp(path, "/v1/stream") == 0) {
-		streams_handle(w->streams, req, edge_ready(e, w, &why));
-	} else if (strcmp(path, "/healthz") == 0) {
-		http_reply(req, 200, "text/plain; charset=utf-8", "ok\n", 3, NULL);
-	} else if (strcmp(path, "/readyz") == 0) {
-		bool ok = edge_ready(e, w, &why);
-		char body[128];
-		int n = snprintf(body, sizeof(body), "%s\n", why);
-
-		http_reply(req, ok ? 200 : 503, "text/plain; charset=utf-8", body, (size_t)n,
-		           ok ? NULL : "Retry-After: 1\r\n");
-	} else {
-		size_t len;
-		char *text;
-
-		st_gauge_set(e->m_conns, (int64_t)http_server_conns_open(w->http));
-		text = st_metrics_render(e->metrics, &len);
-
-		http_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, NULL);
-		free(text);
-	}
+	if (!st_ops_refuse_method(req))
+		streams_handle(w->streams, req, edge_ready(w->e, w, &why));
 }
 
 /* ---- drain, control, signals ------------------------------------------ */
