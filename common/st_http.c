@@ -57,6 +57,7 @@
 
 #include "st_buf.h"
 #include "st_clock.h"
+#include "st_dlist.h"
 #include "st_json.h"
 #include "st_log.h"
 #include "st_metrics.h"
@@ -97,22 +98,13 @@
 
 enum conn_state { ST_HEAD, ST_HANDLER, ST_STREAM, ST_DRAIN };
 
-/* Intrusive doubly linked lists: every connection has one link per kind. */
+/* Every connection has one link per kind of list (st_dlist.h). */
 enum { L_ALL, L_Q, L_KICK, L_OUT, L_NKINDS };
-
-struct conn_list {
-	http_stream *head, *tail;
-};
-
-struct link {
-	http_stream *prev, *next;
-};
 
 struct http_stream {
 	http_server *srv;
 	struct bufferevent *bev;
-	struct link lk[L_NKINDS];
-	struct conn_list *qlist; /* headwait, endwait or reap list holding lk[L_Q] */
+	st_dlink lk[L_NKINDS];   /* L_ALL: srv->all; L_Q: headwait, endwait or reap; L_KICK: kick; L_OUT: outq */
 	http_req *req;           /* ST_HANDLER: the unanswered request */
 	uint64_t deadline_ms;    /* for the FIFO this is on */
 	uint64_t progress_ms;    /* streams: output became non-empty or shrank */
@@ -122,12 +114,12 @@ struct http_stream {
 	void *arg;
 	uint32_t scanned; /* bytes of input already searched for the end of head */
 	uint8_t state;
-	bool closing : 1, in_kick : 1, in_parse : 1, wait_drain : 1, is_stream : 1, head_only : 1,
+	bool closing : 1, in_parse : 1, wait_drain : 1, is_stream : 1, head_only : 1,
 	    end_called : 1, aborted : 1, shut : 1, peer_eof : 1, out_cb : 1;
 	/* Streams: direct is set while the bufferevent's EV_WRITE is off
-	 * (output empty after our own write); in_out while on the server's
-	 * outq, to be written at the end of this loop turn. */
-	bool direct : 1, in_out : 1;
+	 * (output empty after our own write); lk[L_OUT] is linked while on the
+	 * server's outq, to be written at the end of this loop turn. */
+	bool direct : 1;
 	/* The handler watches for the client going away (http_req_set_gone_cb):
 	 * input after the request is dropped, so reading goes on and EOF is seen. */
 	bool watch_gone : 1;
@@ -165,8 +157,8 @@ struct http_server {
 	int port;
 	int cb_depth; /* > 0 while a user callback of this server runs */
 	bool freeing;
-	struct conn_list all, headwait, endwait, reap, kick;
-	struct conn_list outq; /* streams with bytes to write this loop turn (lk[L_OUT]) */
+	st_dlink all, headwait, endwait, reap, kick; /* sentinels of the lists above */
+	st_dlink outq; /* streams with bytes to write this loop turn (lk[L_OUT]) */
 	struct event *defer_ev, *head_ev, *end_ev, *retry_ev;
 	struct evbuffer *trash; /* write_refs to dropped streams, released from defer_ev */
 	uint64_t origin_ns;     /* http_server_set_origin: stamps streams marked now */
@@ -175,30 +167,17 @@ struct http_server {
 
 /* ---------------------------------------------------------------- lists */
 
-static void
-list_push(struct conn_list *l, http_stream *c, int k)
+/* The connection whose link of kind k is n; NULL for NULL. */
+static http_stream *
+conn_of(st_dlink *n, int k)
 {
-	c->lk[k].prev = l->tail;
-	c->lk[k].next = NULL;
-	if (l->tail)
-		l->tail->lk[k].next = c;
-	else
-		l->head = c;
-	l->tail = c;
+	return n ? ST_CONTAINER_OF(n - k, http_stream, lk) : NULL;
 }
 
-static void
-list_remove(struct conn_list *l, http_stream *c, int k)
+static http_stream *
+list_first(const st_dlink *l, int k)
 {
-	if (c->lk[k].prev)
-		c->lk[k].prev->lk[k].next = c->lk[k].next;
-	else
-		l->head = c->lk[k].next;
-	if (c->lk[k].next)
-		c->lk[k].next->lk[k].prev = c->lk[k].prev;
-	else
-		l->tail = c->lk[k].prev;
-	c->lk[k].prev = c->lk[k].next = NULL;
+	return conn_of(st_dlist_first(l), k);
 }
 
 static uint64_t
@@ -220,22 +199,18 @@ timer_arm(struct event *ev, uint64_t deadline)
 static void
 q_leave(http_stream *c)
 {
-	if (c->qlist) {
-		list_remove(c->qlist, c, L_Q);
-		c->qlist = NULL;
-	}
+	st_dlink_unlink(&c->lk[L_Q]);
 }
 
 /* FIFO push; the deadline grows with the push order because the delay is constant per FIFO. */
 static void
-fifo_push(http_stream *c, struct conn_list *l, struct event *ev, uint32_t delay_ms)
+fifo_push(http_stream *c, st_dlink *l, struct event *ev, uint32_t delay_ms)
 {
 	q_leave(c);
 	c->deadline_ms = now_ms() + delay_ms;
-	if (!l->head)
+	if (st_dlist_empty(l))
 		timer_arm(ev, c->deadline_ms);
-	list_push(l, c, L_Q);
-	c->qlist = l;
+	st_dlist_push_back(l, &c->lk[L_Q]);
 }
 
 /* ------------------------------------------------------- close and reap */
@@ -249,10 +224,7 @@ defer_kick(http_server *s)
 static void
 out_leave(http_stream *c)
 {
-	if (c->in_out) {
-		list_remove(&c->srv->outq, c, L_OUT);
-		c->in_out = false;
-	}
+	st_dlink_unlink(&c->lk[L_OUT]);
 }
 
 /*
@@ -347,12 +319,11 @@ out_write(http_stream *c, bool notify)
 static void
 out_mark(http_stream *c)
 {
-	if (!c->direct || c->in_out)
+	if (!c->direct || st_dlink_linked(&c->lk[L_OUT]))
 		return;
 	if (c->origin_ns == 0)
 		c->origin_ns = c->srv->origin_ns;
-	c->in_out = true;
-	list_push(&c->srv->outq, c, L_OUT);
+	st_dlist_push_back(&c->srv->outq, &c->lk[L_OUT]);
 	defer_kick(c->srv);
 }
 
@@ -365,15 +336,11 @@ conn_close(http_stream *c)
 		return;
 	c->closing = true;
 	q_leave(c);
-	if (c->in_kick) {
-		list_remove(&s->kick, c, L_KICK);
-		c->in_kick = false;
-	}
+	st_dlink_unlink(&c->lk[L_KICK]);
 	out_leave(c);
 	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
 	bufferevent_setcb(c->bev, NULL, NULL, NULL, NULL);
-	list_push(&s->reap, c, L_Q);
-	c->qlist = &s->reap;
+	st_dlist_push_back(&s->reap, &c->lk[L_Q]);
 	defer_kick(s);
 }
 
@@ -392,10 +359,9 @@ conn_destroy(http_stream *c, bool force_abrupt)
 	bool unsent = c->bev && evbuffer_get_length(bufferevent_get_output(c->bev)) > 0;
 
 	q_leave(c);
-	if (c->in_kick)
-		list_remove(&s->kick, c, L_KICK);
+	st_dlink_unlink(&c->lk[L_KICK]);
 	out_leave(c);
-	list_remove(&s->all, c, L_ALL);
+	st_dlink_unlink(&c->lk[L_ALL]);
 	s->nconns--;
 	limit_put(s->limit);
 	/* libevent 2.1 finalizes a freed bufferevent from the loop: the socket
@@ -430,18 +396,17 @@ defer_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	while ((c = s->outq.head) != NULL) {
+	while ((c = list_first(&s->outq, L_OUT)) != NULL) {
 		out_leave(c);
 		out_write(c, true);
 	}
-	while (s->kick.head || s->reap.head) {
-		while ((c = s->kick.head) != NULL) {
-			list_remove(&s->kick, c, L_KICK);
-			c->in_kick = false;
+	while (!st_dlist_empty(&s->kick) || !st_dlist_empty(&s->reap)) {
+		while ((c = list_first(&s->kick, L_KICK)) != NULL) {
+			st_dlink_unlink(&c->lk[L_KICK]);
 			if (!c->closing && c->state == ST_HEAD)
 				conn_parse(c);
 		}
-		while ((c = s->reap.head) != NULL)
+		while ((c = list_first(&s->reap, L_Q)) != NULL)
 			conn_destroy(c, false);
 	}
 	/* Releasing dropped references here, not in write_ref, keeps cleanup
@@ -452,10 +417,9 @@ defer_cb(evutil_socket_t fd, short what, void *arg)
 static void
 conn_kick(http_stream *c)
 {
-	if (c->closing || c->in_kick)
+	if (c->closing || st_dlink_linked(&c->lk[L_KICK]))
 		return;
-	c->in_kick = true;
-	list_push(&c->srv->kick, c, L_KICK);
+	st_dlist_push_back(&c->srv->kick, &c->lk[L_KICK]);
 	defer_kick(c->srv);
 }
 
@@ -466,12 +430,12 @@ conn_kick(http_stream *c)
  * socket that takes nothing for that long is cut (ADR-0197's blocked write).
  */
 static void
-fifo_expire(struct conn_list *l, struct event *ev, bool stream_grace)
+fifo_expire(st_dlink *l, struct event *ev, bool stream_grace)
 {
 	uint64_t now = now_ms();
 	http_stream *c;
 
-	while ((c = l->head) != NULL && c->deadline_ms <= now) {
+	while ((c = list_first(l, L_Q)) != NULL && c->deadline_ms <= now) {
 		if (stream_grace && c->is_stream && c->bev &&
 		    evbuffer_get_length(bufferevent_get_output(c->bev)) > 0 &&
 		    now - c->progress_ms < HTTP_STREAM_STALL_MS) {
@@ -480,8 +444,8 @@ fifo_expire(struct conn_list *l, struct event *ev, bool stream_grace)
 		}
 		conn_close(c);
 	}
-	if (l->head)
-		timer_arm(ev, l->head->deadline_ms);
+	if ((c = list_first(l, L_Q)) != NULL)
+		timer_arm(ev, c->deadline_ms);
 }
 
 static void
@@ -1235,7 +1199,7 @@ accept_cb(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *sa, i
 	} else {
 		snprintf(c->peer, sizeof(c->peer), "?");
 	}
-	list_push(&s->all, c, L_ALL);
+	st_dlist_push_back(&s->all, &c->lk[L_ALL]);
 	s->nconns++;
 	bufferevent_setcb(bev, read_cb, write_cb, event_cb, c);
 	bufferevent_setwatermark(bev, EV_READ, 0, s->max_head);
@@ -1326,6 +1290,12 @@ server_create(struct event_base *base, const char *listen, const http_server_con
 		return ST_EINVAL;
 	s = st_xcalloc(1, sizeof(*s));
 	s->base = base;
+	st_dlist_init(&s->all);
+	st_dlist_init(&s->headwait);
+	st_dlist_init(&s->endwait);
+	st_dlist_init(&s->reap);
+	st_dlist_init(&s->kick);
+	st_dlist_init(&s->outq);
 	s->fn = fn;
 	s->arg = arg;
 	s->max_head = cfg && cfg->max_header_bytes ? cfg->max_header_bytes : 8192;
@@ -1402,6 +1372,8 @@ http_server_conns_open(const http_server *s)
 void
 http_server_free(http_server *s)
 {
+	http_stream *c;
+
 	if (!s)
 		return;
 	/* Freeing from inside one of this server's callbacks would free the
@@ -1410,8 +1382,8 @@ http_server_free(http_server *s)
 	s->freeing = true;
 	if (s->lis)
 		evconnlistener_free(s->lis);
-	while (s->all.head)
-		conn_destroy(s->all.head, true);
+	while ((c = list_first(&s->all, L_ALL)) != NULL)
+		conn_destroy(c, true);
 	if (s->trash)
 		evbuffer_free(s->trash);
 	if (s->defer_ev)
@@ -1672,7 +1644,7 @@ http_stream_write_refs(http_stream *s, const http_ref *refs, size_t n)
 
 	if (n == 0)
 		return;
-	if (!stream_drops(s) && s->direct && !s->in_out && evbuffer_get_length(bufferevent_get_output(s->bev)) == 0) {
+	if (!stream_drops(s) && s->direct && !st_dlink_linked(&s->lk[L_OUT]) && evbuffer_get_length(bufferevent_get_output(s->bev)) == 0) {
 		for (size_t j = 0; j < k; j++) {
 			iov[j].iov_base = (void *)refs[j].data;
 			iov[j].iov_len = refs[j].len;

@@ -1,6 +1,7 @@
 /* Unit tests for st_util and st_buf. */
 #include "st_buf.h"
 #include "st_clock.h"
+#include "st_dlist.h"
 #include "st_test.h"
 #include "st_util.h"
 
@@ -106,6 +107,46 @@ t_backoff(void)
 	ST_CHECK_EQ_U64((uint64_t)tv.tv_usec, 999000);
 }
 
+/* Push, unlink (twice is harmless), order of both ends, and the element found back from its link. */
+typedef struct dl_item {
+	int v;
+	st_dlink link;
+} dl_item;
+
+static void
+t_dlist(void)
+{
+	st_dlink l, *n, *next;
+	dl_item it[4] = { { 0, { 0 } }, { 1, { 0 } }, { 2, { 0 } }, { 3, { 0 } } };
+	int got[4], k = 0;
+
+	st_dlist_init(&l);
+	ST_CHECK(st_dlist_empty(&l) && st_dlist_first(&l) == NULL);
+	st_dlist_push_back(&l, &it[1].link);
+	st_dlist_push_back(&l, &it[2].link);
+	st_dlist_push_front(&l, &it[0].link);
+	st_dlist_push_back(&l, &it[3].link);
+	ST_CHECK(!st_dlink_linked(&(st_dlink){ 0 }));
+	/* unlinking while walking: read the next one first */
+	for (n = st_dlist_first(&l); n != NULL; n = next) {
+		dl_item *i = ST_CONTAINER_OF(n, dl_item, link);
+
+		next = st_dlist_after(&l, n);
+		got[k++] = i->v;
+		if (i->v % 2 == 1)
+			st_dlink_unlink(n);
+	}
+	ST_CHECK(k == 4 && got[0] == 0 && got[1] == 1 && got[2] == 2 && got[3] == 3);
+	st_dlink_unlink(&it[1].link);
+	ST_CHECK(!st_dlink_linked(&it[1].link) && st_dlink_linked(&it[2].link));
+	ST_CHECK(ST_CONTAINER_OF(st_dlist_first(&l), dl_item, link) == &it[0]);
+	ST_CHECK(ST_CONTAINER_OF(st_dlist_after(&l, &it[0].link), dl_item, link) == &it[2]);
+	ST_CHECK(st_dlist_after(&l, &it[2].link) == NULL);
+	st_dlink_unlink(&it[0].link);
+	st_dlink_unlink(&it[2].link);
+	ST_CHECK(st_dlist_empty(&l));
+}
+
 /* A teardown that hangs (here: pause() for ever) ends at the watchdog with the given code and one line. */
 static void
 t_exit_watchdog(void)
@@ -182,5 +223,6 @@ main(void)
 	ST_RUN(t_buf);
 	ST_RUN(t_fake_clock);
 	ST_RUN(t_backoff);
+	ST_RUN(t_dlist);
 	return st_test_done();
 }

@@ -48,6 +48,7 @@
 #include <event2/event.h>
 
 #include "st_clock.h"
+#include "st_dlist.h"
 #include "st_log.h"
 #include "st_pgdsn.h"
 #include "st_resolve.h"
@@ -64,8 +65,7 @@ enum conn_state { C_DOWN, C_RESOLVING, C_CONNECTING, C_SETUP, C_IDLE, C_BUSY };
 enum query_state { Q_QUEUED, Q_DUE, Q_INFLIGHT, Q_CALLING };
 
 struct pgpool_query {
-	pgpool_query *next;
-	pgpool_query *prev;
+	st_dlink link;           /* on queue[prio] while Q_QUEUED, on the sweep's list while Q_DUE */
 	pgpool *pool;
 	int prio;
 	enum query_state state;
@@ -97,11 +97,6 @@ typedef struct conn {
 	bool flushing;
 } conn;
 
-typedef struct qlist {
-	pgpool_query *head;
-	pgpool_query *tail;
-} qlist;
-
 struct pgpool {
 	struct event_base *base;
 	st_pgdsn *dsn;
@@ -110,7 +105,7 @@ struct pgpool {
 	struct event *lookup_timer;  /* its deadline */
 	unsigned n;
 	conn *conns;
-	qlist queue[2];
+	st_dlink queue[2];       /* by priority, oldest first (pgpool_query.link) */
 	size_t queued;
 	size_t inflight;
 	struct event *kick;
@@ -532,17 +527,7 @@ on_timer(evutil_socket_t fd, short what, void *arg)
 static void
 queue_unlink(pgpool *p, pgpool_query *q)
 {
-	qlist *l = &p->queue[q->prio];
-
-	if (q->prev != NULL)
-		q->prev->next = q->next;
-	else
-		l->head = q->next;
-	if (q->next != NULL)
-		q->next->prev = q->prev;
-	else
-		l->tail = q->prev;
-	q->next = q->prev = NULL;
+	st_dlink_unlink(&q->link);
 	p->queued--;
 }
 
@@ -553,9 +538,11 @@ queue_pop(pgpool *p, unsigned idx)
 	int lists = idx < p->reserved ? 1 : 2;
 
 	for (int i = 0; i < lists; i++) {
-		pgpool_query *q = p->queue[i].head;
+		st_dlink *n = st_dlist_first(&p->queue[i]);
 
-		if (q != NULL) {
+		if (n != NULL) {
+			pgpool_query *q = ST_CONTAINER_OF(n, pgpool_query, link);
+
 			queue_unlink(p, q);
 			return q;
 		}
@@ -596,23 +583,22 @@ on_sweep(evutil_socket_t fd, short what, void *arg)
 	pgpool *p = arg;
 	uint64_t now = st_clock_now(p->clock);
 	bool ready = pgpool_ready(p);
-	pgpool_query *expired = NULL, **tail = &expired, *q, *next;
+	st_dlink expired, *n, *next;
 
 	(void)fd;
 	(void)what;
+	st_dlist_init(&expired);
 	for (int i = 0; i < 2; i++) {
-		qlist *l = &p->queue[i];
-
-		for (q = l->head; q != NULL; q = next) {
+		for (n = st_dlist_first(&p->queue[i]); n != NULL; n = next) {
+			pgpool_query *q = ST_CONTAINER_OF(n, pgpool_query, link);
 			uint64_t waited = now - q->queued_at;
 
-			next = q->next;
+			next = st_dlist_after(&p->queue[i], n);
 			if (waited < q->deadline_ms && (ready || waited < PGPOOL_WAIT_MS))
 				continue;
 			queue_unlink(p, q);
 			q->state = Q_DUE;
-			*tail = q; /* in submit order */
-			tail = &q->next;
+			st_dlist_push_back(&expired, &q->link); /* in submit order */
 		}
 	}
 	for (unsigned i = 0; i < p->n; i++) {
@@ -621,11 +607,12 @@ on_sweep(evutil_socket_t fd, short what, void *arg)
 		if (c->st == C_BUSY && c->q != NULL && now - c->q->queued_at >= c->q->deadline_ms)
 			conn_drop(c, "query deadline passed", ST_ETIMEDOUT);
 	}
-	for (q = expired; q != NULL; q = next) {
+	/* A callback may cancel a later one (only marked while Q_DUE): each is taken off before its call. */
+	while ((n = st_dlist_first(&expired)) != NULL) {
+		pgpool_query *q = ST_CONTAINER_OF(n, pgpool_query, link);
 		uint64_t waited = now - q->queued_at;
 
-		next = q->next;
-		q->next = NULL;
+		st_dlink_unlink(n);
 		if (waited >= q->deadline_ms)
 			st_warn("pgpool: a query waited %llu ms for a connection, past its deadline",
 			        (unsigned long long)waited);
@@ -660,6 +647,8 @@ pgpool_new(struct event_base *base, const char *dsn, unsigned n, pgpool **out)
 	p->dsn = d;
 	p->n = n;
 	p->clock = st_clock_system();
+	st_dlist_init(&p->queue[0]);
+	st_dlist_init(&p->queue[1]);
 	p->lookup_timer = evtimer_new(base, on_lookup_timeout, p);
 	ST_ASSERT(p->lookup_timer != NULL && st_resolver_new(base, &p->resolver) == ST_OK);
 	p->conns = st_xcalloc(n, sizeof(conn));
@@ -749,13 +738,7 @@ pgpool_submit(pgpool *p, enum pgpool_prio prio, const char *sql, int nparams, co
 		q->fmts = NULL;
 	}
 
-	qlist *l = &p->queue[prio];
-	q->prev = l->tail;
-	if (l->tail != NULL)
-		l->tail->next = q;
-	else
-		l->head = q;
-	l->tail = q;
+	st_dlist_push_back(&p->queue[prio], &q->link);
 	p->queued++;
 	event_active(p->kick, 0, 0);
 	return q;

@@ -43,6 +43,7 @@
 #include "replay.h"
 #include "st_buf.h"
 #include "st_clock.h"
+#include "st_dlist.h"
 #include "st_log.h"
 #include "st_util.h"
 #include "subq.h"
@@ -90,7 +91,7 @@ struct streams {
 	const st_clock *clock;   /* borrowed */
 	streams_config cfg;
 	hub *hub;                /* owned */
-	stream *head_stream;     /* registry: doubly linked, newest first */
+	st_dlink all;            /* registry (stream.link), newest first */
 	size_t n_streams;        /* streams in the registry with a started response or pending check */
 	size_t n_until;          /* streams with an until bound */
 	uint64_t head;           /* the history head (sequencer) */
@@ -102,8 +103,8 @@ struct streams {
 	struct event *ev_grace;
 	struct event *ev_drain_done;
 	stream *hb_cursor;       /* where the heartbeat sweep goes on */
-	stream *behind_head;     /* live streams holding the intake back (flow control) */
-	stream *until_head;      /* streams with an until bound: visited when the head moves */
+	st_dlink behind;         /* live streams holding the intake back, flow control (stream.blink) */
+	st_dlink untils;         /* streams with an until bound: visited when the head moves (stream.ulink) */
 	bool hb_sweeping;
 	frame *heartbeat;        /* one shared heartbeat frame */
 	subq_counters dropped;   /* copies of the shared handles (subq keeps a pointer to this) */
@@ -139,9 +140,9 @@ struct streams_metrics {
 
 struct stream {
 	streams *ss;
-	stream *prev, *next;     /* registry links */
-	stream *bprev, *bnext;   /* behind-list links, valid while behind */
-	stream *uprev, *unext;   /* until-list links, valid while has_until and linked */
+	st_dlink link;           /* on ss->all while registered */
+	st_dlink blink;          /* on ss->behind while behind */
+	st_dlink ulink;          /* on ss->untils while has_until and registered */
 	bool behind;
 	uint64_t behind_since;   /* ms, when it joined the behind list */
 	uint64_t honour_start;   /* ms, start of its current honour window */
@@ -181,6 +182,23 @@ struct stream {
 	bool ip_held;            /* holds one of ip's slots in cfg.ip_limit */
 	uint8_t ip[16];          /* the client's address (X-Forwarded-For from a trusted proxy) */
 };
+
+/* The registry in order (newest first): NULL past the end. */
+static stream *
+registry_first(streams *ss)
+{
+	st_dlink *n = st_dlist_first(&ss->all);
+
+	return n ? ST_CONTAINER_OF(n, stream, link) : NULL;
+}
+
+static stream *
+registry_after(streams *ss, stream *s)
+{
+	st_dlink *n = st_dlist_after(&ss->all, &s->link);
+
+	return n ? ST_CONTAINER_OF(n, stream, link) : NULL;
+}
 
 static void stream_pump(stream *s);
 static void behind_leave(stream *s, uint64_t now);
@@ -391,19 +409,11 @@ stream_push_live(stream *s, frame *f)
 static void
 behind_leave(stream *s, uint64_t now)
 {
-	streams *ss = s->ss;
-
 	if (!s->behind)
 		return;
 	s->behind = false;
 	s->honour_used += now - s->behind_since;
-	if (s->bprev)
-		s->bprev->bnext = s->bnext;
-	else
-		ss->behind_head = s->bnext;
-	if (s->bnext)
-		s->bnext->bprev = s->bprev;
-	s->bprev = s->bnext = NULL;
+	st_dlink_unlink(&s->blink);
 }
 
 /* After a push: a stream with a burst queued joins the behind list, if its budget allows. */
@@ -425,27 +435,25 @@ behind_check(stream *s)
 		return;
 	s->behind = true;
 	s->behind_since = now;
-	s->bprev = NULL;
-	s->bnext = ss->behind_head;
-	if (ss->behind_head)
-		ss->behind_head->bprev = s;
-	ss->behind_head = s;
+	st_dlist_push_front(&ss->behind, &s->blink);
 }
 
 bool
 streams_backpressure(streams *ss)
 {
 	uint64_t now = st_clock_now(ss->clock);
-	stream *s, *next;
+	st_dlink *n, *next;
 
-	for (s = ss->behind_head; s; s = next) {
-		next = s->bnext;
+	for (n = st_dlist_first(&ss->behind); n != NULL; n = next) {
+		stream *s = ST_CONTAINER_OF(n, stream, blink);
+
+		next = st_dlist_after(&ss->behind, n);
 		if (s->state != ST_LIVE || s->hs == NULL || subq_count(s->q) < STREAM_CAUGHT_UP ||
 		    http_stream_blocked_ms(s->hs, now) > STREAM_STALL_MS ||
 		    s->honour_used + (now - s->behind_since) >= STREAM_HONOUR_MS)
 			behind_leave(s, now);
 	}
-	return ss->behind_head != NULL;
+	return !st_dlist_empty(&ss->behind);
 }
 
 /* ---- hub callbacks ----------------------------------------------------- */
@@ -1090,17 +1098,11 @@ head_noop_close(void *arg, bool abrupt)
 static void
 stream_link(streams *ss, stream *s)
 {
-	s->next = ss->head_stream;
-	if (ss->head_stream)
-		ss->head_stream->prev = s;
-	ss->head_stream = s;
+	st_dlist_push_front(&ss->all, &s->link);
 	ss->n_streams++;
 	if (s->has_until) {
 		ss->n_until++;
-		s->unext = ss->until_head;
-		if (ss->until_head)
-			ss->until_head->uprev = s;
-		ss->until_head = s;
+		st_dlist_push_front(&ss->untils, &s->ulink);
 	}
 	/* The slot was reserved in the gauge by stream_slot_reserve; stream_unlink gives it back. */
 }
@@ -1122,24 +1124,12 @@ stream_unlink(stream *s)
 	streams *ss = s->ss;
 
 	if (ss->hb_cursor == s)
-		ss->hb_cursor = s->next;
-	if (s->prev)
-		s->prev->next = s->next;
-	else if (ss->head_stream == s)
-		ss->head_stream = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
-	s->prev = s->next = NULL;
+		ss->hb_cursor = registry_after(ss, s);
+	st_dlink_unlink(&s->link);
 	ss->n_streams--;
 	if (s->has_until) {
 		ss->n_until--;
-		if (s->uprev)
-			s->uprev->unext = s->unext;
-		else if (ss->until_head == s)
-			ss->until_head = s->unext;
-		if (s->unext)
-			s->unext->uprev = s->uprev;
-		s->uprev = s->unext = NULL;
+		st_dlink_unlink(&s->ulink);
 	}
 	st_gauge_add(ss->m_open, -1);
 }
@@ -1342,11 +1332,11 @@ out:
 static void
 streams_visit_until(streams *ss)
 {
-	stream *s, *next;
+	st_dlink *n, *next;
 
-	for (s = ss->until_head; s; s = next) {
-		next = s->unext;
-		stream_maybe_complete(s);
+	for (n = st_dlist_first(&ss->untils); n != NULL; n = next) {
+		next = st_dlist_after(&ss->untils, n);
+		stream_maybe_complete(ST_CONTAINER_OF(n, stream, ulink));
 	}
 }
 
@@ -1392,10 +1382,10 @@ heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	if (!ss->hb_sweeping) {
 		ss->hb_sweeping = true;
-		ss->hb_cursor = ss->head_stream;
+		ss->hb_cursor = registry_first(ss);
 	}
 	while ((s = ss->hb_cursor) != NULL && visited < STREAM_HEARTBEAT_SLICE) {
-		ss->hb_cursor = s->next;
+		ss->hb_cursor = registry_after(ss, s);
 		visited++;
 		if (s->hs == NULL || s->state == ST_ENDING)
 			continue;
@@ -1464,8 +1454,8 @@ grace_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	for (s = ss->head_stream; s; s = next) {
-		next = s->next;
+	for (s = registry_first(ss); s; s = next) {
+		next = registry_after(ss, s);
 		if (s->hs)
 			http_stream_abort(s->hs); /* on_close follows, deferred */
 	}
@@ -1523,10 +1513,10 @@ streams_drain(streams *ss, void (*done)(void *arg), void *arg)
 	 * ADR-WEB-ADV-001: ask clients to reconnect, with hints spread evenly
 	 * over the grace period so they do not all come back at once.
 	 */
-	for (s = ss->head_stream; s; s = next) {
+	for (s = registry_first(ss); s; s = next) {
 		uint32_t retry = n ? (uint32_t)(((uint64_t)ss->cfg.drain_grace_ms * (2 * i + 1)) / (2 * n)) : 0;
 
-		next = s->next;
+		next = registry_after(ss, s);
 		i++;
 		stream_send_reconnect(s, retry, "draining");
 	}
@@ -1639,6 +1629,9 @@ streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, co
 	for (int i = 0; i < AUTH_RESULT_COUNT; i++)
 		ss->m_auth[i] = sm->auth[i];
 	ss->m_ip_refused = sm->ip_refused;
+	st_dlist_init(&ss->all);
+	st_dlist_init(&ss->behind);
+	st_dlist_init(&ss->untils);
 	/* Jitter only spreads retries; any seed that differs between registries will do. */
 	ss->rng = (st_clock_now(clock) << 20) ^ (uint64_t)(uintptr_t)ss ^ 0x9e3779b97f4a7c15u;
 	ss->ev_heartbeat = event_new(base, -1, 0, heartbeat_cb, ss);
@@ -1657,8 +1650,8 @@ streams_free(streams *ss)
 
 	if (ss == NULL)
 		return;
-	for (s = ss->head_stream; s; s = next) {
-		next = s->next;
+	for (s = registry_first(ss); s; s = next) {
+		next = registry_after(ss, s);
 		if (s->req) {
 			http_reply_problem(s->req, 503, NULL, "Service Unavailable", "shutting down", NULL);
 			s->req = NULL;
