@@ -95,6 +95,8 @@ class Producer(threading.Thread):
                 reason = reply["error"]
             elif rc == 3:
                 reason = "no answer"
+            elif rc == 5:
+                reason = "dial refused"   # nothing was sent (a writer restarting)
             else:
                 raise TestFailure("%s: request refused or unreadable: rc %d reply %r %s %s"
                                   % (url, rc, reply, out.strip()[:200], err.strip()[:200]))
@@ -257,7 +259,7 @@ def verify(env, producers, clients, t_start, t_end, label):
         % (label, len(acked), len(rows), sum(p.requests for p in producers),
            sum(p.retries for p in producers),
            {r: sum(p.retry_reasons.get(r, 0) for p in producers)
-            for r in ("no answer", "busy", "unavailable")}))
+            for r in ("no answer", "dial refused", "busy", "unavailable")}))
     log("FIGURE %s: longest time without an acknowledgement %.2f s" % (label, longest_ack_gap(producers, t_start, t_end)))
     for c in clients:
         log("FIGURE %s: client %s on %s delivered %d, sessions %d, reconnects %d (%d by the client), "

@@ -26,8 +26,11 @@
  *                   ID, is a REQ resend of the same request (on the same
  *                   connection, or on a new one)
  * Exit codes: 0 reply printed; 1 the reply is not one msgpack value (its hex
- * is printed); 2 bad usage; 3 nng error (dial, send, receive, timeout: the
- * nng message goes to stderr); 4 bad input (hex, or stdin over 64 MiB).
+ * is printed); 2 bad usage; 3 nng error after the dial (send, receive,
+ * timeout: the request may have reached the writer; the nng message goes to
+ * stderr); 4 bad input (hex, or stdin over 64 MiB); 5 the dial failed
+ * (connection refused, no such host): nothing was sent, so a producer
+ * without keys may resend it elsewhere.
  *
  * req0 resending is disabled: a resent request would be a second request to
  * the writer, which the tests must control themselves.
@@ -54,7 +57,7 @@ ntohl_u32(uint32_t be)
 	return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
 }
 
-enum { EXIT_REPLY = 0, EXIT_UNDECODABLE = 1, EXIT_USAGE = 2, EXIT_NNG = 3, EXIT_INPUT = 4 };
+enum { EXIT_REPLY = 0, EXIT_UNDECODABLE = 1, EXIT_USAGE = 2, EXIT_NNG = 3, EXIT_INPUT = 4, EXIT_NOT_SENT = 5 };
 
 static void
 usage(void)
@@ -438,7 +441,8 @@ main(int argc, char **argv)
 		goto done;
 	}
 	if ((rv = nng_dial(sock, url, NULL, 0)) != 0) {
-		code = nng_fail(url, rv);
+		nng_fail(url, rv);
+		code = EXIT_NOT_SENT;
 		goto done;
 	}
 	if (contexts > 0) {
