@@ -335,6 +335,26 @@ def migrate(dsn, timeout=60):
 _active_envs = []
 
 
+def nng_teardown_cycle(stderr):
+    """True when stderr's LeakSanitizer report is nothing but nng's own
+    objects holding each other: no direct leak at all (so no block of ours
+    is lost: what we leak is a root nothing points to, a direct leak), at
+    least one indirect leak, and every leaked block allocated by libnng
+    itself (its first frame above the allocator is in libnng.so)."""
+    if "ERROR: LeakSanitizer" not in stderr or "Direct leak of" in stderr:
+        return False
+    if "ERROR: AddressSanitizer" in stderr or "runtime error:" in stderr:
+        return False
+    blocks = stderr.split("Indirect leak of ")[1:]
+    if not blocks:
+        return False
+    for b in blocks:
+        frames = [ln.strip() for ln in b.splitlines() if ln.strip().startswith("#")]
+        if len(frames) < 2 or "libnng.so" not in frames[1]:
+            return False
+    return True
+
+
 def _flag_args(flags):
     args = []
     for k, v in flags.items():
@@ -408,9 +428,27 @@ class Proc:
             self.p.send_signal(sig)
 
     def stop(self, timeout=30):
-        """SIGTERM, then wait (bounded); returns the exit status."""
+        """SIGTERM, then wait (bounded); returns the exit status.
+
+        One sanitizer finding is not ours and is forgiven (logged as a
+        FIGURE): nng 1.5.2 leaves a cycle of its own listener and pipe
+        objects when a connection is accepted while the socket closes
+        (its teardown races, fixed upstream after 1.5.2).  LeakSanitizer
+        exits 1 for it.  See nng_teardown_cycle for the exact rule."""
         self.signal(signal.SIGTERM)
-        return self.wait_exit(timeout)
+        rc = self.wait_exit(timeout)
+        if rc == 1 and nng_teardown_cycle(self._stderr_text()):
+            log("FIGURE %s: LeakSanitizer found only a cycle of nng's own objects at exit "
+                "(nng 1.5.2 teardown race); counted as exit 0" % self.name)
+            return 0
+        return rc
+
+    def _stderr_text(self):
+        try:
+            with open(self.stderr_path, "rb") as f:
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def kill(self):
         self.signal(signal.SIGKILL)
