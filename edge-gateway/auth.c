@@ -203,16 +203,15 @@ pkey_from_params(const char *type, OSSL_PARAM_BLD *bld)
 		goto fail;
 	if ((chk = EVP_PKEY_CTX_new_from_pkey(NULL, pk, NULL)) == NULL || EVP_PKEY_public_check(chk) != 1)
 		goto fail;
+	goto done;
+fail:
+	EVP_PKEY_free(pk);
+	pk = NULL;
+done:
 	EVP_PKEY_CTX_free(chk);
 	EVP_PKEY_CTX_free(ctx);
 	OSSL_PARAM_free(params);
 	return pk;
-fail:
-	EVP_PKEY_free(pk);
-	EVP_PKEY_CTX_free(chk);
-	EVP_PKEY_CTX_free(ctx);
-	OSSL_PARAM_free(params);
-	return NULL;
 }
 
 static st_err
