@@ -48,6 +48,7 @@
 #include "st_clock.h"
 #include "st_log.h"
 #include "st_mailbox.h"
+#include "st_tls.h"
 #include "st_util.h"
 
 /* our pipe id + the REQ backtrace (its last word is the request id) */
@@ -502,7 +503,7 @@ ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter 
 		}
 		put_free(in, w);
 	}
-	if ((rv = nng_listen(in->sock, url, NULL, 0)) != 0) {
+	if ((rv = st_tls_listen(in->sock, url)) != 0) {
 		st_error("ingest: cannot listen on %s: %s", url, nng_strerror(rv));
 		err = rv == NNG_EADDRINVAL || rv == NNG_ENOTSUP ? ST_EINVAL : ST_ESYS;
 		goto fail;

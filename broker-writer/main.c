@@ -84,6 +84,7 @@
 #include "st_metrics.h"
 #include "st_ops.h"
 #include "st_preflight.h"
+#include "st_tls.h"
 #include "st_util.h"
 #include "wire.h"
 
@@ -143,6 +144,10 @@ static st_opt opts[] = {
 	  .check = lock_key_check },
 	{ .name = "retention", .kind = ST_OPT_DURATION, .def = "7d", .help = "delete events older than this; 0 keeps all",
 	  .min = 0, .max = RETENTION_MAX_MS, .allowed = "0 (keep everything) or a duration up to 36500d (250ms, 30s, 15m, 12h, 7d)" },
+	/* Mutual TLS on tls+tcp:// links (docs/security.md). */
+	{ .name = "tls-cert", .kind = ST_OPT_STR, .def = "", .help = "PEM certificate of this process for tls+tcp:// links" },
+	{ .name = "tls-key", .kind = ST_OPT_STR, .def = "", .help = "PEM private key of --tls-cert", .secret = true },
+	{ .name = "tls-ca", .kind = ST_OPT_STR, .def = "", .help = "PEM CA that signs every peer on tls+tcp:// links" },
 };
 
 typedef struct writer {
@@ -982,6 +987,7 @@ main(int argc, char **argv)
 	}
 	if (first < argc)
 		st_config_fail(PROG, "unknown command: %s (the only command is migrate)", argv[first]);
+	st_preflight_tls(PROG, opts, ST_ARRAY_LEN(opts));
 	{
 		/* Before the database: an address that cannot listen is bad configuration, not an outage. */
 		const st_preflight_addr addrs[] = {
@@ -1004,6 +1010,7 @@ main(int argc, char **argv)
 	/* Everything accepted is flushed and answered; closing must not hold a restart (st_util.h). */
 	st_exit_watchdog(PROG, 5, rc);
 	writer_fini(&w);
+	st_tls_unload();
 	/* nng's own threads and buffers end here; without it ASan counts them as leaks. */
 	nng_fini();
 	return rc;

@@ -24,6 +24,7 @@
  */
 #include "st_control.h"
 #include "st_log.h"
+#include "st_tls.h"
 #include "st_util.h"
 
 #include <event2/event.h>
@@ -159,7 +160,7 @@ st_control_new(struct event_base *base, const char *url, st_control_fn fn, void 
 		st_error("control: set recv max: %s", nng_strerror(rv));
 		goto fail;
 	}
-	if ((rv = nng_listen(c->sock, url, NULL, 0)) != 0) {
+	if ((rv = st_tls_listen(c->sock, url)) != 0) {
 		st_error("control: listen %s: %s", url, nng_strerror(rv));
 		if (rv == NNG_EADDRINVAL || rv == NNG_ENOTSUP || rv == NNG_EINVAL)
 			err = ST_EINVAL;
@@ -238,7 +239,7 @@ st_control_call(const char *url, const char *request_json, int timeout_ms, char 
 	    (rv = nng_socket_set_ms(s, NNG_OPT_RECONNMINT, 100)) != 0 ||
 	    (rv = nng_socket_set_ms(s, NNG_OPT_RECONNMAXT, 1000)) != 0 ||
 	    (rv = nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, MAX_REPLY)) != 0 ||
-	    (rv = nng_dial(s, url, NULL, NNG_FLAG_NONBLOCK)) != 0 ||
+	    (rv = st_tls_dial(s, url, NNG_FLAG_NONBLOCK)) != 0 ||
 	    (rv = nng_send(s, (void *)request_json, strlen(request_json), 0)) != 0 ||
 	    (rv = nng_recvmsg(s, &msg, 0)) != 0) {
 		err = map_nng(rv);

@@ -20,6 +20,7 @@
  */
 #include "st_preflight.h"
 #include "st_http.h"
+#include "st_tls.h"
 #include "st_util.h"
 
 #include <errno.h>
@@ -96,7 +97,8 @@ scheme_is(const char *s, const char *const *set)
 	return false;
 }
 
-static const char *const tcp_schemes[] = { "tcp", "tcp4", "tcp6", "ws", "ws4", "ws6", NULL };
+static const char *const tcp_schemes[] = { "tcp", "tcp4", "tcp6", "tls+tcp", "tls+tcp4", "tls+tcp6",
+	                                    "ws", "ws4", "ws6", NULL };
 static const char *const path_schemes[] = { "ipc", "inproc", "abstract", NULL };
 
 /* Numeric host (IPv4 or IPv6 literal): nng will not resolve it. */
@@ -161,7 +163,8 @@ url_ok(const char *url, bool listen, char *why, size_t cap)
 			goto done;
 		}
 	} else {
-		snprintf(why, cap, "scheme \"%.20s\" is not supported: tcp://, ipc://, inproc://, abstract:// or ws://",
+		snprintf(why, cap,
+		         "scheme \"%.20s\" is not supported: tcp://, tls+tcp://, ipc://, inproc://, abstract:// or ws://",
 		         u->u_scheme);
 		goto done;
 	}
@@ -280,7 +283,7 @@ st_preflight_listen_try(const st_preflight_addr *a, size_t n, char *line, size_t
 			continue;
 		if (a[i].kind == ST_PREFLIGHT_NNG) {
 			if ((rv = nng_rep0_open(&socks[i])) == 0)
-				rv = nng_listen(socks[i], a[i].value, NULL, 0);
+				rv = st_tls_listen(socks[i], a[i].value);
 			if (rv != 0) {
 				snprintf(why, sizeof(why), "%s", nng_strerror(rv));
 				bad = i;
@@ -311,4 +314,37 @@ st_preflight_listen(const char *prog, const st_preflight_addr *a, size_t n)
 
 	if (!st_preflight_listen_try(a, n, line, sizeof(line)))
 		st_config_fail(prog, "%s", line);
+}
+
+/* Every URL of the program (found by its check) against what st_tls_load made. */
+static void
+tls_urls_check(const char *prog, const st_opt *o)
+{
+	bool listen = o->check == st_preflight_listen_url;
+	char **items = NULL;
+	size_t n;
+
+	if ((!listen && o->check != st_preflight_dial_urls) || o->sval == NULL || o->sval[0] == '\0')
+		return;
+	n = st_config_split(o->sval, &items, ST_PREFLIGHT_MAX_DIAL + 1);
+	for (size_t i = 0; i < n; i++) {
+		const char *why = st_tls_url_usable(items[i], listen);
+
+		if (why != NULL)
+			st_config_fail(prog, "--%s %s: %s", o->name, items[i], why);
+		free(items[i]);
+	}
+	free(items);
+}
+
+void
+st_preflight_tls(const char *prog, st_opt *opts, size_t n)
+{
+	char why[400] = "";
+
+	if (st_tls_load(st_config_get(opts, n, "tls-cert")->sval, st_config_get(opts, n, "tls-key")->sval,
+	                st_config_get(opts, n, "tls-ca")->sval, why, sizeof(why)) != ST_OK)
+		st_config_fail(prog, "%s", why);
+	for (size_t i = 0; i < n; i++)
+		tls_urls_check(prog, &opts[i]);
 }

@@ -83,6 +83,7 @@
 #include "st_metrics.h"
 #include "st_ops.h"
 #include "st_preflight.h"
+#include "st_tls.h"
 #include "st_util.h"
 #include "stream.h"
 #include "sub.h"
@@ -825,6 +826,10 @@ static st_opt opts[] = {
 	  .help = "open streams per client address before 429 (0: no limit)", .min = 0, .max = 10000000 },
 	{ .name = "trusted-proxies", .kind = ST_OPT_STR, .def = "",
 	  .help = "CIDR ranges whose X-Forwarded-For names the client, comma separated" },
+	/* Mutual TLS on tls+tcp:// links (docs/security.md). */
+	{ .name = "tls-cert", .kind = ST_OPT_STR, .def = "", .help = "PEM certificate of this process for tls+tcp:// links" },
+	{ .name = "tls-key", .kind = ST_OPT_STR, .def = "", .help = "PEM private key of --tls-cert", .secret = true },
+	{ .name = "tls-ca", .kind = ST_OPT_STR, .def = "", .help = "PEM CA that signs every peer on tls+tcp:// links" },
 };
 #define OPT(name) st_config_get(opts, ST_ARRAY_LEN(opts), name)
 
@@ -849,6 +854,7 @@ main(int argc, char **argv)
 	n_writers = st_config_split(OPT("writers")->sval, &writers, ST_PREFLIGHT_MAX_DIAL);
 	if (n_writers == 0)
 		st_config_fail("edge-gateway", "--writers needs at least one URL");
+	st_preflight_tls("edge-gateway", opts, ST_ARRAY_LEN(opts));
 	{
 		/* Before the database and the writers: an address that cannot listen is bad configuration. */
 		const st_preflight_addr addrs[] = {
@@ -1071,6 +1077,7 @@ main(int argc, char **argv)
 		free(writers[i]);
 	free(writers);
 	event_base_free(e.base);
+	st_tls_unload();
 	/* nng's own threads and buffers end here; without it ASan counts them as leaks. */
 	nng_fini();
 	return rc;

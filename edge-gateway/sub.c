@@ -39,6 +39,7 @@
 
 #include "st_log.h"
 #include "st_mailbox.h"
+#include "st_tls.h"
 #include "st_util.h"
 #include "wire.h"
 
@@ -51,6 +52,7 @@ typedef struct slot {
 
 typedef struct url {
 	char text[SUB_URL_MAX];
+	char scheme[8];          /* "tcp" or "tls+tcp": what resolved addresses are dialed with */
 	bool dns;
 	char host[SUB_URL_MAX];
 	char port[16];
@@ -95,7 +97,7 @@ ip_literal(const char *host)
 	return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
 }
 
-/* Splits tcp://HOST:PORT; a URL of another scheme, or with an IP literal, is dialed as is. */
+/* Splits tcp://HOST:PORT or tls+tcp://HOST:PORT; a URL of another scheme, or with an IP literal, is dialed as is. */
 static st_err
 url_parse(const char *text, url *u)
 {
@@ -106,9 +108,15 @@ url_parse(const char *text, url *u)
 		return ST_EINVAL;
 	memset(u, 0, sizeof(*u));
 	strcpy(u->text, text);
-	if (strncmp(text, "tcp://", 6) != 0)
+	if (strncmp(text, "tcp://", 6) == 0) {
+		strcpy(u->scheme, "tcp");
+		rest = text + 6;
+	} else if (strncmp(text, "tls+tcp://", 10) == 0) {
+		strcpy(u->scheme, "tls+tcp");
+		rest = text + 10;
+	} else {
 		return strstr(text, "://") ? ST_OK : ST_EINVAL;
-	rest = text + 6;
+	}
 	if (rest[0] == '[') {
 		host_end = strchr(rest, ']');
 		if (host_end == NULL || host_end[1] != ':')
@@ -166,7 +174,8 @@ dial(sub *s, size_t ui, const char *addr)
 		st_warn("sub: %s: more than %u addresses, %s not dialed", s->urls[ui].text, SUB_MAX_ADDRS, addr);
 		return true;
 	}
-	if ((rv = nng_dialer_create(&sl->d, s->sock, addr)) != 0) {
+	/* A resolved address keeps the name the certificate must carry (tls+tcp). */
+	if ((rv = st_tls_dialer_create(&sl->d, s->sock, addr, s->urls[ui].host[0] ? s->urls[ui].host : NULL)) != 0) {
 		st_warn("sub: %s: %s", addr, nng_strerror(rv));
 		return false;
 	}
@@ -250,10 +259,10 @@ resolve(const sub *s, size_t ui)
 		char ip[INET6_ADDRSTRLEN];
 		if (ai->ai_family == AF_INET) {
 			inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, ip, sizeof(ip));
-			snprintf(r->addr[r->n], SUB_URL_MAX, "tcp://%s:%s", ip, u->port);
+			snprintf(r->addr[r->n], SUB_URL_MAX, "%s://%s:%s", u->scheme, ip, u->port);
 		} else if (ai->ai_family == AF_INET6) {
 			inet_ntop(AF_INET6, &((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr, ip, sizeof(ip));
-			snprintf(r->addr[r->n], SUB_URL_MAX, "tcp://[%s]:%s", ip, u->port);
+			snprintf(r->addr[r->n], SUB_URL_MAX, "%s://[%s]:%s", u->scheme, ip, u->port);
 		} else {
 			continue;
 		}

@@ -28,6 +28,7 @@
 #include "st_json.h"
 #include "st_log.h"
 #include "st_clock.h"
+#include "st_tls.h"
 #include "st_util.h"
 #include "wire.h"
 
@@ -49,7 +50,7 @@
 #define BUSY_RETRY_MS 200
 
 enum { O_WRITER, O_CONTROL, O_TOPIC, O_ABOUT, O_DATA, O_KEY, O_FILE, O_TICKS, O_COUNT, O_TIMEOUT_S,
-       O_TIMEOUT_MS, O_N };
+       O_TIMEOUT_MS, O_TLS_CERT, O_TLS_KEY, O_TLS_CA, O_N };
 
 static st_opt opts[O_N] = {
 	[O_WRITER] = { .name = "writer", .kind = ST_OPT_STR,
@@ -72,6 +73,11 @@ static st_opt opts[O_N] = {
 	                  .help = "tail: exit 0 after S seconds (0: no limit)" },
 	[O_TIMEOUT_MS] = { .name = "timeout-ms", .kind = ST_OPT_INT, .def = "10000", .min = 1, .max = 3600000,
 	                   .help = "publish, stats, drain: give up on a request after this long" },
+	/* Mutual TLS on tls+tcp:// URLs (docs/security.md). */
+	[O_TLS_CERT] = { .name = "tls-cert", .kind = ST_OPT_STR, .def = "", .help = "PEM certificate for tls+tcp:// URLs" },
+	[O_TLS_KEY] = { .name = "tls-key", .kind = ST_OPT_STR, .def = "", .help = "PEM private key of --tls-cert",
+	                .secret = true },
+	[O_TLS_CA] = { .name = "tls-ca", .kind = ST_OPT_STR, .def = "", .help = "PEM CA that signs the writers and edges" },
 };
 
 static const char usage[] =
@@ -338,7 +344,7 @@ req_open(const char *url)
 	nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, MAX_REPLY);
 	nng_socket_set_ms(s, NNG_OPT_RECONNMINT, 100);
 	nng_socket_set_ms(s, NNG_OPT_RECONNMAXT, 1000);
-	if ((rv = nng_dial(s, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
+	if ((rv = st_tls_dial(s, url, NNG_FLAG_NONBLOCK)) != 0) {
 		if (rv == NNG_EADDRINVAL || rv == NNG_ENOTSUP || rv == NNG_EINVAL)
 			st_config_fail(PROG, "--writer: bad URL \"%s\": %s", url, nng_strerror(rv));
 		fprintf(stderr, PROG ": cannot dial %s: %s\n", url, nng_strerror(rv));
@@ -676,7 +682,7 @@ cmd_tail(void)
 	nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, PROTO_MAX_PUB);
 	nng_socket_set_ms(s, NNG_OPT_RECONNMINT, 100);
 	nng_socket_set_ms(s, NNG_OPT_RECONNMAXT, 2000);
-	if ((rv = nng_dial(s, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
+	if ((rv = st_tls_dial(s, url, NNG_FLAG_NONBLOCK)) != 0) {
 		if (rv == NNG_EADDRINVAL || rv == NNG_ENOTSUP || rv == NNG_EINVAL)
 			st_config_fail(PROG, "--writer: bad URL \"%s\": %s", url, nng_strerror(rv));
 		fprintf(stderr, PROG ": cannot dial %s: %s\n", url, nng_strerror(rv));
@@ -783,6 +789,7 @@ main(int argc, char **argv)
 
 	st_log_init(PROG);
 	st_config_parse(opts, O_N, argc, argv, PROG, usage, &first);
+	st_preflight_tls(PROG, opts, O_N);
 	if (first >= argc)
 		st_config_fail(PROG, "missing command: publish, tail, stats, drain or reload (see --help)");
 	if (first + 1 < argc)
@@ -798,6 +805,7 @@ main(int argc, char **argv)
 		st_config_fail(PROG, "unknown command \"%s\": publish, tail, stats, drain or reload", cmd);
 	/* nng reaps closed sockets on its own threads; let it finish so a
 	 * sanitizer build does not report what is merely in flight. */
+	st_tls_unload();
 	nng_fini();
 	return rc;
 }
