@@ -20,9 +20,11 @@
  */
 #include "st_preflight.h"
 #include "st_http.h"
+#include "st_log.h"
 #include "st_tls.h"
 #include "st_util.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <libpq-fe.h>
 #include <netinet/in.h>
@@ -316,6 +318,29 @@ st_preflight_listen(const char *prog, const st_preflight_addr *a, size_t n)
 		st_config_fail(prog, "%s", line);
 }
 
+bool
+st_preflight_url_private(const char *url)
+{
+	nng_url *u = NULL;
+	bool ok;
+
+	if (st_tls_url(url))
+		return true;
+	if (nng_url_parse(&u, url) != 0)
+		return false;
+	if (!scheme_is(u->u_scheme, tcp_schemes)) {
+		ok = true; /* ipc, inproc, abstract: this host's own */
+	} else {
+		const char *h = u->u_hostname ? u->u_hostname : "";
+		struct in_addr a4;
+
+		ok = strcmp(h, "localhost") == 0 || strcmp(h, "::1") == 0 ||
+		     (inet_pton(AF_INET, h, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127);
+	}
+	nng_url_free(u);
+	return ok;
+}
+
 /* Every URL of the program (found by its check) against what st_tls_load made. */
 static void
 tls_urls_check(const char *prog, const st_opt *o)
@@ -332,6 +357,11 @@ tls_urls_check(const char *prog, const st_opt *o)
 
 		if (why != NULL)
 			st_config_fail(prog, "--%s %s: %s", o->name, items[i], why);
+		/* The control socket drains and reloads: reachable from elsewhere, only with TLS. */
+		if (listen && strcmp(o->name, "control") == 0 && !st_preflight_url_private(items[i]))
+			st_warn("--control %s: the control socket can drain this process and is reachable from other "
+			        "hosts without TLS; bind it to 127.0.0.1 or use tls+tcp://",
+			        items[i]);
 		free(items[i]);
 	}
 	free(items);

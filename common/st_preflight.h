@@ -76,5 +76,12 @@ bool st_preflight_listen_try(const st_preflight_addr *a, size_t n, char *line, s
  * st_preflight_listen, which binds tls+tcp URLs with the loaded identity.
  */
 void st_preflight_tls(const char *prog, st_opt *opts, size_t n);
+/*
+ * True when a listen URL is reachable from this host only (ipc, inproc,
+ * abstract; tcp on 127.0.0.0/8, ::1 or localhost) or is tls+tcp (peers
+ * need a certificate).  st_preflight_tls warns about a --control URL that
+ * is neither.
+ */
+bool st_preflight_url_private(const char *url);
 
 #endif

@@ -119,6 +119,23 @@ probe(const st_preflight_addr *a, size_t n, char *err, size_t cap)
 	return st_preflight_listen_try(a, n, err, cap) ? 0 : 2;
 }
 
+/* Which control URLs are reachable from this host only (no warning) and which are not. */
+static void
+t_url_private(void)
+{
+	ST_CHECK(st_preflight_url_private("tcp://127.0.0.1:7452"));
+	ST_CHECK(st_preflight_url_private("tcp://127.3.2.1:7452"));
+	ST_CHECK(st_preflight_url_private("tcp://localhost:7452"));
+	ST_CHECK(st_preflight_url_private("tcp://[::1]:7452"));
+	ST_CHECK(st_preflight_url_private("ipc:///tmp/ctl"));
+	ST_CHECK(st_preflight_url_private("tls+tcp://0.0.0.0:7452"));
+	ST_CHECK(!st_preflight_url_private("tcp://0.0.0.0:7452"));
+	ST_CHECK(!st_preflight_url_private("tcp://10.1.2.3:7452"));
+	ST_CHECK(!st_preflight_url_private("tcp://[::]:7452"));
+	ST_CHECK(!st_preflight_url_private("tcp://writer-0.studio:7452"));
+	ST_CHECK(!st_preflight_url_private("ws://0.0.0.0:7452/ctl"));
+}
+
 static void
 t_listen(void)
 {
@@ -180,6 +197,7 @@ main(void)
 	ST_RUN(t_listen_url);
 	ST_RUN(t_dial_urls);
 	ST_RUN(t_http_addr);
+	ST_RUN(t_url_private);
 	ST_RUN(t_listen);
 	nng_fini();
 	return st_test_done();
