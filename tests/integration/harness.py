@@ -436,6 +436,10 @@ class Proc:
         (its teardown races, fixed upstream after 1.5.2).  LeakSanitizer
         exits 1 for it.  See nng_teardown_cycle for the exact rule."""
         self.signal(signal.SIGTERM)
+        return self.wait_stopped(timeout)
+
+    def wait_stopped(self, timeout=30):
+        """The exit status of a process told to stop (see stop)."""
         rc = self.wait_exit(timeout)
         if rc == 1 and nng_teardown_cycle(self._stderr_text()):
             log("FIGURE %s: LeakSanitizer found only a cycle of nng's own objects at exit "
