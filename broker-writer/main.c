@@ -125,29 +125,45 @@ lock_key_check(const st_opt *o, char *why, size_t cap)
 	return false;
 }
 
-static st_opt opts[] = {
-	{ .name = "pg-dsn", .kind = ST_OPT_STR, .help = "PostgreSQL connection string (libpq key=value or URI)",
+/* The options, by index: a misspelt name is a compile error. */
+enum {
+	W_PG_DSN,
+	W_INGEST,
+	W_PUBLISH,
+	W_CONTROL,
+	W_HTTP,
+	W_FLUSH_INTERVAL_MS,
+	W_LOCK_KEY,
+	W_RETENTION,
+	W_TLS_CERT,
+	W_TLS_KEY,
+	W_TLS_CA,
+	W_N
+};
+
+static st_opt opts[W_N] = {
+	[W_PG_DSN] = { .name = "pg-dsn", .kind = ST_OPT_STR, .help = "PostgreSQL connection string (libpq key=value or URI)",
 	  .required = true, .check = st_preflight_dsn, .secret = true },
-	{ .name = "ingest", .kind = ST_OPT_STR, .def = "tcp://0.0.0.0:7450", .help = "nng rep0 URL to listen on for producers",
+	[W_INGEST] = { .name = "ingest", .kind = ST_OPT_STR, .def = "tcp://0.0.0.0:7450", .help = "nng rep0 URL to listen on for producers",
 	  .required = true, .check = st_preflight_listen_url },
-	{ .name = "publish", .kind = ST_OPT_STR, .def = "tcp://0.0.0.0:7451", .help = "nng pub0 URL to listen on for edges",
+	[W_PUBLISH] = { .name = "publish", .kind = ST_OPT_STR, .def = "tcp://0.0.0.0:7451", .help = "nng pub0 URL to listen on for edges",
 	  .required = true, .check = st_preflight_listen_url },
-	{ .name = "control", .kind = ST_OPT_STR, .def = "", .help = "nng rep0 URL of the ops socket (stats, drain); empty = none",
+	[W_CONTROL] = { .name = "control", .kind = ST_OPT_STR, .def = "", .help = "nng rep0 URL of the ops socket (stats, drain); empty = none",
 	  .check = st_preflight_listen_url },
-	{ .name = "http", .kind = ST_OPT_STR, .def = "0.0.0.0:9450", .help = "ADDR:PORT for /metrics, /healthz, /readyz; empty = none",
+	[W_HTTP] = { .name = "http", .kind = ST_OPT_STR, .def = "0.0.0.0:9450", .help = "ADDR:PORT for /metrics, /healthz, /readyz; empty = none",
 	  .check = st_preflight_http_addr },
-	{ .name = "flush-interval-ms", .kind = ST_OPT_INT, .def = "1000", .help = "milliseconds between flushes",
+	[W_FLUSH_INTERVAL_MS] = { .name = "flush-interval-ms", .kind = ST_OPT_INT, .def = "1000", .help = "milliseconds between flushes",
 	  .min = 10, .max = 60000 },
-	{ .name = "lock-key", .kind = ST_OPT_INT, .def = DEFAULT_LOCK_KEY,
+	[W_LOCK_KEY] = { .name = "lock-key", .kind = ST_OPT_INT, .def = DEFAULT_LOCK_KEY,
 	  .help = "advisory lock key of the flush (retention uses key + 1); same on every replica",
 	  .min = 1, .max = INT64_MAX - 1, .allowed = "1..9223372036854775806 and not 7450000000/7450000001",
 	  .check = lock_key_check },
-	{ .name = "retention", .kind = ST_OPT_DURATION, .def = "7d", .help = "delete events older than this; 0 keeps all",
+	[W_RETENTION] = { .name = "retention", .kind = ST_OPT_DURATION, .def = "7d", .help = "delete events older than this; 0 keeps all",
 	  .min = 0, .max = RETENTION_MAX_MS, .allowed = "0 (keep everything) or a duration up to 36500d (250ms, 30s, 15m, 12h, 7d)" },
 	/* Mutual TLS on tls+tcp:// links (docs/security.md). */
-	{ .name = "tls-cert", .kind = ST_OPT_STR, .def = "", .help = "PEM certificate of this process for tls+tcp:// links" },
-	{ .name = "tls-key", .kind = ST_OPT_STR, .def = "", .help = "PEM private key of --tls-cert", .secret = true },
-	{ .name = "tls-ca", .kind = ST_OPT_STR, .def = "", .help = "PEM CA that signs every peer on tls+tcp:// links" },
+	[W_TLS_CERT] = { .name = "tls-cert", .kind = ST_OPT_STR, .def = "", .help = "PEM certificate of this process for tls+tcp:// links" },
+	[W_TLS_KEY] = { .name = "tls-key", .kind = ST_OPT_STR, .def = "", .help = "PEM private key of --tls-cert", .secret = true },
+	[W_TLS_CA] = { .name = "tls-ca", .kind = ST_OPT_STR, .def = "", .help = "PEM CA that signs every peer on tls+tcp:// links" },
 };
 
 typedef struct writer {
@@ -854,10 +870,10 @@ metrics_init(writer *w)
 static int
 run(writer *w)
 {
-	const char *dsn = st_config_get(opts, ST_ARRAY_LEN(opts), "pg-dsn")->sval;
-	const char *ctl_url = st_config_get(opts, ST_ARRAY_LEN(opts), "control")->sval;
-	const char *http_addr = st_config_get(opts, ST_ARRAY_LEN(opts), "http")->sval;
-	int64_t retention_ms = st_config_get(opts, ST_ARRAY_LEN(opts), "retention")->ival;
+	const char *dsn = opts[W_PG_DSN].sval;
+	const char *ctl_url = opts[W_CONTROL].sval;
+	const char *http_addr = opts[W_HTTP].sval;
+	int64_t retention_ms = opts[W_RETENTION].ival;
 	const char *env = getenv("STUDIO_TEST_CRASH_AFTER_COMMIT");
 	struct timeval iv;
 	st_err rv;
@@ -906,10 +922,10 @@ run(writer *w)
 		st_error("cannot create the database connections");
 		return 1;
 	}
-	if ((rv = publish_new(st_config_get(opts, ST_ARRAY_LEN(opts), "publish")->sval, w->instance, &w->pub)) !=
+	if ((rv = publish_new(opts[W_PUBLISH].sval, w->instance, &w->pub)) !=
 	    ST_OK)
 		st_config_fail(PROG, "--publish: cannot listen (%s)", st_err_str(rv));
-	if ((rv = ingest_new(w->base, st_config_get(opts, ST_ARRAY_LEN(opts), "ingest")->sval, INGEST_CONTEXTS,
+	if ((rv = ingest_new(w->base, opts[W_INGEST].sval, INGEST_CONTEXTS,
 	                     w->rej_invalid, on_request, w, &w->in)) != ST_OK)
 		st_config_fail(PROG, "--ingest: cannot listen (%s)", st_err_str(rv));
 	ingest_set_counters(w->in, w->rej_busy, w->rej_unavail);
@@ -976,31 +992,31 @@ main(int argc, char **argv)
 
 	memset(&w, 0, sizeof(w));
 	st_log_init(PROG);
-	st_config_parse(opts, ST_ARRAY_LEN(opts), argc, argv, PROG,
+	st_config_parse_or_exit(opts, W_N, argc, argv, PROG,
 	                "broker-writer [migrate] --pg-dsn DSN [--ingest URL] [--publish URL] [--control URL] "
 	                "[--http ADDR:PORT] [--flush-interval-ms 1000] [--lock-key N] [--retention DURATION]",
 	                &first);
 	if (first < argc && strcmp(argv[first], "migrate") == 0) {
 		if (first + 1 < argc)
 			st_config_fail(PROG, "unexpected argument after migrate: %s", argv[first + 1]);
-		return migrate(st_config_get(opts, ST_ARRAY_LEN(opts), "pg-dsn")->sval, false);
+		return migrate(opts[W_PG_DSN].sval, false);
 	}
 	if (first < argc)
 		st_config_fail(PROG, "unknown command: %s (the only command is migrate)", argv[first]);
-	st_preflight_tls(PROG, opts, ST_ARRAY_LEN(opts));
+	st_preflight_tls(PROG, opts, W_N, &opts[W_TLS_CERT], &opts[W_TLS_KEY], &opts[W_TLS_CA]);
 	{
 		/* Before the database: an address that cannot listen is bad configuration, not an outage. */
 		const st_preflight_addr addrs[] = {
-			{ "ingest", st_config_get(opts, ST_ARRAY_LEN(opts), "ingest")->sval, ST_PREFLIGHT_NNG },
-			{ "publish", st_config_get(opts, ST_ARRAY_LEN(opts), "publish")->sval, ST_PREFLIGHT_NNG },
-			{ "control", st_config_get(opts, ST_ARRAY_LEN(opts), "control")->sval, ST_PREFLIGHT_NNG },
-			{ "http", st_config_get(opts, ST_ARRAY_LEN(opts), "http")->sval, ST_PREFLIGHT_HTTP },
+			{ "ingest", opts[W_INGEST].sval, ST_PREFLIGHT_NNG },
+			{ "publish", opts[W_PUBLISH].sval, ST_PREFLIGHT_NNG },
+			{ "control", opts[W_CONTROL].sval, ST_PREFLIGHT_NNG },
+			{ "http", opts[W_HTTP].sval, ST_PREFLIGHT_HTTP },
 		};
 		st_preflight_listen(PROG, addrs, ST_ARRAY_LEN(addrs));
 	}
 	w.clock = st_clock_system();
-	w.interval_ms = (int)st_config_get(opts, ST_ARRAY_LEN(opts), "flush-interval-ms")->ival;
-	snprintf(w.lock_key, sizeof(w.lock_key), "%" PRId64, st_config_get(opts, ST_ARRAY_LEN(opts), "lock-key")->ival);
+	w.interval_ms = (int)opts[W_FLUSH_INTERVAL_MS].ival;
+	snprintf(w.lock_key, sizeof(w.lock_key), "%" PRId64, opts[W_LOCK_KEY].ival);
 	st_buf_init(&w.p_topics);
 	st_buf_init(&w.p_abouts);
 	st_buf_init(&w.p_datas);

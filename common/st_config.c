@@ -2,26 +2,34 @@
  * st_config: flags, STUDIO_<FLAG> variables, defaults, in that order.
  *
  * DESIGN
- * Parsing is three passes over one table.  Pass one walks argv once: it
- * answers --help at once (before any validation, so "--help" always works
- * even with a broken environment), records the value of each flag (the last
- * one wins; LIST flags are joined with commas so that "--writers a --writers
- * b,c" equals "--writers a,b,c"), and moves positionals behind the flags the
- * way GNU getopt permutes, so that argv[first_positional..argc) are exactly
- * the positionals in their order.  Pass two fills what no flag gave from the
+ * Parsing is three passes over one table.  Pass one is getopt_long over a
+ * struct option array built from the table: --help is answered before it
+ * (so "--help" always works, even with a broken environment); each flag's
+ * value is recorded (the last one wins; LIST flags are joined with commas so
+ * that "--writers a --writers b,c" equals "--writers a,b,c"); GNU getopt
+ * permutes argv so that argv[first_positional..argc) are exactly the
+ * positionals in their order (POSIXLY_CORRECT in the environment would stop
+ * at the first positional: flags must then come first).  getopt_long also
+ * takes a unique prefix of a name ("--ret" for "--retention"); that is
+ * refused here, because a prefix that is unique today becomes ambiguous when
+ * an option is added.  Pass two fills what no flag gave from the
  * environment, then from the default.  Pass three converts and checks every
- * value; the first problem ends the process with one line on stderr and
- * status 2, naming where the bad value came from (the flag or the variable).
+ * value.  The first problem ends the parse with ST_EINVAL and one line in
+ * the caller's buffer naming where the bad value came from (the flag or the
+ * variable); nothing here exits except st_config_parse_or_exit and
+ * st_config_fail, which only a program's main calls.
  *
  * The strings this module creates (joined lists) are kept on a static list
  * so they stay reachable until exit, as st_opt.sval promises.  This module
- * runs on the main thread at start only; nothing here is thread-safe.
+ * runs on the main thread at start only; nothing here is thread-safe
+ * (getopt_long's state is global).
  */
 #include "st_config.h"
 #include "st_util.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,38 +234,28 @@ allowed_text(const st_opt *o, char *buf, size_t cap)
 	}
 }
 
-static void
-print_help(const st_opt *opts, size_t n, const char *prog, const char *usage)
+void
+st_config_help(const st_opt *opts, size_t n, const char *prog, const char *usage, FILE *out)
 {
 	char env[128], allowed[256];
 
-	printf("usage: %s\n\noptions (each also as the environment variable shown; a flag wins):\n", usage ? usage : prog);
+	fprintf(out, "usage: %s\n\noptions (each also as the environment variable shown; a flag wins):\n", usage ? usage : prog);
 	for (size_t i = 0; i < n; i++) {
 		env_name(env, sizeof(env), opts[i].name);
-		printf("  --%s%s\n      %s", opts[i].name, kind_meta(opts[i].kind), opts[i].help ? opts[i].help : "");
+		fprintf(out, "  --%s%s\n      %s", opts[i].name, kind_meta(opts[i].kind), opts[i].help ? opts[i].help : "");
 		if (opts[i].def)
-			printf(" (default: %s)", opts[i].def[0] ? opts[i].def : "\"\"");
+			fprintf(out, " (default: %s)", opts[i].def[0] ? opts[i].def : "\"\"");
 		else if (opts[i].required)
-			printf(" (required)");
+			fprintf(out, " (required)");
 		allowed_text(&opts[i], allowed, sizeof(allowed));
 		if (allowed[0] && opts[i].kind != ST_OPT_BOOL)
-			printf(" (allowed: %s)", allowed);
+			fprintf(out, " (allowed: %s)", allowed);
 		if (opts[i].kind == ST_OPT_LIST)
-			printf(" (repeatable)");
-		printf(" [%s]\n", env);
+			fprintf(out, " (repeatable)");
+		fprintf(out, " [%s]\n", env);
 	}
-	printf("  --help\n      print this text and exit\n");
-	fflush(stdout);
-	exit(0);
-}
-
-static st_opt *
-find(st_opt *opts, size_t n, const char *name, size_t len)
-{
-	for (size_t i = 0; i < n; i++)
-		if (strlen(opts[i].name) == len && memcmp(opts[i].name, name, len) == 0)
-			return &opts[i];
-	return NULL;
+	fprintf(out, "  --help\n      print this text and exit\n");
+	fflush(out);
 }
 
 /*
@@ -295,27 +293,29 @@ value_text(const char *v, char *buf, size_t cap)
 	buf[o] = '\0';
 }
 
-/* Exits 2: "PROG: SRC VALUE: WHY" (the value left out for a secret option). */
-static void
-refuse(const st_opt *o, const char *prog, const char *src, const char *why)
+/* Writes "SRC VALUE: WHY" into line (the value left out for a secret option). */
+static st_err
+refuse(const st_opt *o, const char *src, const char *why, char *line, size_t cap)
 {
 	char val[512];
 
 	if (o->secret || o->sval == NULL) {
-		st_config_fail(prog, "%s: %s", src, why);
+		snprintf(line, cap, "%s: %s", src, why);
+		return ST_EINVAL;
 	}
 	value_text(o->sval, val, sizeof(val));
-	st_config_fail(prog, "%s %s: %s", src, val, why);
+	snprintf(line, cap, "%s %s: %s", src, val, why);
+	return ST_EINVAL;
 }
 
 /* Checks and converts one value; src names where it came from, for the error line. */
-static void
-convert(st_opt *o, const char *prog, const char *src)
+static st_err
+convert(st_opt *o, const char *src, char *line, size_t cap)
 {
 	char allowed[256], why[512];
 
 	if (o->sval == NULL)
-		return;
+		return ST_OK;
 	allowed_text(o, allowed, sizeof(allowed));
 	snprintf(why, sizeof(why), "must be %s", allowed);
 	switch (o->kind) {
@@ -324,40 +324,122 @@ convert(st_opt *o, const char *prog, const char *src)
 		break;
 	case ST_OPT_BOOL:
 		if (parse_bool(o->sval, &o->ival) != ST_OK)
-			refuse(o, prog, src, why);
+			return refuse(o, src, why, line, cap);
 		break;
 	case ST_OPT_INT:
 		if (parse_int(o->sval, &o->ival) != ST_OK || (ranged(o) && (o->ival < o->min || o->ival > o->max)))
-			refuse(o, prog, src, why);
+			return refuse(o, src, why, line, cap);
 		break;
 	case ST_OPT_DURATION:
 		if (st_config_parse_duration(o->sval, &o->ival) != ST_OK ||
 		    (ranged(o) && (o->ival < o->min || o->ival > o->max)))
-			refuse(o, prog, src, why);
+			return refuse(o, src, why, line, cap);
 		break;
 	}
 	if (o->check != NULL && o->sval[0] != '\0') {
 		why[0] = '\0';
 		if (!o->check(o, why, sizeof(why)))
-			refuse(o, prog, src, why[0] ? why : "not allowed");
+			return refuse(o, src, why[0] ? why : "not allowed", line, cap);
 	}
+	return ST_OK;
 }
 
-void
-st_config_parse(st_opt *opts, size_t n, int argc, char **argv, const char *prog, const char *usage,
-                int *first_positional)
-{
-	/* src[i]: 1 = flag, 2 = environment, 3 = default, for error lines.
-	 * Both arrays hang off statics so that an exit(2) in the middle leaves
-	 * them reachable (LeakSanitizer would otherwise change the status). */
-	static unsigned char *src;
-	static char **pos;
-	int npos = 0, nflag = 1;
-	bool only_pos = false;
-	char env[128], what[160];
+/* getopt_long's val for option i: above every character a short option could be. */
+#define OPT_VAL_BASE 256
 
-	src = st_xcalloc(n ? n : 1, 1);
-	pos = st_xcalloc((size_t)(argc > 0 ? argc : 1), sizeof(char *));
+/* The name as written in tok ("--name" or "--name=value"), compared with the option's. */
+static bool
+name_exact(const char *tok, const char *name)
+{
+	size_t len;
+
+	if (strncmp(tok, "--", 2) != 0)
+		return false;
+	tok += 2;
+	len = strcspn(tok, "=");
+	return strlen(name) == len && memcmp(tok, name, len) == 0;
+}
+
+/*
+ * Pass one: argv through getopt_long.  Records each flag's value in its
+ * option (src[i] = 1); leaves argv permuted with the positionals from
+ * *first_positional on.
+ */
+static st_err
+parse_flags(st_opt *opts, size_t n, int argc, char **argv, unsigned char *src, int *first_positional, char *line,
+            size_t cap)
+{
+	struct option *lo = st_xcalloc(n + 1, sizeof(*lo)); /* n entries and the zero terminator */
+	st_err rv = ST_OK;
+	int c, li = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		lo[i].name = opts[i].name;
+		/* A BOOL flag alone means true; "--flag=false" is the way to say false, so that
+		 * "--flag word" keeps "word" a positional. */
+		lo[i].has_arg = opts[i].kind == ST_OPT_BOOL ? optional_argument : required_argument;
+		lo[i].val = OPT_VAL_BASE + (int)i;
+	}
+	optind = 0; /* glibc: 0 re-initialises the scanner (a parse may run more than once) */
+	opterr = 0; /* our own lines, not getopt's */
+	/* ":": a missing value is ':' rather than '?', so it gets its own line. */
+	while ((c = getopt_long(argc, argv, ":", lo, &li)) != -1) {
+		const char *tok, *val;
+		st_opt *o;
+
+		if (c == '?') {
+			if (optopt != 0)
+				snprintf(line, cap, "unknown option \"-%c\" (see --help)", optopt);
+			else
+				snprintf(line, cap, "unknown option \"%.*s\" (see --help)",
+				         (int)strcspn(argv[optind - 1], "="), argv[optind - 1]);
+			rv = ST_EINVAL;
+			goto out;
+		}
+		if (c == ':') {
+			ST_ASSERT(optopt >= OPT_VAL_BASE && optopt < OPT_VAL_BASE + (int)n);
+			snprintf(line, cap, "--%s needs a value", opts[optopt - OPT_VAL_BASE].name);
+			rv = ST_EINVAL;
+			goto out;
+		}
+		ST_ASSERT(c >= OPT_VAL_BASE && c < OPT_VAL_BASE + (int)n);
+		o = &opts[c - OPT_VAL_BASE];
+		/* The flag's own word: before its value when the value was a separate word. */
+		tok = optarg != NULL && optind >= 2 && optarg == argv[optind - 1] ? argv[optind - 2] : argv[optind - 1];
+		if (!name_exact(tok, o->name)) {
+			snprintf(line, cap, "unknown option \"%.*s\" (see --help; did you mean --%s?)",
+			         (int)strcspn(tok, "="), tok, o->name);
+			rv = ST_EINVAL;
+			goto out;
+		}
+		val = optarg != NULL ? optarg : "true";
+		if (o->kind == ST_OPT_LIST && o->set && o->sval[0] != '\0' && val[0] != '\0')
+			o->sval = keep(o->sval, strlen(o->sval), val, strlen(val));
+		else if (o->kind == ST_OPT_LIST && o->set && val[0] == '\0')
+			; /* "--topic=" adds nothing */
+		else
+			o->sval = val;
+		o->set = true;
+		src[o - opts] = 1;
+	}
+	*first_positional = optind;
+out:
+	free(lo);
+	return rv;
+}
+
+st_err
+st_config_parse(st_opt *opts, size_t n, int argc, char **argv, int *first_positional, bool *help, char *line,
+                size_t cap)
+{
+	/* src[i]: 1 = flag, 2 = environment, 3 = default, for error lines. */
+	unsigned char *src = NULL;
+	char env[128], what[160];
+	int first = argc;
+	st_err rv = ST_OK;
+
+	*help = false;
+	line[0] = '\0';
 	for (size_t i = 0; i < n; i++) {
 		opts[i].sval = NULL;
 		opts[i].ival = 0;
@@ -368,61 +450,15 @@ st_config_parse(st_opt *opts, size_t n, int argc, char **argv, const char *prog,
 		if (strcmp(argv[i], "--") == 0)
 			break;
 		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-			ST_FREE(&src);
-			ST_FREE(&pos);
-			print_help(opts, n, prog, usage);
+			*help = true;
+			return ST_OK;
 		}
 	}
-
-	for (int i = 1; i < argc; i++) {
-		char *a = argv[i];
-		const char *name, *eq, *val = NULL;
-		size_t nlen;
-		st_opt *o;
-
-		if (only_pos || a[0] != '-' || strcmp(a, "-") == 0) {
-			pos[npos++] = a;
-			continue;
-		}
-		if (strcmp(a, "--") == 0) {
-			only_pos = true;
-			continue;
-		}
-		if (a[1] != '-')
-			st_config_fail(prog, "unknown option \"%s\" (see --help)", a);
-		name = a + 2;
-		eq = strchr(name, '=');
-		nlen = eq ? (size_t)(eq - name) : strlen(name);
-		if ((o = find(opts, n, name, nlen)) == NULL)
-			st_config_fail(prog, "unknown option \"--%.*s\" (see --help)", (int)nlen, name);
-		argv[nflag++] = a;
-		if (eq) {
-			val = eq + 1;
-		} else if (o->kind == ST_OPT_BOOL) {
-			val = "true";
-		} else {
-			if (i + 1 >= argc)
-				st_config_fail(prog, "--%s needs a value", o->name);
-			val = argv[++i];
-			argv[nflag++] = (char *)val;
-		}
-		if (o->kind == ST_OPT_LIST && o->set && o->sval[0] != '\0' && val[0] != '\0')
-			o->sval = keep(o->sval, strlen(o->sval), val, strlen(val));
-		else if (o->kind == ST_OPT_LIST && o->set && val[0] == '\0')
-			; /* "--topic=" adds nothing */
-		else
-			o->sval = val;
-		o->set = true;
-		src[o - opts] = 1;
-	}
-	/* The "--" itself goes between the flags and the positionals, so that
-	 * argv[first_positional..argc) are the positionals and nothing else. */
-	if (only_pos)
-		argv[nflag++] = "--";
-	for (int i = 0; i < npos; i++)
-		argv[nflag + i] = pos[i];
+	src = st_xcalloc(n ? n : 1, 1);
+	if ((rv = parse_flags(opts, n, argc, argv, src, &first, line, cap)) != ST_OK)
+		goto out;
 	if (first_positional)
-		*first_positional = nflag;
+		*first_positional = first;
 
 	for (size_t i = 0; i < n; i++) {
 		st_opt *o = &opts[i];
@@ -452,22 +488,33 @@ st_config_parse(st_opt *opts, size_t n, int argc, char **argv, const char *prog,
 			snprintf(what, sizeof(what), "%s", env);
 		else
 			snprintf(what, sizeof(what), "default of --%s", o->name);
-		if (o->required && (o->sval == NULL || o->sval[0] == '\0'))
-			st_config_fail(prog, "--%s (or %s) is required%s%s", o->name, env, o->help ? ": " : "",
-			               o->help ? o->help : "");
-		convert(o, prog, what);
+		if (o->required && (o->sval == NULL || o->sval[0] == '\0')) {
+			snprintf(line, cap, "--%s (or %s) is required%s%s", o->name, env, o->help ? ": " : "",
+			         o->help ? o->help : "");
+			rv = ST_EINVAL;
+			goto out;
+		}
+		if ((rv = convert(o, what, line, cap)) != ST_OK)
+			goto out;
 	}
-	ST_FREE(&src);
-	ST_FREE(&pos);
+out:
+	free(src);
+	return rv;
 }
 
-st_opt *
-st_config_get(st_opt *opts, size_t n, const char *name)
+void
+st_config_parse_or_exit(st_opt *opts, size_t n, int argc, char **argv, const char *prog, const char *usage,
+                        int *first_positional)
 {
-	st_opt *o = find(opts, n, name, strlen(name));
+	char line[1024];
+	bool help;
 
-	ST_ASSERT(o != NULL);
-	return o;
+	if (st_config_parse(opts, n, argc, argv, first_positional, &help, line, sizeof(line)) != ST_OK)
+		st_config_fail(prog, "%s", line);
+	if (help) {
+		st_config_help(opts, n, prog, usage, stdout);
+		exit(0);
+	}
 }
 
 size_t

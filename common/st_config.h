@@ -4,11 +4,11 @@
  * A program declares a table of st_opt and calls st_config_parse once.
  * Precedence: --flag VALUE or --flag=VALUE, then the variable STUDIO_FLAG
  * (upper case, '-' as '_'), then the default.  --help prints every option
- * with its default, what is allowed and its help text, and exits 0.  Bad
- * configuration (unknown flag, missing value, a number out of [min, max], a
- * bad duration, a required option left empty, a value its check refuses)
- * prints ONE line to stderr and exits 2, at once: every check here is
- * local, nothing touches the network.  The line names where the value came
+ * with its default, what is allowed and its help text.  Bad configuration
+ * (unknown flag, missing value, a number out of [min, max], a bad duration,
+ * a required option left empty, a value its check refuses) is ONE line, and
+ * a program exits 2 with it at once (st_config_parse_or_exit): every check
+ * here is local, nothing touches the network.  The line names where the value came
  * from, the value and what is allowed:
  *     PROG: --lock-key 0: must be 1..9223372036854775806 and not ...
  *     PROG: STUDIO_RETENTION 7 days: must be a duration ...
@@ -23,6 +23,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include "st_err.h"
 
 enum st_opt_kind {
 	ST_OPT_STR,      /* any string */
@@ -63,16 +66,27 @@ struct st_opt {
 };
 
 /*
- * Parses argv against opts[0..n).  usage is the one-line synopsis printed by
- * --help ("broker-writer [migrate] --pg-dsn DSN [options]").  On --help or
- * bad configuration this exits the process; otherwise it returns.
+ * Parses argv against opts[0..n) (a program's table: an array indexed by its
+ * own enum, so that a misspelt option is a compile error, not a lookup that
+ * fails at run time).  Returns ST_OK with the values filled, or ST_EINVAL
+ * with one line in line[0..cap) (without the program's name) on bad
+ * configuration.  --help or -h anywhere before "--": *help = true, ST_OK,
+ * nothing else checked.  Never exits.  argv is permuted (GNU getopt) so that
+ * argv[*first_positional..argc) are the positionals.
  * Thread: main thread, at start.
  */
-void st_config_parse(st_opt *opts, size_t n, int argc, char **argv, const char *prog,
-                     const char *usage, int *first_positional);
+st_err st_config_parse(st_opt *opts, size_t n, int argc, char **argv, int *first_positional, bool *help, char *line,
+                       size_t cap);
 
-/* Finds an option by name; asserts that it exists (a typo is a bug). */
-st_opt *st_config_get(st_opt *opts, size_t n, const char *name);
+/* The --help text: usage is the one-line synopsis ("broker-writer [migrate] --pg-dsn DSN [options]"). */
+void st_config_help(const st_opt *opts, size_t n, const char *prog, const char *usage, FILE *out);
+
+/*
+ * For a program's main: st_config_parse, then --help printed to stdout and
+ * exit 0, or "PROG: LINE" on stderr and exit 2.
+ */
+void st_config_parse_or_exit(st_opt *opts, size_t n, int argc, char **argv, const char *prog, const char *usage,
+                             int *first_positional);
 
 /* Exits 2 with "PROG: MESSAGE" (for checks that span options). */
 void st_config_fail(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
@@ -85,7 +99,6 @@ void st_config_fail(const char *prog, const char *fmt, ...) __attribute__((forma
 size_t st_config_split(const char *list, char ***out, size_t max);
 
 /* Parses a duration as above into ms.  ST_EINVAL on bad syntax. */
-#include "st_err.h"
 st_err st_config_parse_duration(const char *s, int64_t *ms);
 
 #endif

@@ -140,7 +140,13 @@ t_parse_ok(void)
 			setenv("STUDIO_WRITERS", cases[i].env_writers, 1);
 		opts_init(o);
 		argc = mkargv(buf, sizeof(buf), cases[i].line, argv);
-		st_config_parse(o, O_N, argc, argv, "p", "p [options]", &first);
+		{
+			char line[512];
+			bool help = true;
+
+			ST_CHECK(st_config_parse(o, O_N, argc, argv, &first, &help, line, sizeof(line)) == ST_OK);
+			ST_CHECK(!help);
+		}
 		for (int k = first; k < argc; k++) {
 			if (k > first)
 				strcat(joined, " ");
@@ -157,7 +163,6 @@ t_parse_ok(void)
 		else
 			ST_CHECK(o[O_WRITERS].sval == NULL && !o[O_WRITERS].set);
 		ST_CHECK_STR(joined, cases[i].positionals);
-		ST_CHECK(st_config_get(o, O_N, "retention") == &o[O_RET]);
 	}
 	env_clear();
 }
@@ -187,7 +192,7 @@ run_child(const char *line, const char *env_ival, bool capture_stdout, char *out
 			setenv("STUDIO_FLUSH_INTERVAL_MS", env_ival, 1);
 		opts_init(o);
 		argc = mkargv(buf, sizeof(buf), line, argv);
-		st_config_parse(o, O_N, argc, argv, "prog", "prog --pg-dsn DSN [options]", NULL);
+		st_config_parse_or_exit(o, O_N, argc, argv, "prog", "prog --pg-dsn DSN [options]", NULL);
 		_exit(77); /* parse returned: not an exit path */
 	}
 	close(fds[1]);
@@ -238,6 +243,52 @@ t_exit2(void)
 		ST_CHECK(strstr(out, cases[i].needle) != NULL);
 		ST_CHECK(nl != NULL && nl[1] == '\0'); /* exactly one line */
 		ST_CHECK(strstr(out, "s3cret") == NULL);
+	}
+}
+
+/*
+ * The parse itself never exits: it returns ST_EINVAL and the line.  A
+ * unique prefix of a name, which getopt_long would take, is refused.
+ */
+static void
+t_refused_in_process(void)
+{
+	static const struct {
+		const char *line, *want;
+	} cases[] = {
+		{ "p --pg-dsn a --ret 1d", "unknown option \"--ret\" (see --help; did you mean --retention?)" },
+		{ "p --pg-d=a", "unknown option \"--pg-d\" (see --help; did you mean --pg-dsn?)" },
+		{ "p --pg-dsn a --nope=3", "unknown option \"--nope\" (see --help)" },
+		{ "p --pg-dsn a --retention", "--retention needs a value" },
+		{ "p --pg-dsn a --verbose=maybe", "--verbose maybe: must be true, false, 1 or 0" },
+	};
+
+	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
+		st_opt o[O_N];
+		char buf[256], *argv[MAXARGS], line[512];
+		int argc, first = -1;
+		bool help = true;
+		st_err rv;
+
+		env_clear();
+		opts_init(o);
+		argc = mkargv(buf, sizeof(buf), cases[i].line, argv);
+		rv = st_config_parse(o, O_N, argc, argv, &first, &help, line, sizeof(line));
+		fprintf(stderr, "  case %zu: %s -> %s \"%s\"\n", i, cases[i].line, st_err_str(rv), line);
+		ST_CHECK(rv == ST_EINVAL);
+		ST_CHECK(!help);
+		ST_CHECK_STR(line, cases[i].want);
+	}
+	{
+		st_opt o[O_N];
+		char buf[256], *argv[MAXARGS], line[512];
+		int argc;
+		bool help = false;
+
+		opts_init(o);
+		argc = mkargv(buf, sizeof(buf), "p --flush-interval-ms bad -h", argv);
+		ST_CHECK(st_config_parse(o, O_N, argc, argv, NULL, &help, line, sizeof(line)) == ST_OK);
+		ST_CHECK(help); /* --help wins before anything is checked */
 	}
 }
 
@@ -295,6 +346,7 @@ main(void)
 	ST_RUN(t_duration);
 	ST_RUN(t_parse_ok);
 	ST_RUN(t_exit2);
+	ST_RUN(t_refused_in_process);
 	ST_RUN(t_help);
 	ST_RUN(t_split);
 	return st_test_done();

@@ -368,12 +368,11 @@ tls_urls_check(const char *prog, const st_opt *o)
 }
 
 void
-st_preflight_tls(const char *prog, st_opt *opts, size_t n)
+st_preflight_tls(const char *prog, st_opt *opts, size_t n, const st_opt *cert, const st_opt *key, const st_opt *ca)
 {
 	char why[400] = "";
 
-	if (st_tls_load(st_config_get(opts, n, "tls-cert")->sval, st_config_get(opts, n, "tls-key")->sval,
-	                st_config_get(opts, n, "tls-ca")->sval, why, sizeof(why)) != ST_OK)
+	if (st_tls_load(cert->sval, key->sval, ca->sval, why, sizeof(why)) != ST_OK)
 		st_config_fail(prog, "%s", why);
 	for (size_t i = 0; i < n; i++)
 		tls_urls_check(prog, &opts[i]);

@@ -68,14 +68,15 @@ void st_preflight_listen(const char *prog, const st_preflight_addr *a, size_t n)
 bool st_preflight_listen_try(const st_preflight_addr *a, size_t n, char *line, size_t cap);
 
 /*
- * --tls-cert, --tls-key, --tls-ca (options of those names must exist):
+ * The program's --tls-cert, --tls-key and --tls-ca (cert, key, ca, parsed):
  * loads them (st_tls_load) and checks every URL option of the program (an
  * option whose check is st_preflight_listen_url or st_preflight_dial_urls)
  * against them: a tls+tcp URL without the files, a file that cannot be read
  * or a key that does not match exits 2 with one line.  Before
  * st_preflight_listen, which binds tls+tcp URLs with the loaded identity.
  */
-void st_preflight_tls(const char *prog, st_opt *opts, size_t n);
+void st_preflight_tls(const char *prog, st_opt *opts, size_t n, const st_opt *cert, const st_opt *key,
+                      const st_opt *ca);
 /*
  * True when a listen URL is reachable from this host only (ipc, inproc,
  * abstract; tcp on 127.0.0.0/8, ::1 or localhost) or is tls+tcp (peers

@@ -787,51 +787,78 @@ listen_with_port(const char *listen, int port, char *out, size_t cap)
 
 /* ---- main ------------------------------------------------------------- */
 
-static st_opt opts[] = {
-	{ .name = "pg-dsn", .kind = ST_OPT_STR, .help = "PostgreSQL connection string (libpq key=value or URI)",
+/* The options, by index: a misspelt name is a compile error. */
+enum {
+	E_PG_DSN,
+	E_WRITERS,
+	E_LISTEN,
+	E_CONTROL,
+	E_REPLAY_CAP,
+	E_HEARTBEAT_S,
+	E_DRAIN_GRACE_S,
+	E_THREADS,
+	E_MAX_STREAMS,
+	E_CORS_ORIGINS,
+	E_FLUSH_INTERVAL_MS,
+	E_AUTH_KEYS,
+	E_AUTH_LEEWAY_S,
+	E_AUTH_AUDIENCE,
+	E_AUTH_ISSUER,
+	E_AUTH_TOPICS_CLAIM,
+	E_AUTH_COOKIE,
+	E_AUTH_QUERY_TOKEN,
+	E_MAX_STREAMS_PER_IP,
+	E_TRUSTED_PROXIES,
+	E_TLS_CERT,
+	E_TLS_KEY,
+	E_TLS_CA,
+	E_N
+};
+
+static st_opt opts[E_N] = {
+	[E_PG_DSN] = { .name = "pg-dsn", .kind = ST_OPT_STR, .help = "PostgreSQL connection string (libpq key=value or URI)",
 	  .required = true, .check = st_preflight_dsn, .secret = true },
-	{ .name = "writers", .kind = ST_OPT_LIST,
+	[E_WRITERS] = { .name = "writers", .kind = ST_OPT_LIST,
 	  .help = "nng sub0 dial URLs of the writers' publish sockets, comma separated (at most 64)", .required = true,
 	  .check = st_preflight_dial_urls },
-	{ .name = "listen", .kind = ST_OPT_STR, .def = "0.0.0.0:8080", .help = "HTTP listen address ADDR:PORT",
+	[E_LISTEN] = { .name = "listen", .kind = ST_OPT_STR, .def = "0.0.0.0:8080", .help = "HTTP listen address ADDR:PORT",
 	  .required = true, .check = st_preflight_http_addr },
-	{ .name = "control", .kind = ST_OPT_STR, .def = "", .help = "nng rep0 URL of the ops socket (empty: none)",
+	[E_CONTROL] = { .name = "control", .kind = ST_OPT_STR, .def = "", .help = "nng rep0 URL of the ops socket (empty: none)",
 	  .check = st_preflight_listen_url },
-	{ .name = "replay-cap", .kind = ST_OPT_INT, .def = "10000",
+	[E_REPLAY_CAP] = { .name = "replay-cap", .kind = ST_OPT_INT, .def = "10000",
 	  .help = "most events one resume replays before it answers resync", .min = 0, .max = 100000000 },
-	{ .name = "heartbeat-s", .kind = ST_OPT_INT, .def = "15", .help = "seconds between heartbeats", .min = 1,
+	[E_HEARTBEAT_S] = { .name = "heartbeat-s", .kind = ST_OPT_INT, .def = "15", .help = "seconds between heartbeats", .min = 1,
 	  .max = 3600 },
-	{ .name = "drain-grace-s", .kind = ST_OPT_INT, .def = "25",
+	[E_DRAIN_GRACE_S] = { .name = "drain-grace-s", .kind = ST_OPT_INT, .def = "25",
 	  .help = "seconds a drain spreads reconnects over before closing the rest", .min = 0, .max = 3600 },
-	{ .name = "threads", .kind = ST_OPT_INT, .def = "1",
+	[E_THREADS] = { .name = "threads", .kind = ST_OPT_INT, .def = "1",
 	  .help = "event loop threads serving HTTP streams (see docs/edge.md)", .min = 1, .max = EDGE_MAX_THREADS },
-	{ .name = "max-streams", .kind = ST_OPT_INT, .def = "100000", .help = "open streams before new ones get 429",
+	[E_MAX_STREAMS] = { .name = "max-streams", .kind = ST_OPT_INT, .def = "100000", .help = "open streams before new ones get 429",
 	  .min = 1, .max = 10000000 },
-	{ .name = "cors-origins", .kind = ST_OPT_STR, .def = "", .help = "origins allowed by CORS, comma separated, or *" },
-	{ .name = "flush-interval-ms", .kind = ST_OPT_INT, .def = "1000",
+	[E_CORS_ORIGINS] = { .name = "cors-origins", .kind = ST_OPT_STR, .def = "", .help = "origins allowed by CORS, comma separated, or *" },
+	[E_FLUSH_INTERVAL_MS] = { .name = "flush-interval-ms", .kind = ST_OPT_INT, .def = "1000",
 	  .help = "the writers' flush interval (readiness waits 3 of them)", .min = 10, .max = 600000 },
 	/* Access control (docs/security.md). */
-	{ .name = "auth-keys", .kind = ST_OPT_STR, .def = "",
+	[E_AUTH_KEYS] = { .name = "auth-keys", .kind = ST_OPT_STR, .def = "",
 	  .help = "JWKS file of token verification keys; empty: streams need no token" },
-	{ .name = "auth-leeway-s", .kind = ST_OPT_INT, .def = "30",
+	[E_AUTH_LEEWAY_S] = { .name = "auth-leeway-s", .kind = ST_OPT_INT, .def = "30",
 	  .help = "clock skew tolerated on a token's exp, nbf and iat", .min = 0, .max = 300 },
-	{ .name = "auth-audience", .kind = ST_OPT_STR, .def = "", .help = "required token aud (empty: not checked)" },
-	{ .name = "auth-issuer", .kind = ST_OPT_STR, .def = "", .help = "required token iss (empty: not checked)" },
-	{ .name = "auth-topics-claim", .kind = ST_OPT_STR, .def = "topics",
+	[E_AUTH_AUDIENCE] = { .name = "auth-audience", .kind = ST_OPT_STR, .def = "", .help = "required token aud (empty: not checked)" },
+	[E_AUTH_ISSUER] = { .name = "auth-issuer", .kind = ST_OPT_STR, .def = "", .help = "required token iss (empty: not checked)" },
+	[E_AUTH_TOPICS_CLAIM] = { .name = "auth-topics-claim", .kind = ST_OPT_STR, .def = "topics",
 	  .help = "the claim listing the topics a token may read" },
-	{ .name = "auth-cookie", .kind = ST_OPT_STR, .def = "studio_token", .help = "cookie carrying the token" },
-	{ .name = "auth-query-token", .kind = ST_OPT_BOOL, .def = "false",
+	[E_AUTH_COOKIE] = { .name = "auth-cookie", .kind = ST_OPT_STR, .def = "studio_token", .help = "cookie carrying the token" },
+	[E_AUTH_QUERY_TOKEN] = { .name = "auth-query-token", .kind = ST_OPT_BOOL, .def = "false",
 	  .help = "also accept the token as access_token= in the query (it may end up in proxy logs)" },
-	{ .name = "max-streams-per-ip", .kind = ST_OPT_INT, .def = "0",
+	[E_MAX_STREAMS_PER_IP] = { .name = "max-streams-per-ip", .kind = ST_OPT_INT, .def = "0",
 	  .help = "open streams per client address before 429 (0: no limit)", .min = 0, .max = 10000000 },
-	{ .name = "trusted-proxies", .kind = ST_OPT_STR, .def = "",
+	[E_TRUSTED_PROXIES] = { .name = "trusted-proxies", .kind = ST_OPT_STR, .def = "",
 	  .help = "CIDR ranges whose X-Forwarded-For names the client, comma separated" },
 	/* Mutual TLS on tls+tcp:// links (docs/security.md). */
-	{ .name = "tls-cert", .kind = ST_OPT_STR, .def = "", .help = "PEM certificate of this process for tls+tcp:// links" },
-	{ .name = "tls-key", .kind = ST_OPT_STR, .def = "", .help = "PEM private key of --tls-cert", .secret = true },
-	{ .name = "tls-ca", .kind = ST_OPT_STR, .def = "", .help = "PEM CA that signs every peer on tls+tcp:// links" },
+	[E_TLS_CERT] = { .name = "tls-cert", .kind = ST_OPT_STR, .def = "", .help = "PEM certificate of this process for tls+tcp:// links" },
+	[E_TLS_KEY] = { .name = "tls-key", .kind = ST_OPT_STR, .def = "", .help = "PEM private key of --tls-cert", .secret = true },
+	[E_TLS_CA] = { .name = "tls-ca", .kind = ST_OPT_STR, .def = "", .help = "PEM CA that signs every peer on tls+tcp:// links" },
 };
-#define OPT(name) st_config_get(opts, ST_ARRAY_LEN(opts), name)
 
 int
 main(int argc, char **argv)
@@ -847,42 +874,42 @@ main(int argc, char **argv)
 	const char *listen;
 
 	st_log_init("edge-gateway");
-	st_config_parse(opts, ST_ARRAY_LEN(opts), argc, argv, "edge-gateway",
+	st_config_parse_or_exit(opts, E_N, argc, argv, "edge-gateway",
 	                "edge-gateway --pg-dsn DSN --writers URL[,URL...] [options]", &first_pos);
 	if (first_pos != argc)
 		st_config_fail("edge-gateway", "unexpected argument '%s'", argv[first_pos]);
-	n_writers = st_config_split(OPT("writers")->sval, &writers, ST_PREFLIGHT_MAX_DIAL);
+	n_writers = st_config_split(opts[E_WRITERS].sval, &writers, ST_PREFLIGHT_MAX_DIAL);
 	if (n_writers == 0)
 		st_config_fail("edge-gateway", "--writers needs at least one URL");
-	st_preflight_tls("edge-gateway", opts, ST_ARRAY_LEN(opts));
+	st_preflight_tls("edge-gateway", opts, E_N, &opts[E_TLS_CERT], &opts[E_TLS_KEY], &opts[E_TLS_CA]);
 	{
 		/* Before the database and the writers: an address that cannot listen is bad configuration. */
 		const st_preflight_addr addrs[] = {
-			{ "listen", OPT("listen")->sval, OPT("threads")->ival > 1 ? ST_PREFLIGHT_HTTP_SHARED : ST_PREFLIGHT_HTTP },
-			{ "control", OPT("control")->sval, ST_PREFLIGHT_NNG },
+			{ "listen", opts[E_LISTEN].sval, opts[E_THREADS].ival > 1 ? ST_PREFLIGHT_HTTP_SHARED : ST_PREFLIGHT_HTTP },
+			{ "control", opts[E_CONTROL].sval, ST_PREFLIGHT_NNG },
 		};
 		st_preflight_listen("edge-gateway", addrs, ST_ARRAY_LEN(addrs));
 	}
 	/* Access control and the per-address bound: local checks, before the database and the writers. */
-	if (OPT("auth-keys")->sval[0] != '\0') {
-		auth_config acfg = { .policy = { .leeway_s = (uint32_t)OPT("auth-leeway-s")->ival,
-		                                 .audience = OPT("auth-audience")->sval,
-		                                 .issuer = OPT("auth-issuer")->sval,
-		                                 .topics_claim = OPT("auth-topics-claim")->sval },
-		                     .cookie = OPT("auth-cookie")->sval,
-		                     .query_token = OPT("auth-query-token")->ival != 0,
+	if (opts[E_AUTH_KEYS].sval[0] != '\0') {
+		auth_config acfg = { .policy = { .leeway_s = (uint32_t)opts[E_AUTH_LEEWAY_S].ival,
+		                                 .audience = opts[E_AUTH_AUDIENCE].sval,
+		                                 .issuer = opts[E_AUTH_ISSUER].sval,
+		                                 .topics_claim = opts[E_AUTH_TOPICS_CLAIM].sval },
+		                     .cookie = opts[E_AUTH_COOKIE].sval,
+		                     .query_token = opts[E_AUTH_QUERY_TOKEN].ival != 0,
 		                     .wall = st_clock_realtime() };
 		auth_keys *ks = NULL;
 		char why[256];
 
-		if (auth_keys_load(OPT("auth-keys")->sval, &ks, why, sizeof(why)) != ST_OK)
-			st_config_fail("edge-gateway", "--auth-keys %s: %s", OPT("auth-keys")->sval, why);
+		if (auth_keys_load(opts[E_AUTH_KEYS].sval, &ks, why, sizeof(why)) != ST_OK)
+			st_config_fail("edge-gateway", "--auth-keys %s: %s", opts[E_AUTH_KEYS].sval, why);
 		/* Credentials with every origin would let any site read with its visitors' cookies. */
-		if (strchr(OPT("cors-origins")->sval, '*') != NULL)
+		if (strchr(opts[E_CORS_ORIGINS].sval, '*') != NULL)
 			st_config_fail("edge-gateway",
 			               "--cors-origins %s: with --auth-keys, list the allowed origins (no *)",
-			               OPT("cors-origins")->sval);
-		e.auth_keys_path = OPT("auth-keys")->sval;
+			               opts[E_CORS_ORIGINS].sval);
+		e.auth_keys_path = opts[E_AUTH_KEYS].sval;
 		/*
 		 * A token of up to AUTH_TOKEN_MAX beside cookies and the other
 		 * headers must reach the check, so a longer one is answered 401
@@ -896,9 +923,9 @@ main(int argc, char **argv)
 	{
 		char why[160];
 
-		if (iplimit_new((uint32_t)OPT("max-streams-per-ip")->ival, OPT("trusted-proxies")->sval, &e.ip_limit,
+		if (iplimit_new((uint32_t)opts[E_MAX_STREAMS_PER_IP].ival, opts[E_TRUSTED_PROXIES].sval, &e.ip_limit,
 		                why, sizeof(why)) != ST_OK)
-			st_config_fail("edge-gateway", "--trusted-proxies %s: %s", OPT("trusted-proxies")->sval, why);
+			st_config_fail("edge-gateway", "--trusted-proxies %s: %s", opts[E_TRUSTED_PROXIES].sval, why);
 		scfg.ip_limit = e.ip_limit;
 	}
 	signal(SIGPIPE, SIG_IGN);
@@ -906,8 +933,8 @@ main(int argc, char **argv)
 	e.base = event_base_new();
 	ST_ASSERT(e.base != NULL);
 	e.metrics = st_metrics_new();
-	e.flush_interval_ms = (uint64_t)OPT("flush-interval-ms")->ival;
-	e.drain_grace_ms = (uint32_t)OPT("drain-grace-s")->ival * 1000;
+	e.flush_interval_ms = (uint64_t)opts[E_FLUSH_INTERVAL_MS].ival;
+	e.drain_grace_ms = (uint32_t)opts[E_DRAIN_GRACE_S].ival * 1000;
 	e.m_msgs = st_metrics_counter(e.metrics, "studio_edge_messages_total", NULL, "Published messages received.");
 	e.m_bad_msgs = st_metrics_counter(e.metrics, "studio_edge_bad_messages_total", NULL,
 	                                  "Published messages refused by the decoder.");
@@ -939,11 +966,11 @@ main(int argc, char **argv)
 	}
 
 	e.sm = streams_metrics_new(e.metrics);
-	e.n_workers = (size_t)OPT("threads")->ival;
+	e.n_workers = (size_t)opts[E_THREADS].ival;
 	e.w = st_xcalloc(e.n_workers, sizeof(*e.w));
-	listen = OPT("listen")->sval;
+	listen = opts[E_LISTEN].sval;
 
-	if ((rv = pgpool_new(e.base, OPT("pg-dsn")->sval, edge_threaded(&e) ? EDGE_MAIN_POOL_CONNS : EDGE_POOL_CONNS,
+	if ((rv = pgpool_new(e.base, opts[E_PG_DSN].sval, edge_threaded(&e) ? EDGE_MAIN_POOL_CONNS : EDGE_POOL_CONNS,
 	                     &e.pool)) != ST_OK)
 		st_config_fail("edge-gateway", "--pg-dsn: %s", st_err_str(rv));
 	/* One connection runs only the head query and gap fills: live delivery
@@ -951,12 +978,12 @@ main(int argc, char **argv)
 	pgpool_reserve_fills(e.pool, 1);
 	(void)sequencer_new(st_clock_system(), on_emit, on_fill, &e, &e.seq);
 	e.flow = flow_budget_new(st_clock_system());
-	scfg.replay_cap = (uint64_t)OPT("replay-cap")->ival;
-	scfg.heartbeat_ms = (uint32_t)OPT("heartbeat-s")->ival * 1000;
-	scfg.max_streams = (uint32_t)OPT("max-streams")->ival;
+	scfg.replay_cap = (uint64_t)opts[E_REPLAY_CAP].ival;
+	scfg.heartbeat_ms = (uint32_t)opts[E_HEARTBEAT_S].ival * 1000;
+	scfg.max_streams = (uint32_t)opts[E_MAX_STREAMS].ival;
 	scfg.drain_grace_ms = e.drain_grace_ms;
 
-	hcfg.cors_origins = OPT("cors-origins")->sval;
+	hcfg.cors_origins = opts[E_CORS_ORIGINS].sval;
 	/* Streams plus room for the ops endpoints and for refusals to be answered. */
 	hcfg.max_conns = scfg.max_streams + 1024;
 	if (!edge_threaded(&e)) {
@@ -978,16 +1005,16 @@ main(int argc, char **argv)
 		e.conn_limit = http_conn_limit_new(hcfg.max_conns);
 		snprintf(bound, sizeof(bound), "%s", listen);
 		for (size_t i = 0; i < e.n_workers; i++) {
-			if ((rv = worker_init(&e, &e.w[i], OPT("pg-dsn")->sval, bound, &hcfg, &scfg)) != ST_OK)
+			if ((rv = worker_init(&e, &e.w[i], opts[E_PG_DSN].sval, bound, &hcfg, &scfg)) != ST_OK)
 				st_config_fail("edge-gateway", "--listen %s (loop %zu): %s", bound, i, st_err_str(rv));
 			/* Port 0: the first server picked one; the others share it. */
 			if (i == 0)
 				listen_with_port(listen, http_server_port(e.w[0].http), bound, sizeof(bound));
 		}
 	}
-	if (OPT("control")->sval[0] != '\0' &&
-	    (rv = st_control_new(e.base, OPT("control")->sval, control_cb, &e, &e.control)) != ST_OK)
-		st_config_fail("edge-gateway", "--control %s: %s", OPT("control")->sval, st_err_str(rv));
+	if (opts[E_CONTROL].sval[0] != '\0' &&
+	    (rv = st_control_new(e.base, opts[E_CONTROL].sval, control_cb, &e, &e.control)) != ST_OK)
+		st_config_fail("edge-gateway", "--control %s: %s", opts[E_CONTROL].sval, st_err_str(rv));
 	if ((rv = sub_new(e.base, (const char *const *)writers, n_writers, on_pub, &e, &e.sub)) != ST_OK)
 		st_config_fail("edge-gateway", "--writers: %s", st_err_str(rv));
 
