@@ -25,6 +25,19 @@
  * keeps accepting, up to its own bounds (busy beyond).  After a commit:
  * the test hook, then publish (fresh rows, ascending seq), then the replies.
  *
+ * The flush is one state machine (enum flush_state, w->flush), and the
+ * process's life another (enum writer_life, w->life):
+ *     IDLE --flush_start: cur or iso into fl--> WAITING --flush_send--> SENT
+ *     SENT --committed or refused--> IDLE     SENT --failed--> WAITING
+ *     WAITING --retry timer, connection back--> SENT
+ *     IDLE --flush_start, nothing to flush--> TICK --head or error--> IDLE
+ * fl is non-empty exactly in WAITING and SENT.  A tick (the head for the
+ * edges when nothing is flushed) and a flush share the connection, so at
+ * most one of them is in flight.  Requests that become due while the
+ * machine is not IDLE set `due`, and leave as soon as it is IDLE again.
+ *     RUNNING --drain--> DRAINING --signal--> STOPPING --all flushed--> FINISHING
+ *     RUNNING --signal--> STOPPING
+ *
  * Failures are classified by SQLSTATE (pgerr_permanent): a lost
  * connection, a timeout, a lock, a serialisation failure and anything
  * unknown are transient and retried as above, for at most FLUSH_GIVE_UP_MS
@@ -166,6 +179,21 @@ static st_opt opts[W_N] = {
 	[W_TLS_CA] = { .name = "tls-ca", .kind = ST_OPT_STR, .def = "", .help = "PEM CA that signs every peer on tls+tcp:// links" },
 };
 
+enum flush_state {
+	FLUSH_IDLE,    /* fl empty, nothing in flight */
+	FLUSH_TICK,    /* fl empty, the head query in flight */
+	FLUSH_WAITING, /* fl holds a flush not on the wire: retry timer, or the connection down or busy */
+	FLUSH_SENT,    /* broker_append3 for fl in flight */
+};
+
+/* Ordered: each state refuses what the ones before it refuse. */
+enum writer_life {
+	W_RUNNING,
+	W_DRAINING,  /* `drain`: new requests refused unavailable, accepted ones flushed */
+	W_STOPPING,  /* SIGTERM/SIGINT: the same, then exit once everything is flushed */
+	W_FINISHING, /* everything flushed: exiting after EXIT_LINGER_MS */
+};
+
 typedef struct writer {
 	struct event_base *base;
 	const st_clock *clock;
@@ -185,14 +213,13 @@ typedef struct writer {
 	uint64_t fl_first_ms; /* first attempt of the flush in fl */
 	uint64_t give_up_ms;  /* FLUSH_GIVE_UP_MS, or the test hook's value */
 	st_buf p_topics, p_abouts, p_datas, p_keys;
-	bool fl_sent;     /* statement outstanding for fl */
-	bool due;         /* cur holds requests that were due at a flush tick already */
-	bool tick_sent;
+	enum flush_state flush; /* see DESIGN */
+	bool due;               /* cur holds requests that were due at a flush tick already */
 	st_backoff retry;   /* between attempts of one flush: RETRY_MIN_MS doubling to RETRY_MAX_MS */
 	uint64_t fail_since; /* 0 = the database answered last time */
 	uint64_t flush_start_ms;
 	uint64_t last_flush_ms; /* duration of the last successful flush */
-	bool draining, stopping, finishing;
+	enum writer_life life; /* see DESIGN */
 	int exit_code;
 	uint64_t commits, crash_after;
 	struct event *flush_timer, *retry_timer, *give_up_timer, *exit_timer, *sig_term, *sig_int;
@@ -356,9 +383,9 @@ refusal_update(writer *w)
 {
 	const char *why = NULL;
 
-	if (w->stopping)
+	if (w->life >= W_STOPPING)
 		why = "shutting down";
-	else if (w->draining)
+	else if (w->life == W_DRAINING)
 		why = "draining";
 	else if (db_unavailable(w))
 		why = "database unreachable";
@@ -386,9 +413,9 @@ on_request(ingest_work *work, const proto_request *req, void *arg)
 	st_err rv;
 
 	refusal_update(w);
-	if (w->stopping || w->draining) {
+	if (w->life != W_RUNNING) {
 		st_counter_inc(w->rej_unavail);
-		ingest_reply_err(work, "unavailable", w->stopping ? "shutting down" : "draining");
+		ingest_reply_err(work, "unavailable", w->life >= W_STOPPING ? "shutting down" : "draining");
 		return;
 	}
 	if (db_unavailable(w)) {
@@ -533,6 +560,7 @@ flush_failed_permanently(writer *w, const PGresult *res, const char *msg)
 		ingest_reply_err(batch_req_owner(w->fl, 0), "invalid", detail);
 		batch_reset(w->fl);
 	}
+	w->flush = FLUSH_IDLE;
 	update_pending(w);
 	/* the database answered: it is reachable */
 	w->fail_since = 0;
@@ -548,7 +576,8 @@ on_flush_result(void *arg, PGresult *res, const char *err)
 	writer *w = arg;
 	uint64_t prev = 0;
 
-	w->fl_sent = false;
+	ST_ASSERT(w->flush == FLUSH_SENT);
+	w->flush = FLUSH_WAITING;
 	if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK || !read_result(w, res, &prev)) {
 		char msg[512];
 		snprintf(msg, sizeof(msg), "%s",
@@ -568,11 +597,12 @@ on_flush_result(void *arg, PGresult *res, const char *err)
 	w->last_flush_ms = now_ms(w) - w->flush_start_ms;
 	st_histogram_observe(w->flush_seconds, (double)w->last_flush_ms / 1000.0);
 	committed(w, prev);
+	w->flush = FLUSH_IDLE;
 	/* do not wait for the timer when stopping (drain what is left), when
 	 * what is left was due already (a split, or a tick that found this
 	 * flush in flight), when requests wait to be flushed one at a time, or
 	 * when a whole flush is waiting anyway */
-	if (w->stopping || w->due || !batch_empty(w->iso) || batch_events(w->cur) >= FLUSH_MAX_EVENTS ||
+	if (w->life >= W_STOPPING || w->due || !batch_empty(w->iso) || batch_events(w->cur) >= FLUSH_MAX_EVENTS ||
 	    batch_bytes(w->cur) >= FLUSH_MAX_BYTES)
 		flush_start(w);
 	maybe_finish(w);
@@ -590,19 +620,19 @@ flush_send(writer *w)
 	Oid types[6] = { ST_PG_INT8_OID, ST_PG_TEXT_OID, ST_PG_TEXT_ARRAY_OID, ST_PG_TEXT_ARRAY_OID, ST_PG_TEXT_ARRAY_OID,
 	                 ST_PG_TEXT_ARRAY_OID };
 
-	if (w->fl_sent || batch_empty(w->fl))
+	if (w->flush != FLUSH_WAITING)
 		return;
 	w->flush_start_ms = now_ms(w);
-	w->fl_sent = true; /* before the call: a broken connection calls back from inside it */
+	w->flush = FLUSH_SENT; /* before the call: a broken connection calls back from inside it */
 	if (pgsink_query(w->db,
 	                 "SELECT prev, first_seq, n_fresh, dup_ords, dup_seqs FROM broker_append3($1, $2, $3, $4, $5, $6)",
-	                 6, types, vals, lens, fmts, on_flush_result, w) != ST_OK) {
-		w->fl_sent = false;
-		if (!pgsink_up(w->db)) {
+	                 6, types, vals, lens, fmts, on_flush_result, w) != ST_OK &&
+	    w->flush == FLUSH_SENT) { /* else the callback ran from inside and moved on */
+		w->flush = FLUSH_WAITING;
+		if (!pgsink_up(w->db))
 			flush_retry_later(w, "database not connected", false);
-		} else {
-			arm(w->retry_timer, 10); /* a tick is in flight: it takes a round trip */
-		}
+		else
+			arm(w->retry_timer, 10); /* busy (no tick is in flight here, see flush_start): try again */
 	}
 }
 
@@ -620,16 +650,22 @@ on_tick_result(void *arg, PGresult *res, const char *err)
 	writer *w = arg;
 	uint64_t head;
 
-	w->tick_sent = false;
+	ST_ASSERT(w->flush == FLUSH_TICK);
+	w->flush = FLUSH_IDLE;
 	if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
 	    !parse_u64(PQgetvalue(res, 0, 0), &head)) {
 		st_debug("tick query failed: %s", res == NULL ? err : PQresultErrorMessage(res));
 		db_failed(w);
-		return;
+	} else {
+		w->fail_since = 0;
+		refusal_update(w);
+		publish_tick(w->pub, head);
 	}
-	w->fail_since = 0;
-	refusal_update(w);
-	publish_tick(w->pub, head);
+	/* requests that came due while the tick was in flight (or a stop) go now;
+	 * never recursion: flush_start sends a tick only when cur is empty */
+	if (!batch_empty(w->cur) && (w->due || w->life >= W_STOPPING))
+		flush_start(w);
+	maybe_finish(w);
 }
 
 static void
@@ -643,13 +679,14 @@ flush_start(writer *w)
 			w->give_up_ms = FLUSH_GIVE_UP_MS;
 		}
 	}
-	if (!batch_empty(w->fl)) {
-		/* at most one flush in flight (or waiting for its retry); what
-		 * this tick would have sent goes right after its commit */
+	if (w->flush != FLUSH_IDLE) {
+		/* at most one flush or tick in flight (or a flush waiting for its
+		 * retry); what this tick would have sent goes right after it */
 		if (!batch_empty(w->cur))
 			w->due = true;
 		return;
 	}
+	ST_ASSERT(batch_empty(w->fl));
 	if (!batch_empty(w->iso)) {
 		/* one request per transaction, before anything newer (arrival order) */
 		batch_take(w->fl, w->iso, 1, 1);
@@ -657,17 +694,18 @@ flush_start(writer *w)
 		goto send;
 	}
 	if (batch_empty(w->cur)) {
-		if (!w->stopping && !w->tick_sent && pgsink_idle(w->db)) {
-			w->tick_sent = true;
+		if (w->life < W_STOPPING && pgsink_idle(w->db)) {
+			w->flush = FLUSH_TICK;
 			if (pgsink_query(w->db, "SELECT coalesce(max(seq), 0) FROM broker_event", 0, NULL, NULL, NULL,
-			                 NULL, on_tick_result, w) != ST_OK)
-				w->tick_sent = false;
+			                 NULL, on_tick_result, w) != ST_OK && w->flush == FLUSH_TICK)
+				w->flush = FLUSH_IDLE;
 		}
 		return;
 	}
 	batch_take(w->fl, w->cur, FLUSH_MAX_EVENTS, FLUSH_MAX_BYTES);
 	w->due = !batch_empty(w->cur);
 send:
+	w->flush = FLUSH_WAITING;
 	w->fl_first_ms = now_ms(w);
 	snprintf(w->flush_id, sizeof(w->flush_id), "%s:%" PRIu64, w->instance, ++w->flush_counter);
 	st_buf_reset(&w->p_topics);
@@ -703,7 +741,7 @@ on_db_state(void *arg, bool up)
 	 * tick that succeeds, not here: a connection that drops during every
 	 * flush must still end in "unavailable".
 	 */
-	if (!batch_empty(w->fl) && !w->fl_sent) {
+	if (w->flush == FLUSH_WAITING) {
 		evtimer_del(w->retry_timer);
 		flush_send(w);
 	}
@@ -724,9 +762,9 @@ on_exit_timer(evutil_socket_t fd, short what, void *arg)
 static void
 maybe_finish(writer *w)
 {
-	if (!w->stopping || w->finishing || !batch_empty(w->cur) || !batch_empty(w->fl) || !batch_empty(w->iso))
+	if (w->life != W_STOPPING || w->flush != FLUSH_IDLE || !batch_empty(w->cur) || !batch_empty(w->iso))
 		return;
-	w->finishing = true;
+	w->life = W_FINISHING;
 	st_info("everything accepted is committed, published and answered; exiting");
 	/* the replies and published messages are queued in nng: give them a moment */
 	arm(w->exit_timer, EXIT_LINGER_MS);
@@ -739,7 +777,7 @@ on_give_up(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	if (w->finishing)
+	if (w->life == W_FINISHING)
 		return;
 	st_error("shutdown: the database stayed unavailable for %d s; giving up with %zu accepted events not stored",
 	         STOP_GIVE_UP_MS / 1000, batch_events(w->cur) + batch_events(w->fl) + batch_events(w->iso));
@@ -753,10 +791,10 @@ on_signal(evutil_socket_t sig, short what, void *arg)
 	writer *w = arg;
 
 	(void)what;
-	if (w->stopping)
+	if (w->life >= W_STOPPING)
 		return;
 	st_info("signal %d: stopping (new requests get unavailable), flushing what was accepted", (int)sig);
-	w->stopping = true;
+	w->life = W_STOPPING;
 	refusal_update(w);
 	arm(w->give_up_timer, STOP_GIVE_UP_MS);
 	flush_start(w);
@@ -770,9 +808,9 @@ writer_ready(void *arg, const char **why)
 {
 	writer *w = arg;
 
-	if (w->stopping)
+	if (w->life >= W_STOPPING)
 		return *why = "shutting down", false;
-	if (w->draining)
+	if (w->life == W_DRAINING)
 		return *why = "draining", false;
 	if (!pgsink_up(w->db))
 		return *why = "database not connected", false;
@@ -798,7 +836,7 @@ put_stats(writer *w, st_buf *out)
 	              ",\"ingest_inflight_bytes\":%zu",
 	              batch_events(w->cur), batch_empty(w->fl) ? "false" : "true", batch_events(w->fl),
 	              st_counter_get(w->committed), pgsink_up(w->db) ? "true" : "false", w->last_flush_ms,
-	              w->draining ? "true" : "false", w->stopping ? "true" : "false", w->instance,
+	              w->life != W_RUNNING ? "true" : "false", w->life >= W_STOPPING ? "true" : "false", w->instance,
 	              ingest_inflight_bytes(w->in));
 }
 
@@ -813,9 +851,10 @@ on_control(const char *cmd, const st_json *req, st_buf *out, void *arg)
 		return ST_OK;
 	}
 	if (strcmp(cmd, "drain") == 0) {
-		if (!w->draining)
+		if (w->life == W_RUNNING) {
 			st_info("drain: refusing new requests (unavailable), flushing what was accepted");
-		w->draining = true;
+			w->life = W_DRAINING;
+		}
 		refusal_update(w);
 		flush_start(w);
 		put_stats(w, out);
