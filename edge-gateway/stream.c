@@ -46,9 +46,9 @@
 #include "st_dlist.h"
 #include "st_log.h"
 #include "st_util.h"
+#include "streamreq.h"
 #include "subq.h"
 
-#define STREAM_MAX_TOPICS 64
 #define STREAM_REPLAY_CHUNK 1000
 /* Queued frames at which delivery writes to the connection before the batch ends. */
 #define STREAM_PUMP_AT 64
@@ -944,144 +944,6 @@ on_req_gone(void *arg)
 
 /* ---- the request ------------------------------------------------------- */
 
-typedef struct query_state {
-	stream *s;
-	const char *error;   /* static text of the first problem */
-	int status;
-	bool has_format;
-	enum frame_format fmt;
-	bool has_qid;
-	uint64_t qid;
-	char *access_token;  /* owned; only kept when the store accepts query tokens; never logged */
-} query_state;
-
-static st_err
-query_item(const char *key, size_t klen, const char *val, size_t vlen, void *arg)
-{
-	query_state *qs = arg;
-	stream *s = qs->s;
-
-	if (klen == 5 && memcmp(key, "topic", 5) == 0) {
-		if (proto_topic_check((proto_str){ val, vlen }) != NULL) {
-			qs->error = "topic must be 1..200 bytes of [A-Za-z0-9._:/-]";
-			return ST_EINVAL;
-		}
-		for (size_t i = 0; i < s->n_topics; i++)
-			if (s->topic_lens[i] == vlen && memcmp(s->topics[i], val, vlen) == 0)
-				return ST_OK; /* a repeated topic counts once */
-		if (s->n_topics == STREAM_MAX_TOPICS) {
-			qs->error = "at most 64 topics";
-			return ST_EINVAL;
-		}
-		s->topics[s->n_topics] = st_xstrndup(val, vlen);
-		s->topic_lens[s->n_topics] = vlen;
-		s->n_topics++;
-	} else if (klen == 6 && memcmp(key, "format", 6) == 0) {
-		qs->has_format = true;
-		if (vlen == 3 && memcmp(val, "sse", 3) == 0)
-			qs->fmt = FRAME_SSE;
-		else if (vlen == 6 && memcmp(val, "ndjson", 6) == 0)
-			qs->fmt = FRAME_NDJSON;
-		else if (vlen == 8 && memcmp(val, "json-seq", 8) == 0)
-			qs->fmt = FRAME_JSONSEQ;
-		else {
-			qs->error = "format must be sse, ndjson or json-seq";
-			qs->status = 406;
-			return ST_EINVAL;
-		}
-	} else if (klen == 13 && memcmp(key, "last_event_id", 13) == 0) {
-		if (st_parse_u64(val, vlen, &qs->qid) != ST_OK) {
-			qs->error = "last_event_id must be a decimal event id";
-			return ST_EINVAL;
-		}
-		qs->has_qid = true;
-	} else if (klen == 5 && memcmp(key, "until", 5) == 0) {
-		if (vlen == 4 && memcmp(val, "head", 4) == 0) {
-			s->has_until = true;
-			s->until_head = true;
-		} else if (st_parse_u64(val, vlen, &s->until) == ST_OK) {
-			s->has_until = true;
-			s->until_known = true;
-		} else {
-			qs->error = "until must be head or a decimal event id";
-			return ST_EINVAL;
-		}
-	} else if (klen == 12 && memcmp(key, "access_token", 12) == 0) {
-		/* Kept only when allowed (--auth-query-token); otherwise it is ignored like any other. */
-		if (qs->access_token == NULL && s->ss->cfg.auth && auth_store_query_token(s->ss->cfg.auth))
-			qs->access_token = st_xstrndup(val, vlen);
-	}
-	/* Other parameters (cache busters, tokens for a proxy) are ignored. */
-	return ST_OK;
-}
-
-/* True when a media range's parameters (";q=0.000" ...) say "not acceptable". */
-static bool
-range_refused(const char *params, size_t len)
-{
-	for (size_t i = 0; i + 2 < len; i++) {
-		if ((params[i] == 'q' || params[i] == 'Q') && params[i + 1] == '=') {
-			size_t j = i + 2;
-
-			if (params[j] != '0')
-				return false;
-			for (j++; j < len && params[j] != ';' && params[j] != ' '; j++)
-				if (params[j] != '.' && params[j] != '0')
-					return false;
-			return true;
-		}
-	}
-	return false;
-}
-
-/*
- * Accept negotiation: the first listed media range we serve wins; no header,
- * or the wildcard ranges, mean SSE.  Returns false when nothing listed is
- * served.
- */
-static bool
-accept_format(const char *accept, enum frame_format *out)
-{
-	static const struct {
-		const char *type;
-		enum frame_format fmt;
-	} served[] = {
-		{ "text/event-stream", FRAME_SSE },       { "application/x-ndjson", FRAME_NDJSON },
-		{ "application/json-seq", FRAME_JSONSEQ }, { "*/*", FRAME_SSE },
-		{ "text/*", FRAME_SSE },                  { "application/*", FRAME_NDJSON },
-	};
-	const char *p = accept;
-
-	if (accept == NULL || *accept == '\0') {
-		*out = FRAME_SSE;
-		return true;
-	}
-	while (*p) {
-		const char *type, *params, *end;
-		size_t tlen;
-
-		while (*p == ' ' || *p == ',')
-			p++;
-		type = p;
-		while (*p && *p != ',' && *p != ';' && *p != ' ')
-			p++;
-		tlen = (size_t)(p - type);
-		params = p;
-		while (*p && *p != ',')
-			p++;
-		end = p;
-		if (tlen == 0 || range_refused(params, (size_t)(end - params)))
-			continue;
-		for (size_t i = 0; i < ST_ARRAY_LEN(served); i++) {
-			if (strlen(served[i].type) == tlen && strncasecmp(served[i].type, type, tlen) == 0) {
-				*out = served[i].fmt;
-				return true;
-			}
-		}
-	}
-	return false;
-}
-
 static void
 head_noop_writable(void *arg)
 {
@@ -1186,51 +1048,36 @@ stream_authorize(streams *ss, stream *s, http_req *req, const char *query_token)
 void
 streams_handle(streams *ss, http_req *req, bool ready)
 {
-	query_state qs = { 0 };
-	const char *hdr;
+	streamreq rq = { 0 };
+	streamreq_problem why;
 	stream *s;
-	st_err rv;
 
 	s = st_xcalloc(1, sizeof(*s));
 	s->ss = ss;
 	s->outcome = OUT_NONE;
 	s->handed = OUT_NONE;
-	s->topics = st_xcalloc(STREAM_MAX_TOPICS, sizeof(*s->topics));
-	s->topic_lens = st_xcalloc(STREAM_MAX_TOPICS, sizeof(*s->topic_lens));
 	s->is_head = strcmp(http_req_method(req), "HEAD") == 0;
-	qs.s = s;
-	qs.status = 400;
-	rv = http_query_each(http_req_query(req), query_item, &qs);
-	if (rv != ST_OK) {
-		http_reply_problem(req, qs.status, NULL, qs.status == 406 ? "Not Acceptable" : "Bad Request",
-		                   qs.error ? qs.error : "malformed query string", NULL);
+	if (streamreq_parse(http_req_query(req), http_req_header(req, "Accept"), http_req_header(req, "Last-Event-ID"),
+	                    ss->cfg.auth != NULL && auth_store_query_token(ss->cfg.auth), &rq, &why) != ST_OK) {
+		http_reply_problem(req, why.status, NULL, why.title, why.detail, NULL);
 		goto refuse;
 	}
-	if (s->n_topics == 0) {
-		http_reply_problem(req, 400, NULL, "Bad Request", "at least one topic= is required", NULL);
-		goto refuse;
-	}
-	if (qs.has_format)
-		s->fmt = qs.fmt;
-	else if (!accept_format(http_req_header(req, "Accept"), &s->fmt)) {
-		http_reply_problem(req, 406, NULL, "Not Acceptable",
-		                   "serves text/event-stream, application/x-ndjson, application/json-seq", NULL);
-		goto refuse;
-	}
-	hdr = http_req_header(req, "Last-Event-ID");
-	if (hdr != NULL && *hdr != '\0') {
-		if (st_parse_u64(hdr, strlen(hdr), &s->after) != ST_OK) {
-			http_reply_problem(req, 400, NULL, "Bad Request", "Last-Event-ID must be a decimal event id",
-			                   NULL);
-			goto refuse;
-		}
-		s->has_after = true;
-	} else if (qs.has_qid) {
-		s->after = qs.qid;
-		s->has_after = true;
-	}
+	/* The stream takes the topics over (a replay may need them after the request is gone). */
+	s->topics = rq.topics;
+	s->topic_lens = rq.topic_lens;
+	s->n_topics = rq.n_topics;
+	rq.topics = NULL;
+	rq.topic_lens = NULL;
+	rq.n_topics = 0;
+	s->fmt = rq.fmt;
+	s->has_after = rq.has_after;
+	s->after = rq.after;
+	s->has_until = rq.has_until;
+	s->until_head = rq.until_head;
+	s->until = rq.until;
+	s->until_known = rq.has_until && !rq.until_head;
 	/* Before the retryable refusals: retrying cannot fix a missing or bad token. */
-	if (ss->cfg.auth && !stream_authorize(ss, s, req, qs.access_token))
+	if (ss->cfg.auth && !stream_authorize(ss, s, req, rq.access_token))
 		goto refuse;
 	/*
 	 * The retryable refusals come after the query is read: what the client
@@ -1323,7 +1170,7 @@ streams_handle(streams *ss, http_req *req, bool ready)
 refuse:
 	stream_free(s);
 out:
-	free(qs.access_token);
+	streamreq_fini(&rq);
 }
 
 /* ---- fan-out, heartbeats, drain ------------------------------------------ */
