@@ -30,6 +30,7 @@ import json
 import re
 import selectors
 import socket
+import threading
 import time
 
 TERMINAL = ("complete", "failure", "reconnect")
@@ -951,6 +952,34 @@ def publish_batch(writer, events):
     harness.check(isinstance(rep, dict) and rep.get("ok") is True,
                   "publish of %d events refused: %r" % (len(events), rep))
     return [int(x) for x in rep["seqs"]]
+
+
+class PublishFlow(threading.Thread):
+    """Publishes 4 events every `period` seconds (2 on topic, 2 on other)
+    until stop is set; finish() stops it and fails the test on an error."""
+
+    def __init__(self, writer, topic, other, period):
+        super().__init__(daemon=True)
+        self.writer, self.topic, self.other, self.period = writer, topic, other, period
+        self.stop = threading.Event()
+        self.error = None
+
+    def run(self):
+        k = 0
+        try:
+            while not self.stop.is_set():
+                publish_batch(self.writer, [{"topic": self.topic if i % 2 == 0 else self.other,
+                                             "data": {"k": k + i}} for i in range(4)])
+                k += 4
+                time.sleep(self.period)
+        except Exception as e:  # reported by finish()
+            self.error = e
+
+    def finish(self):
+        import harness
+        self.stop.set()
+        self.join(60)
+        harness.check(self.error is None, "publisher: %r" % self.error)
 
 
 def publish_many(writer, events, batch=2000):

@@ -17,7 +17,6 @@ A second page without withCredentials sends no cookie: the edge refuses it
 import json
 import os
 import sys
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -35,25 +34,6 @@ TOPIC = "acct/7"
 
 
 b64u, hs256 = tokens.b64u, tokens.hs256
-
-
-class Flow(threading.Thread):
-    def __init__(self, writer):
-        super().__init__(daemon=True)
-        self.writer = writer
-        self.stop = threading.Event()
-        self.error = None
-
-    def run(self):
-        k = 0
-        try:
-            while not self.stop.is_set():
-                sc.publish_batch(self.writer, [{"topic": TOPIC if i % 2 == 0 else "acct/8", "data": {"k": k + i}}
-                                               for i in range(4)])
-                k += 4
-                time.sleep(0.1)
-        except Exception as e:  # reported by the test
-            self.error = e
 
 
 with harness.Env() as env:
@@ -76,16 +56,14 @@ with harness.Env() as env:
         page.cookie = "studio_token=%s; Path=/; HttpOnly; SameSite=Lax" % tok
         src = "http://%s/v1/stream?topic=%s" % (edge.listen, TOPIC)
         b = driver.Browser(page.page_url(src, budget_ms=40000, credentials=True), logdir=env.tmp)
-        flow = Flow(writer)
+        flow = sc.PublishFlow(writer, TOPIC, "acct/8", 0.1)
         try:
             harness.wait_until(lambda: sc.metric(sc.get_metrics(port), "studio_streams_open") == 1.0,
                                30, "the browser's stream open on the edge",
                                detail=lambda: b.log_tail())
             flow.start()
             time.sleep(2.0)
-            flow.stop.set()
-            flow.join(30)
-            check(flow.error is None, "publisher: %r" % flow.error)
+            flow.finish()
             rows = [r[0] for r in sc.table_rows(env.dsn, [TOPIC])]
             page.target = rows[-1]
             check(page.done.wait(40), "the page reported its ids (chromium log tail:\n%s)" % b.log_tail())

@@ -135,13 +135,7 @@ class PageServer:
                     return self._send(404, "text/plain", b"no")
 
             def _send(self, code, ctype, body):
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.send_header("Cache-Control", "no-store")
-                self.end_headers()
-                if body:
-                    self.wfile.write(body)
+                driver.http_send(self, code, ctype, body)
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.httpd.daemon_threads = True
@@ -195,32 +189,6 @@ class NodeClient:
         self.err.close()
 
 
-class Flow(threading.Thread):
-    """Publishes 4 events every 50 ms, half of them on TOPIC."""
-
-    def __init__(self, writer, topic):
-        super().__init__(daemon=True)
-        self.writer, self.topic = writer, topic
-        self.stop = threading.Event()
-        self.error = None
-
-    def run(self):
-        k = 0
-        try:
-            while not self.stop.is_set():
-                sc.publish_batch(self.writer, [{"topic": self.topic if i % 2 == 0 else "js.other",
-                                                "data": {"k": k + i}} for i in range(4)])
-                k += 4
-                time.sleep(0.05)
-        except Exception as e:  # reported by the test
-            self.error = e
-
-    def finish(self):
-        self.stop.set()
-        self.join(60)
-        check(self.error is None, "publisher: %r" % self.error)
-
-
 def stream_url(edge):
     return edge.url + "/v1/stream"
 
@@ -243,6 +211,15 @@ class Clients:
     def wait(self, pred, timeout, what):
         harness.wait_until(lambda: all(pred(n) for n in self.names), timeout, what, interval=0.1,
                            detail=self.detail)
+
+    def run_to_last_row(self, env, flow, after):
+        """Stops the publisher, announces the last row on TOPIC as the target
+        and waits until every client reached it; returns the rows after `after`."""
+        flow.finish()
+        rows = sc.table_rows(env.dsn, [TOPIC], after=after)
+        self.set_target(rows[-1][0])
+        self.wait(lambda n: self.reports.end(n), 60, "every client reached the last row")
+        return rows
 
     def set_target(self, seq):
         self.page.target = seq
@@ -308,7 +285,7 @@ with harness.Env() as env:
                      [dict(base, name="node-ndjson", format="ndjson")],
                      [dict(base, name="chromium-fetch", format="sse", transport="fetch"),
                       dict(base, name="chromium-eventsource", format="sse", transport="eventsource")])
-        flow = Flow(writer, TOPIC)
+        flow = sc.PublishFlow(writer, TOPIC, "js.other", 0.05)
         try:
             cl.wait(lambda n: opens_on(reports, n, e1), 60, "every client open on the first edge")
             flow.start()
@@ -324,10 +301,7 @@ with harness.Env() as env:
             cl.wait(lambda n: len(opens_on(reports, n, e1)) >= 2, 60, "every client back on the first address")
             n1 = {n: len(reports.ids(n)) for n in cl.names}
             cl.wait(lambda n: len(reports.ids(n)) >= n1[n] + 20, 60, "20 more items after the kill")
-            flow.finish()
-            rows = sc.table_rows(env.dsn, [TOPIC], after=start)
-            cl.set_target(rows[-1][0])
-            cl.wait(lambda n: reports.end(n), 60, "every client reached the last row")
+            rows = cl.run_to_last_row(env, flow, start)
         finally:
             flow.stop.set()
             cl.close()
@@ -349,16 +323,13 @@ with harness.Env() as env:
         cl = Clients(env, page, reports,
                      [dict(base, name="node-token", format="ndjson", tokenUrl=page.origin + "/token")],
                      [dict(base, name="chromium-token", format="sse", transport="fetch", tokenUrl="/token")])
-        flow = Flow(writer, TOPIC)
+        flow = sc.PublishFlow(writer, TOPIC, "js.other", 0.05)
         expired = lambda n: [r for r in reports.of(n, "outcome") if r["reason"] == "token_expired"]  # noqa: E731
         try:
             cl.wait(lambda n: reports.of(n, "open"), 60, "every client open")
             flow.start()
             cl.wait(lambda n: len(expired(n)) >= 2, 60, "two token expiries in every client")
-            flow.finish()
-            rows = sc.table_rows(env.dsn, [TOPIC], after=start)
-            cl.set_target(rows[-1][0])
-            cl.wait(lambda n: reports.end(n), 60, "every client reached the last row")
+            rows = cl.run_to_last_row(env, flow, start)
         finally:
             flow.stop.set()
             cl.close()
@@ -419,15 +390,12 @@ with harness.Env() as env:
         base = {"urls": [stream_url(e4)], "topics": [TOPIC], "lastEventId": back}
         cl = Clients(env, page, reports, [dict(base, name="node-resync", format="ndjson")],
                      [dict(base, name="chromium-resync", transport="fetch")])
-        flow = Flow(writer, TOPIC)
+        flow = sc.PublishFlow(writer, TOPIC, "js.other", 0.05)
         try:
             cl.wait(lambda n: reports.of(n, "resync"), 60, "a resync in every client")
             flow.start()
             cl.wait(lambda n: len(reports.ids(n)) >= 20, 60, "20 live items after the resync")
-            flow.finish()
-            rows = sc.table_rows(env.dsn, [TOPIC], after=back)
-            cl.set_target(rows[-1][0])
-            cl.wait(lambda n: reports.end(n), 60, "every client reached the last row")
+            rows = cl.run_to_last_row(env, flow, back)
         finally:
             flow.stop.set()
             cl.close()

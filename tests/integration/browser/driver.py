@@ -33,6 +33,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
+def http_send(handler, code, ctype, body, cookie=None):
+    """One whole, uncached answer of a test page server."""
+    handler.send_response(code)
+    handler.send_header("Content-Type", ctype)
+    if cookie:
+        handler.send_header("Set-Cookie", cookie)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.send_header("Cache-Control", "no-store")
+    handler.end_headers()
+    if body:
+        handler.wfile.write(body)
+
+
 class PageServer:
     def __init__(self):
         self.target = None
@@ -70,15 +83,7 @@ class PageServer:
                 self._send(204, "text/plain", b"")
 
             def _send(self, code, ctype, body, cookie=None):
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                if cookie:
-                    self.send_header("Set-Cookie", cookie)
-                self.send_header("Content-Length", str(len(body)))
-                self.send_header("Cache-Control", "no-store")
-                self.end_headers()
-                if body:
-                    self.wfile.write(body)
+                http_send(self, code, ctype, body, cookie)
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.httpd.daemon_threads = True
