@@ -205,7 +205,19 @@ static void behind_leave(stream *s, uint64_t now);
 static void stream_release(stream *s);
 static void stream_fetch(stream *s);
 static void stream_unlink(stream *s);
+static void stream_free(stream *s);
 static void streams_check_drained(streams *ss);
+
+/* The one end of a registered stream: out of the registry, freed, and a drain told. */
+static void
+stream_destroy(stream *s)
+{
+	streams *ss = s->ss;
+
+	stream_unlink(s);
+	stream_free(s);
+	streams_check_drained(ss);
+}
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -255,6 +267,30 @@ stream_free_topics(stream *s)
 	s->n_topics = 0;
 }
 
+/* Nothing more comes in: no replay job, no hub subscription, no unwritten rows. */
+static void
+stream_inputs_stop(stream *s)
+{
+	stream_cancel_job(s);
+	stream_leave_hub(s);
+	chunk_clear(s);
+}
+
+/*
+ * Stops a resume where it is (the check or the fetch, the rows not yet
+ * written, the hold buffer): from here the stream is live, and whatever
+ * ends it goes out after what it has written.
+ */
+static void
+stream_replay_stop(stream *s)
+{
+	stream_cancel_job(s);
+	chunk_clear(s);
+	subq_free(s->hold);
+	s->hold = NULL;
+	s->state = ST_LIVE;
+}
+
 static void
 stream_free(stream *s)
 {
@@ -263,9 +299,7 @@ stream_free(stream *s)
 	if (s->ip_held)
 		iplimit_release(s->ss->cfg.ip_limit, s->ip);
 	behind_leave(s, st_clock_now(s->ss->clock));
-	stream_cancel_job(s);
-	stream_leave_hub(s);
-	chunk_clear(s);
+	stream_inputs_stop(s);
 	subq_free(s->q);
 	subq_free(s->hold);
 	stream_free_topics(s);
@@ -368,8 +402,7 @@ stream_write_frame_to(stream *s, frame *f, out_batch *b)
 		/* Counted when the bytes have left (on_close), not on hand-over. */
 		s->handed = t == FRAME_COMPLETE ? OUT_COMPLETE : t == FRAME_FAILURE ? OUT_FAILURE : OUT_RECONNECT;
 		s->state = ST_ENDING;
-		stream_cancel_job(s);
-		stream_leave_hub(s);
+		stream_inputs_stop(s);
 		http_stream_end(s->hs);
 	}
 }
@@ -385,9 +418,7 @@ stream_dropped(stream *s)
 {
 	frame *f;
 
-	stream_leave_hub(s);
-	stream_cancel_job(s);
-	chunk_clear(s);
+	stream_inputs_stop(s);
 	while ((f = subq_pop(s->q)) != NULL)
 		stream_write_frame(s, f);
 }
@@ -601,14 +632,11 @@ static void
 on_close(void *arg, bool abrupt)
 {
 	stream *s = arg;
-	streams *ss = s->ss;
 
 	s->hs = NULL;
 	/* A terminal envelope counts once all of it left; anything else was cut off. */
 	stream_finish(s, !abrupt && s->handed != OUT_NONE ? s->handed : OUT_ABRUPT);
-	stream_unlink(s);
-	stream_free(s);
-	streams_check_drained(ss);
+	stream_destroy(s);
 }
 
 static const char *
@@ -725,11 +753,7 @@ stream_start_response(stream *s)
 static void
 stream_fail(stream *s, st_err err, const char *detail)
 {
-	stream_cancel_job(s);
-	chunk_clear(s);
-	subq_free(s->hold);
-	s->hold = NULL;
-	s->state = ST_LIVE;
+	stream_replay_stop(s);
 	if (err == ST_EPROTO)
 		stream_write_frame(s, frame_failure_new(500, "Replay failed", detail));
 	else
@@ -925,21 +949,16 @@ on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
 	stream_pump(s);
 	return;
 drop:
-	stream_unlink(s);
-	stream_free(s);
-	streams_check_drained(ss);
+	stream_destroy(s);
 }
 
 static void
 on_req_gone(void *arg)
 {
 	stream *s = arg;
-	streams *ss = s->ss;
 
 	s->req = NULL;
-	stream_unlink(s);
-	stream_free(s);
-	streams_check_drained(ss);
+	stream_destroy(s);
 }
 
 /* ---- the request ------------------------------------------------------- */
@@ -1163,8 +1182,7 @@ streams_handle(streams *ss, http_req *req, bool ready)
 		st_counter_inc(ss->m_replay[RR_ERROR]);
 		refuse_retryable(ss, req, s->fmt, RF_UNAVAILABLE, "the replay queue is full; retry later");
 		s->req = NULL;
-		stream_unlink(s);
-		stream_free(s);
+		stream_destroy(s);
 	}
 	goto out;
 refuse:
@@ -1319,17 +1337,12 @@ stream_send_reconnect(stream *s, uint32_t retry_ms, const char *reason)
 		stream_cancel_job(s);
 		refusal_send(s->ss, s->req, s->fmt, RF_DRAINING, retry_ms, "this edge is draining; reconnect");
 		s->req = NULL;
-		stream_unlink(s);
-		stream_free(s);
+		stream_destroy(s);
 		return;
 	}
 	if (s->state == ST_REPLAYING) {
 		/* Stop the replay where it is; the client resumes from its last id elsewhere. */
-		stream_cancel_job(s);
-		chunk_clear(s);
-		subq_free(s->hold);
-		s->hold = NULL;
-		s->state = ST_LIVE;
+		stream_replay_stop(s);
 	}
 	if (s->state == ST_LIVE) {
 		/*
