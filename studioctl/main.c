@@ -30,6 +30,7 @@
 #include "st_clock.h"
 #include "st_tls.h"
 #include "st_util.h"
+#include "studio_producer.h"
 #include "wire.h"
 
 #include <errno.h>
@@ -46,8 +47,6 @@
 #define FILE_BATCH_BYTES (8u * 1024 * 1024)
 #define MAX_LINE (1024u * 1024)        /* one NDJSON event line */
 #define MAX_LINE_NODES 300000          /* 256 KiB of data is at most ~131k values */
-#define MAX_REPLY (1024u * 1024)       /* 10,000 seqs fit many times over */
-#define BUSY_RETRY_MS 200
 
 enum { O_WRITER, O_CONTROL, O_TOPIC, O_ABOUT, O_DATA, O_KEY, O_FILE, O_TICKS, O_COUNT, O_TIMEOUT_S,
        O_TIMEOUT_MS, O_TLS_CERT, O_TLS_KEY, O_TLS_CA, O_N };
@@ -92,15 +91,6 @@ now_ms(void)
 	return st_clock_now(st_clock_system());
 }
 
-static void
-sleep_ms(unsigned ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-		;
-}
-
 /*
  * An event the writer would refuse as invalid, found before sending: the
  * same outcome as the writer's refusal (exit 1, nothing sent, so nothing
@@ -123,72 +113,40 @@ refuse(const char *fmt, ...)
 	exit(1);
 }
 
-/* ---- event validation (the contract's bounds, checked before sending) ---- */
-
-static bool
-topic_ok(const char *s, size_t len)
-{
-	if (len < 1 || len > PROTO_MAX_TOPIC)
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		char c = s[i];
-
-		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
-		      c == '_' || c == ':' || c == '/' || c == '-'))
-			return false;
-	}
-	return true;
-}
-
-static const char *
-text_problem(const char *s, size_t len, size_t max)
-{
-	if (len < 1)
-		return "is empty";
-	if (len > max)
-		return "is longer than 200 bytes";
-	if (!st_utf8_valid(s, len))
-		return "is not valid UTF-8 or holds a NUL byte";
-	return NULL;
-}
+/* ---- events ------------------------------------------------------------ */
 
 /*
- * NULL when s is a valid event data text, otherwise what is wrong ("is
- * longer than 256 KiB", "is not a valid JSON text"); *detail then gets the
- * JSON parser's reason when it has one (a static string), else NULL.
+ * Checks one event by the writer's own rules and words (libstudio-producer,
+ * which runs the writer's decoder): NULL when it is valid, else the reason
+ * in buf without the "event 0: " of a one-event request.
  */
 static const char *
-data_problem(const char *s, size_t len, const char **detail)
+event_problem(const studio_event *ev, char *buf, size_t cap)
 {
-	char *tmp;
-	size_t n = 0;
-	st_err rv;
-
-	*detail = NULL;
-	if (len > PROTO_MAX_DATA)
-		return "is longer than 256 KiB";
-	tmp = st_xmalloc(len + 1);
-	rv = st_json_compact(s, len, tmp, &n, detail);
-	free(tmp);
-	return rv == ST_OK ? NULL : "is not a valid JSON text";
+	if (studio_events_check(ev, 1, buf, cap) == STUDIO_OK)
+		return NULL;
+	if (strncmp(buf, "event 0: ", 9) == 0)
+		memmove(buf, buf + 9, strlen(buf + 9) + 1);
+	return buf;
 }
 
 /* Upper bound of one event's msgpack size, for the batch byte limit. */
 static size_t
-event_bytes(const proto_event *ev)
+event_bytes(const studio_event *ev)
 {
-	size_t n = 64 + ev->topic.len + (ev->has_data ? ev->data.len : 0) + (ev->has_key ? ev->key.len : 0);
+	size_t n = 64 + ev->topic_len + (ev->data ? ev->data_len : 0) + (ev->key ? ev->key_len : 0);
 
-	for (uint32_t i = 0; i < ev->n_about; i++)
-		n += 5 + ev->about[i].len;
+	for (size_t i = 0; i < ev->n_about; i++)
+		n += 5 + ev->about_lens[i];
 	return n;
 }
 
 /* One parsed NDJSON line: the DOM owns every string the event points to. */
 typedef struct ev_line {
 	st_json *j;
-	proto_str *about;
-	proto_event ev;
+	const char **about;  /* owned array; the strings are the DOM's */
+	size_t *about_lens;  /* owned */
+	studio_event ev;
 } ev_line;
 
 static void
@@ -196,20 +154,24 @@ ev_line_fini(ev_line *l)
 {
 	st_json_free(l->j);
 	free(l->about);
+	free(l->about_lens);
 	memset(l, 0, sizeof(*l));
 }
 
 /*
  * Parses and checks one line; on error err gets the reason.  ST_EPROTO: the
  * line is not JSON at all (bad input, exit 2); ST_EINVAL: it is JSON but
- * not an event the writer would accept (a refused request, exit 1).
+ * not an event the writer would accept (a refused request, exit 1).  The
+ * line's shape (an object of topic, about, data, key, each of its type) is
+ * studioctl's input format; what the values may be is the writer's rule,
+ * checked by event_problem.
  */
 static st_err
 ev_line_parse(ev_line *l, const char *line, size_t len, char *err, size_t cap)
 {
 	st_json *j = NULL;
 	int n;
-	const char *s, *why, *detail;
+	const char *s;
 	size_t slen;
 
 	memset(l, 0, sizeof(*l));
@@ -245,11 +207,8 @@ ev_line_parse(ev_line *l, const char *line, size_t len, char *err, size_t cap)
 		snprintf(err, cap, "\"topic\" must be a string");
 		goto fail;
 	}
-	if (!topic_ok(s, slen)) {
-		snprintf(err, cap, "\"topic\" must be 1..200 bytes of [A-Za-z0-9._:/-]");
-		goto fail;
-	}
-	l->ev.topic = (proto_str){ s, slen };
+	l->ev.topic = s;
+	l->ev.topic_len = slen;
 	if ((n = st_json_get(j, 0, "about")) >= 0 && st_json_type(j, n) != ST_JSON_NULL) {
 		size_t na = st_json_count(j, n);
 
@@ -257,47 +216,40 @@ ev_line_parse(ev_line *l, const char *line, size_t len, char *err, size_t cap)
 			snprintf(err, cap, "\"about\" must be an array of strings");
 			goto fail;
 		}
+		/* the writer's bound, before arrays are sized by the count */
 		if (na > PROTO_MAX_ABOUT) {
-			snprintf(err, cap, "\"about\" has more than 64 entries");
+			snprintf(err, cap, "about: too many entries (%zu, max %u)", na, PROTO_MAX_ABOUT);
 			goto fail;
 		}
-		l->about = st_xcalloc(na ? na : 1, sizeof(proto_str));
+		l->about = st_xcalloc(na ? na : 1, sizeof(*l->about));
+		l->about_lens = st_xcalloc(na ? na : 1, sizeof(*l->about_lens));
 		for (size_t i = 0; i < na; i++) {
 			if ((s = st_json_str(j, st_json_at(j, n, i), &slen)) == NULL) {
 				snprintf(err, cap, "\"about\" must be an array of strings");
 				goto fail;
 			}
-			if ((why = text_problem(s, slen, PROTO_MAX_ABOUT_LEN)) != NULL) {
-				snprintf(err, cap, "\"about\" entry %zu %s", i, why);
-				goto fail;
-			}
-			l->about[i] = (proto_str){ s, slen };
+			l->about[i] = s;
+			l->about_lens[i] = slen;
 		}
 		l->ev.about = l->about;
-		l->ev.n_about = (uint32_t)na;
+		l->ev.about_lens = l->about_lens;
+		l->ev.n_about = na;
 	}
 	if ((n = st_json_get(j, 0, "data")) >= 0 && st_json_type(j, n) != ST_JSON_NULL) {
 		st_json_raw(j, n, &s, &slen);
-		if ((why = data_problem(s, slen, &detail)) != NULL) {
-			snprintf(err, cap, "\"data\" %s%s%.80s%s", why, detail ? " (" : "", detail ? detail : "",
-			         detail ? ")" : "");
-			goto fail;
-		}
-		l->ev.data = (proto_str){ s, slen };
-		l->ev.has_data = true;
+		l->ev.data = s;
+		l->ev.data_len = slen;
 	}
 	if ((n = st_json_get(j, 0, "key")) >= 0 && st_json_type(j, n) != ST_JSON_NULL) {
 		if ((s = st_json_str(j, n, &slen)) == NULL) {
 			snprintf(err, cap, "\"key\" must be a string");
 			goto fail;
 		}
-		if ((why = text_problem(s, slen, PROTO_MAX_KEY)) != NULL) {
-			snprintf(err, cap, "\"key\" %s", why);
-			goto fail;
-		}
-		l->ev.key = (proto_str){ s, slen };
-		l->ev.has_key = true;
+		l->ev.key = s;
+		l->ev.key_len = slen;
 	}
+	if (event_problem(&l->ev, err, cap) != NULL)
+		goto fail;
 	return ST_OK;
 fail:
 	ev_line_fini(l);
@@ -331,155 +283,94 @@ blank(const st_buf *b)
 	return true;
 }
 
-/* ---- requests to the writer ------------------------------------------ */
+/* ---- requests to the writer (libstudio-producer) ------------------------ */
 
-static nng_socket
-req_open(const char *url)
+/*
+ * The writers of --writer (one or more URLs), with --timeout-ms for each
+ * request.  The TLS identity was loaded by st_preflight_tls.  Bad URLs
+ * were refused by the option's check; what is left here is exit 2 too.
+ */
+static studio_producer *
+producer_open(void)
 {
-	nng_socket s;
-	int rv;
+	studio_producer *p = NULL;
+	char err[512];
 
-	if ((rv = nng_req0_open(&s)) != 0)
-		st_config_fail(PROG, "cannot open a req0 socket: %s", nng_strerror(rv));
-	nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, MAX_REPLY);
-	nng_socket_set_ms(s, NNG_OPT_RECONNMINT, 100);
-	nng_socket_set_ms(s, NNG_OPT_RECONNMAXT, 1000);
-	if ((rv = st_tls_dial(s, url, NNG_FLAG_NONBLOCK)) != 0) {
-		if (rv == NNG_EADDRINVAL || rv == NNG_ENOTSUP || rv == NNG_EINVAL)
-			st_config_fail(PROG, "--writer: bad URL \"%s\": %s", url, nng_strerror(rv));
-		fprintf(stderr, PROG ": cannot dial %s: %s\n", url, nng_strerror(rv));
-		exit(1);
-	}
-	return s;
+	if (studio_producer_new(opts[O_WRITER].sval, NULL, &p, err, sizeof(err)) != STUDIO_OK)
+		st_config_fail(PROG, "--writer %s: %s", opts[O_WRITER].sval, err);
+	return p;
 }
 
 /*
- * Sends one encoded request and waits for its reply; returns the seqs
- * (expect of them) or exits 1.  "busy" stores nothing, so it is retried
- * until the deadline.
+ * Publishes ev[0..n) as one request and prints the seqs, or exits 1: the
+ * library retried busy, unavailable and silence until --timeout-ms, and
+ * every retry carried the same keys (made for events without one).
  */
-static uint64_t *
-request(nng_socket s, const char *url, const st_buf *req, size_t expect, int timeout_ms)
-{
-	uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
-	proto_reply rep;
-
-	for (;;) {
-		uint64_t now = now_ms();
-		nng_duration left = now < deadline ? (nng_duration)(deadline - now) : 1;
-		nng_msg *msg = NULL;
-		st_err err;
-		int rv;
-
-		nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, left);
-		if ((rv = nng_send(s, req->p, req->len, 0)) == 0) {
-			now = now_ms();
-			left = now < deadline ? (nng_duration)(deadline - now) : 1;
-			nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, left);
-			rv = nng_recvmsg(s, &msg, 0);
-		}
-		if (rv == NNG_ETIMEDOUT) {
-			fprintf(stderr, PROG ": no reply from %s within %d ms\n", url, timeout_ms);
-			exit(1);
-		}
-		if (rv != 0) {
-			fprintf(stderr, PROG ": %s: %s\n", url, nng_strerror(rv));
-			exit(1);
-		}
-		memset(&rep, 0, sizeof(rep));
-		err = proto_reply_decode(nng_msg_body(msg), nng_msg_len(msg), &rep);
-		nng_msg_free(msg);
-		if (err != ST_OK) {
-			fprintf(stderr, PROG ": %s sent a reply that is not a valid ingest reply\n", url);
-			exit(1);
-		}
-		if (rep.ok) {
-			uint64_t *seqs = rep.seqs;
-
-			if (rep.n_seqs != expect) {
-				fprintf(stderr, PROG ": %s replied with %zu seqs for %zu events\n", url, rep.n_seqs,
-				        expect);
-				exit(1);
-			}
-			rep.seqs = NULL;
-			proto_reply_fini(&rep);
-			return seqs;
-		}
-		if (strcmp(rep.error, "busy") == 0 && now_ms() + BUSY_RETRY_MS < deadline) {
-			proto_reply_fini(&rep);
-			sleep_ms(BUSY_RETRY_MS);
-			continue;
-		}
-		fprintf(stderr, PROG ": refused: %s: %s\n", rep.error, rep.detail);
-		proto_reply_fini(&rep);
-		exit(1);
-	}
-}
-
 static void
-print_seqs(const uint64_t *seqs, size_t n)
+publish_request(studio_producer *p, const studio_event *ev, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		printf("%llu\n", (unsigned long long)seqs[i]);
-	fflush(stdout);
+	uint64_t *seqs = st_xcalloc(n, sizeof(*seqs));
+	char detail[600];
+	studio_status st = studio_publish(p, ev, n, seqs, (uint32_t)opts[O_TIMEOUT_MS].ival, detail, sizeof(detail));
+
+	switch (st) {
+	case STUDIO_OK:
+		for (size_t i = 0; i < n; i++)
+			printf("%llu\n", (unsigned long long)seqs[i]);
+		fflush(stdout);
+		free(seqs);
+		return;
+	case STUDIO_INVALID:
+	case STUDIO_BUSY:
+	case STUDIO_UNAVAILABLE:
+		/* the writer's answer, "code: detail" */
+		fprintf(stderr, PROG ": refused: %s\n", detail);
+		break;
+	case STUDIO_USAGE:
+		st_config_fail(PROG, "%s", detail);
+	default:
+		fprintf(stderr, PROG ": %s (after %lld ms)\n", detail, (long long)opts[O_TIMEOUT_MS].ival);
+		break;
+	}
+	exit(1);
 }
 
 static int
 publish_one(void)
 {
-	proto_event ev = { 0 };
-	proto_str *about = NULL;
-	char **items = NULL;
-	size_t n_items = 0;
-	const char *t = opts[O_TOPIC].sval, *why, *detail;
-	st_buf req;
-	nng_socket s;
-	uint64_t *seqs;
+	studio_event ev = { 0 };
+	char **items = NULL, why[600];
+	size_t n_items = 0, *lens = NULL;
+	studio_producer *p;
 
-	if (!topic_ok(t, strlen(t)))
-		refuse("--topic \"%.220s\" is not 1..200 bytes of [A-Za-z0-9._:/-]", t);
-	ev.topic = (proto_str){ t, strlen(t) };
+	ev.topic = opts[O_TOPIC].sval;
+	ev.topic_len = strlen(ev.topic);
 	if (opts[O_ABOUT].sval) {
 		n_items = st_config_split(opts[O_ABOUT].sval, &items, PROTO_MAX_ABOUT + 1);
-		if (n_items > PROTO_MAX_ABOUT)
-			refuse("--about: more than 64 entries");
-		about = st_xcalloc(n_items ? n_items : 1, sizeof(*about));
-		for (size_t i = 0; i < n_items; i++) {
-			if ((why = text_problem(items[i], strlen(items[i]), PROTO_MAX_ABOUT_LEN)) != NULL)
-				refuse("--about \"%.40s\" %s", items[i], why);
-			about[i] = (proto_str){ items[i], strlen(items[i]) };
-		}
-		ev.about = about;
-		ev.n_about = (uint32_t)n_items;
+		lens = st_xcalloc(n_items ? n_items : 1, sizeof(*lens));
+		for (size_t i = 0; i < n_items; i++)
+			lens[i] = strlen(items[i]);
+		ev.about = (const char *const *)items;
+		ev.about_lens = lens;
+		ev.n_about = n_items;
 	}
 	if (opts[O_DATA].sval) {
-		const char *d = opts[O_DATA].sval;
-
-		if ((why = data_problem(d, strlen(d), &detail)) != NULL)
-			refuse("--data %s%s%.80s%s", why, detail ? " (" : "", detail ? detail : "", detail ? ")" : "");
-		ev.data = (proto_str){ d, strlen(d) };
-		ev.has_data = true;
+		ev.data = opts[O_DATA].sval;
+		ev.data_len = strlen(ev.data);
 	}
 	if (opts[O_KEY].sval) {
-		const char *k = opts[O_KEY].sval;
-
-		if ((why = text_problem(k, strlen(k), PROTO_MAX_KEY)) != NULL)
-			refuse("--key %s", why);
-		ev.key = (proto_str){ k, strlen(k) };
-		ev.has_key = true;
+		ev.key = opts[O_KEY].sval;
+		ev.key_len = strlen(ev.key);
 	}
-	st_buf_init(&req);
-	proto_request_encode(&req, &ev, 1, false);
-	s = req_open(opts[O_WRITER].sval);
-	seqs = request(s, opts[O_WRITER].sval, &req, 1, (int)opts[O_TIMEOUT_MS].ival);
-	print_seqs(seqs, 1);
-	free(seqs);
-	nng_close(s);
-	st_buf_fini(&req);
+	if (event_problem(&ev, why, sizeof(why)) != NULL)
+		refuse("%s", why);
+	p = producer_open();
+	publish_request(p, &ev, 1);
+	studio_producer_free(p);
 	for (size_t i = 0; i < n_items; i++)
 		free(items[i]);
 	free(items);
-	free(about);
+	free(lens);
 	return 0;
 }
 
@@ -505,21 +396,32 @@ events_open(const char *path)
 	return tmp;
 }
 
-/* Validates every line (pass 1) or sends them in batches (pass 2). */
-static size_t
-events_pass(FILE *f, const char *path, bool send, nng_socket s)
+/* Sends batch[0..n) as one request and empties it. */
+static void
+events_send(studio_producer *p, ev_line *batch, studio_event *evs, size_t *n)
 {
-	st_buf line, req;
+	if (*n == 0)
+		return;
+	publish_request(p, evs, *n);
+	for (size_t i = 0; i < *n; i++)
+		ev_line_fini(&batch[i]);
+	*n = 0;
+}
+
+/* Validates every line (pass 1, p NULL) or sends them in batches (pass 2). */
+static size_t
+events_pass(FILE *f, const char *path, studio_producer *p)
+{
+	st_buf line;
 	ev_line *batch = NULL;
-	proto_event *evs = NULL;
+	studio_event *evs = NULL;
 	size_t lineno = 0, n = 0, bytes = 0, total = 0;
-	char err[256];
+	char err[600];
 	int r;
 	st_err rv;
 
 	st_buf_init(&line);
-	st_buf_init(&req);
-	if (send) {
+	if (p != NULL) {
 		batch = st_xcalloc(PROTO_MAX_BATCH, sizeof(*batch));
 		evs = st_xcalloc(PROTO_MAX_BATCH, sizeof(*evs));
 	}
@@ -543,22 +445,13 @@ events_pass(FILE *f, const char *path, bool send, nng_socket s)
 		if (rv != ST_OK)
 			refuse("%s: line %zu: %s", path, lineno, err);
 		total++;
-		if (!send) {
+		if (p == NULL) {
 			ev_line_fini(&l);
 			continue;
 		}
 		eb = event_bytes(&l.ev);
 		if (n > 0 && (n == PROTO_MAX_BATCH || bytes + eb > FILE_BATCH_BYTES)) {
-			uint64_t *seqs;
-
-			st_buf_reset(&req);
-			proto_request_encode(&req, evs, n, true);
-			seqs = request(s, opts[O_WRITER].sval, &req, n, (int)opts[O_TIMEOUT_MS].ival);
-			print_seqs(seqs, n);
-			free(seqs);
-			for (size_t i = 0; i < n; i++)
-				ev_line_fini(&batch[i]);
-			n = 0;
+			events_send(p, batch, evs, &n);
 			bytes = 0;
 		}
 		batch[n] = l;
@@ -566,21 +459,11 @@ events_pass(FILE *f, const char *path, bool send, nng_socket s)
 		n++;
 		bytes += eb;
 	}
-	if (send && n > 0) {
-		uint64_t *seqs;
-
-		st_buf_reset(&req);
-		proto_request_encode(&req, evs, n, true);
-		seqs = request(s, opts[O_WRITER].sval, &req, n, (int)opts[O_TIMEOUT_MS].ival);
-		print_seqs(seqs, n);
-		free(seqs);
-		for (size_t i = 0; i < n; i++)
-			ev_line_fini(&batch[i]);
-	}
+	if (p != NULL)
+		events_send(p, batch, evs, &n);
 	free(batch);
 	free(evs);
 	st_buf_fini(&line);
-	st_buf_fini(&req);
 	return total;
 }
 
@@ -589,16 +472,17 @@ publish_file(void)
 {
 	const char *path = opts[O_FILE].sval;
 	FILE *f = events_open(path);
-	nng_socket s = NNG_SOCKET_INITIALIZER;
+	studio_producer *p;
 
-	if (events_pass(f, path, false, s) == 0) {
+	/* Every line is checked before anything is sent: a bad line stores nothing. */
+	if (events_pass(f, path, NULL) == 0) {
 		fclose(f);
 		return 0; /* nothing to send */
 	}
 	rewind(f);
-	s = req_open(opts[O_WRITER].sval);
-	events_pass(f, path, true, s);
-	nng_close(s);
+	p = producer_open();
+	events_pass(f, path, p);
+	studio_producer_free(p);
 	fclose(f);
 	return 0;
 }
