@@ -1,0 +1,228 @@
+"""libstudio-producer against the real system (docs/clients.md).
+
+tests/tools/producer_drive (a producer on the library: requests without
+keys, the library makes them; many in flight, paced) publishes while the
+test breaks things; every case then checks, in PostgreSQL, that every
+event the producer was told is stored is there exactly once, with the seq
+it was told, and nothing else:
+
+- writer_restart_every_event_once: the only writer is SIGKILLed mid-stream
+  and started again on the same address; requests in flight are retried
+  (same keys) until it answers.
+- pg_restart_every_event_once: PostgreSQL (a server of the test's own) is
+  restarted (fast) mid-stream; flushes fail, are retried, replies follow.
+- busy_is_retried: a writer with a 10 s flush interval fills its pending
+  batch (128 MiB) with 8 MiB requests and answers busy; the library backs
+  off and retries until every request is stored.
+- bad_event_refused_locally: an event with a bad topic is refused by the
+  library with exactly the words the writer answers to the same event.
+- installed_with_pkg_config: `cmake --install` into a temporary prefix, the
+  example built with `cc ... $(pkg-config --cflags --libs studio-producer)`
+  as a user would, run against the writer.
+"""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import harness  # noqa: E402
+from harness import check, check_eq, log  # noqa: E402
+import sse_client as sc  # noqa: E402
+
+t = harness.Tests()
+DRIVE = harness.program("producer_drive", harness.TOOLS_DIR)
+BUILD_DIR = os.path.dirname(os.path.abspath(harness.BIN_DIR))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+class Drive:
+    """producer_drive in the background; its stdout parsed as it comes."""
+
+    def __init__(self, urls, topic, count, batch=1, inflight=16, data_bytes=100, rate=0, timeout_ms=60000):
+        self.seqs = {}       # (req, index) -> seq
+        self.fails = []
+        self.done = None
+        self.p = subprocess.Popen([DRIVE, ",".join(urls), topic, str(count), str(batch), str(inflight),
+                                   str(data_bytes), str(rate), str(timeout_ms)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.lock = threading.Lock()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            f = line.decode(errors="replace").split(" ", 3)
+            with self.lock:
+                if f[0] == "seq":
+                    self.seqs[(int(f[1]), int(f[2]))] = int(f[3])
+                elif f[0] == "fail":
+                    self.fails.append(line.decode(errors="replace").strip())
+                elif f[0] == "done":
+                    self.done = (int(f[1]), int(f[2]))
+
+    def stored(self):
+        with self.lock:
+            return len(self.seqs)
+
+    def wait(self, timeout):
+        try:
+            rc = self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            raise harness.TestFailure("producer_drive did not finish within %ds (%d events stored so far)"
+                                      % (timeout, self.stored()))
+        self.reader.join(10)
+        err = self.p.stderr.read().decode(errors="replace")
+        return rc, err
+
+
+def check_exactly_once(env, d, topic, requests, batch):
+    rows = harness.psql(env.dsn, "SELECT seq, key, data->>'r', data->>'i' FROM broker_event "
+                                 "WHERE topic = '%s' ORDER BY seq" % topic)
+    want = requests * batch
+    keys = set(r[1] for r in rows)
+    ids = set((int(r[2]), int(r[3])) for r in rows)
+    check_eq(len(d.fails), 0, "requests the producer was told failed (%s)" % d.fails[:3])
+    check_eq(len(d.seqs), want, "events the producer was told are stored")
+    check_eq(len(rows), want, "rows stored")
+    check_eq(len(keys), want, "distinct keys (every event has one, made by the library)")
+    check_eq(len(ids), want, "distinct (request, index): no event stored twice")
+    check(all(k and k.startswith("sp1-") for k in keys), "every key is a generated one: %s" % sorted(keys)[:2])
+    told = sorted(d.seqs.values())
+    check_eq(told, [int(r[0]) for r in rows], "the seqs the producer was told are exactly the rows' seqs")
+    by_id = {(int(r[2]), int(r[3])): int(r[0]) for r in rows}
+    wrong = [k for k, s in d.seqs.items() if by_id.get(k) != s]
+    check_eq(wrong[:5], [], "events whose told seq is not their row's")
+
+
+@t.case
+def writer_restart_every_event_once():
+    with harness.Env() as env:
+        w = env.start_writer(flush_interval_ms=100).wait_ready()
+        d = Drive([w.ingest], "pl.restart", 600, batch=2, inflight=16, rate=100, timeout_ms=60000)
+        harness.wait_until(lambda: d.stored() >= 300, 60, "300 events stored before the kill")
+        before = d.stored()
+        w.kill()
+        w2 = env.start_writer(**{k: v for k, v in w.flags.items() if k != "pg_dsn"})
+        w2.wait_ready()
+        rc, err = d.wait(180)
+        log("FIGURE writer SIGKILL: %d events stored before the kill, %d in all; producer exit %d"
+            % (before, d.stored(), rc))
+        check_eq(rc, 0, "producer_drive exit status (stderr %r)" % err[-300:])
+        check_exactly_once(env, d, "pl.restart", 600, 2)
+        w2.stop()
+
+
+@t.case
+def pg_restart_every_event_once():
+    pg = harness.PgServer("prod-pg").start()
+    try:
+        with harness.Env(admin_dsn=pg.dsn) as env:
+            w = env.start_writer(flush_interval_ms=100).wait_ready()
+            d = Drive([w.ingest], "pl.pg", 600, batch=2, inflight=16, rate=100, timeout_ms=60000)
+            harness.wait_until(lambda: d.stored() >= 300, 60, "300 events stored before the restart")
+            took = pg.restart("fast")
+            rc, err = d.wait(180)
+            log("FIGURE PostgreSQL fast restart took %.2f s; %d events stored; producer exit %d"
+                % (took, d.stored(), rc))
+            check_eq(rc, 0, "producer_drive exit status (stderr %r)" % err[-300:])
+            check_exactly_once(env, d, "pl.pg", 600, 2)
+    finally:
+        pg.close()
+
+
+@t.case
+def busy_is_retried():
+    if sanitizer_flags() == ["-fsanitize=thread"]:
+        # Filling the batch needs a producer that sends 128 MiB within one
+        # flush interval; a Debug TSan producer checks 8 MiB requests too
+        # slowly for that to be sure.  Plain and ASan builds run it.
+        log("busy_is_retried: not run on the ThreadSanitizer build (timing)")
+        return
+    with harness.Env() as env:
+        # A 10 s flush interval: 16 requests of 8 MiB (~16 MiB each as decoded)
+        # overflow the 128 MiB pending batch long before the first flush (the
+        # producer sends them in about 1 s; 10 s leaves room for a slow or
+        # loaded machine and the sanitizer builds).
+        w = env.start_writer(flush_interval_ms=10000).wait_ready()
+        d = Drive([w.ingest], "pl.busy", 16, batch=40, inflight=16, data_bytes=200 * 1024, timeout_ms=120000)
+        rc, err = d.wait(300)
+        m = sc.parse_metrics(harness.http_get(w.http_url + "/metrics")[2].decode())
+        busy = sc.metric(m, "studio_writer_rejected_total", error="busy") or 0
+        log("FIGURE busy: the writer answered busy %d times; every one of 16 x 40 events stored" % busy)
+        check_eq(rc, 0, "producer_drive exit status (stderr %r, fails %s)" % (err[-300:], d.fails[:3]))
+        check(busy > 0, "the writer answered busy at least once (got %d): the case tested the retry" % busy)
+        check_exactly_once(env, d, "pl.busy", 16, 40)
+
+
+@t.case
+def bad_event_refused_locally():
+    with harness.Env() as env:
+        w = env.start_writer().wait_ready()
+        for topic in ["a b", "t" * 201, ""]:
+            p = subprocess.run([DRIVE, w.ingest, "--bad", topic], stdout=subprocess.PIPE, timeout=30)
+            line = p.stdout.decode().strip()
+            mine = line.split(" ", 2)
+            rep = harness.request(w, [{"topic": topic}])
+            check_eq(mine[1], "invalid", "the library's status for topic %r" % topic[:20])
+            check_eq(rep.get("error"), "invalid", "the writer's answer for topic %r" % topic[:20])
+            check_eq(mine[2], rep.get("detail"), "the library's words are the writer's for topic %r" % topic[:20])
+        check_eq(int(harness.psql_one(env.dsn, "SELECT count(*) FROM broker_event")), 0, "rows stored")
+
+
+def sanitizer_flags():
+    """The flags the library was built with, for a program linked to it."""
+    try:
+        with open(os.path.join(BUILD_DIR, "CMakeCache.txt")) as f:
+            cache = f.read()
+    except OSError:
+        return []
+    if re.search(r"^STUDIO_SANITIZE:BOOL=ON$", cache, re.M):
+        return ["-fsanitize=address,undefined"]
+    if re.search(r"^STUDIO_TSAN:BOOL=ON$", cache, re.M):
+        return ["-fsanitize=thread"]
+    return []
+
+
+@t.case
+def installed_with_pkg_config():
+    prefix = tempfile.mkdtemp(prefix="studio-prefix-")
+    try:
+        p = subprocess.run(["cmake", "--install", BUILD_DIR, "--prefix", prefix], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=120)
+        check_eq(p.returncode, 0, "cmake --install (%s)" % p.stdout.decode(errors="replace")[-400:])
+        pc_dir = [os.path.join(dp) for dp, _, fs in os.walk(prefix) if "studio-producer.pc" in fs]
+        check_eq(len(pc_dir), 1, "one studio-producer.pc under the prefix")
+        env_pc = dict(os.environ, PKG_CONFIG_PATH=pc_dir[0])
+        flags = subprocess.run(["pkg-config", "--cflags", "--libs", "studio-producer"], env=env_pc,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+        check_eq(flags.returncode, 0, "pkg-config (%s)" % flags.stderr.decode(errors="replace"))
+        exe = os.path.join(prefix, "example")
+        cc = subprocess.run(["cc", "-o", exe, os.path.join(ROOT, "producer", "example.c")] + sanitizer_flags()
+                            + flags.stdout.decode().split(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            timeout=120)
+        log("pkg-config: %s" % flags.stdout.decode().strip())
+        check_eq(cc.returncode, 0, "cc example.c $(pkg-config ...) (%s)" % cc.stdout.decode(errors="replace")[-600:])
+        with harness.Env() as env:
+            w = env.start_writer().wait_ready()
+            run = subprocess.run([exe, w.ingest, "pl.example", "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 timeout=120)
+            out = run.stdout.decode(errors="replace")
+            check_eq(run.returncode, 0, "the example's exit status (stderr %r)" % run.stderr.decode()[-300:])
+            check_eq(len(re.findall(r"^batch event \d+: seq \d+$", out, re.M)), 5, "batch seqs printed:\n%s" % out)
+            check_eq(len(re.findall(r"^async event \d+: seq \d+$", out, re.M)), 5, "async seqs printed:\n%s" % out)
+            check_eq(int(harness.psql_one(env.dsn, "SELECT count(DISTINCT key) FROM broker_event "
+                                                   "WHERE topic = 'pl.example'")), 10, "rows with distinct keys")
+    finally:
+        shutil.rmtree(prefix, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    t.main()

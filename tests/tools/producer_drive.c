@@ -1,0 +1,138 @@
+/*
+ * producer_drive: a producer on libstudio-producer, for test_producer_lib.py.
+ *
+ *   producer_drive URLS TOPIC COUNT BATCH INFLIGHT DATA_BYTES RATE TIMEOUT_MS
+ *   producer_drive URLS --bad TOPIC
+ *
+ * Publishes COUNT requests of BATCH events each to TOPIC, without keys (the
+ * library makes them), at most INFLIGHT at once, RATE requests a second
+ * (0: as fast as the slots allow), each with TIMEOUT_MS for all its
+ * retries.  An event's data is {"r":REQ,"i":INDEX,"pad":"x..."} of about
+ * DATA_BYTES bytes.  Prints, on stdout, "seq REQ INDEX SEQ" for every
+ * stored event, "fail REQ STATUS DETAIL" for a request that was not, and
+ * "done OK FAILED" at the end (exit 0 when nothing failed).  --bad
+ * publishes one event with the topic TOPIC and prints "refused STATUS
+ * DETAIL" (the library's local check).
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "studio_producer.h"
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static long pending, ok, failed;
+
+static void
+done(void *arg, studio_status st, const uint64_t *seqs, size_t n, const char *detail)
+{
+	long req = (long)arg;
+
+	pthread_mutex_lock(&mu);
+	if (st == STUDIO_OK) {
+		for (size_t i = 0; i < n; i++)
+			printf("seq %ld %zu %" PRIu64 "\n", req, i, seqs[i]);
+		ok++;
+	} else {
+		printf("fail %ld %s %s\n", req, studio_status_str(st), detail);
+		failed++;
+	}
+	fflush(stdout);
+	pending--;
+	pthread_cond_signal(&cv);
+	pthread_mutex_unlock(&mu);
+}
+
+static void
+pace(struct timespec *start, long i, long rate)
+{
+	struct timespec t;
+
+	if (rate <= 0)
+		return;
+	t.tv_sec = start->tv_sec + i / rate;
+	t.tv_nsec = start->tv_nsec + (long)((i % rate) * (1000000000L / rate));
+	if (t.tv_nsec >= 1000000000L) {
+		t.tv_sec++;
+		t.tv_nsec -= 1000000000L;
+	}
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) != 0)
+		;
+}
+
+int
+main(int argc, char **argv)
+{
+	studio_producer *p = NULL;
+	studio_producer_options o = { 0 };
+	char err[600];
+	long count, batch, rate, data_bytes;
+	uint32_t timeout_ms;
+	struct timespec start;
+
+	if (argc == 4 && strcmp(argv[2], "--bad") == 0) {
+		studio_event ev = { .topic = argv[3] };
+		studio_status st = studio_events_check(&ev, 1, err, sizeof(err));
+
+		printf("refused %s %s\n", studio_status_str(st), st == STUDIO_OK ? "" : err);
+		return 0;
+	}
+	if (argc != 9) {
+		fprintf(stderr, "usage: producer_drive URLS TOPIC COUNT BATCH INFLIGHT DATA_BYTES RATE TIMEOUT_MS\n");
+		return 2;
+	}
+	count = atol(argv[3]);
+	batch = atol(argv[4]);
+	o.max_inflight = (uint32_t)atol(argv[5]);
+	data_bytes = atol(argv[6]);
+	rate = atol(argv[7]);
+	timeout_ms = (uint32_t)atol(argv[8]);
+	if (studio_producer_new(argv[1], &o, &p, err, sizeof(err)) != STUDIO_OK) {
+		fprintf(stderr, "producer_drive: %s\n", err);
+		return 2;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (long r = 0; r < count; r++) {
+		studio_event *ev = calloc((size_t)batch, sizeof(*ev));
+		char **data = calloc((size_t)batch, sizeof(*data));
+		studio_status st;
+
+		for (long i = 0; i < batch; i++) {
+			size_t pad = data_bytes > 64 ? (size_t)data_bytes - 64 : 1;
+
+			data[i] = malloc(pad + 80);
+			int len = snprintf(data[i], 64, "{\"r\":%ld,\"i\":%ld,\"pad\":\"", r, i);
+			memset(data[i] + len, 'x', pad);
+			strcpy(data[i] + len + pad, "\"}");
+			ev[i] = (studio_event){ .topic = argv[2], .data = data[i] };
+		}
+		pace(&start, r, rate);
+		pthread_mutex_lock(&mu);
+		pending++;
+		pthread_mutex_unlock(&mu);
+		/* waits for a slot when INFLIGHT are out; the events are copied before it returns */
+		st = studio_publish_async(p, ev, (size_t)batch, timeout_ms, done, (void *)r, err, sizeof(err));
+		if (st != STUDIO_OK) {
+			pthread_mutex_lock(&mu);
+			printf("fail %ld %s %s\n", r, studio_status_str(st), err);
+			failed++;
+			pending--;
+			pthread_mutex_unlock(&mu);
+		}
+		for (long i = 0; i < batch; i++)
+			free(data[i]);
+		free(data);
+		free(ev);
+	}
+	pthread_mutex_lock(&mu);
+	while (pending > 0)
+		pthread_cond_wait(&cv, &mu);
+	printf("done %ld %ld\n", ok, failed);
+	pthread_mutex_unlock(&mu);
+	studio_producer_free(p);
+	return failed ? 1 : 0;
+}
