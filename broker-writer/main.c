@@ -155,8 +155,7 @@ enum {
 };
 
 static st_opt opts[W_N] = {
-	[W_PG_DSN] = { .name = "pg-dsn", .kind = ST_OPT_STR, .help = "PostgreSQL connection string (libpq key=value or URI)",
-	  .required = true, .check = st_preflight_dsn, .secret = true },
+	[W_PG_DSN] = ST_OPT_PG_DSN,
 	[W_INGEST] = { .name = "ingest", .kind = ST_OPT_STR, .def = "tcp://0.0.0.0:7450", .help = "nng rep0 URL to listen on for producers",
 	  .required = true, .check = st_preflight_listen_url },
 	[W_PUBLISH] = { .name = "publish", .kind = ST_OPT_STR, .def = "tcp://0.0.0.0:7451", .help = "nng pub0 URL to listen on for edges",
@@ -174,9 +173,9 @@ static st_opt opts[W_N] = {
 	[W_RETENTION] = { .name = "retention", .kind = ST_OPT_DURATION, .def = "7d", .help = "delete events older than this; 0 keeps all",
 	  .min = 0, .max = RETENTION_MAX_MS, .allowed = "0 (keep everything) or a duration up to 36500d (250ms, 30s, 15m, 12h, 7d)" },
 	/* Mutual TLS on tls+tcp:// links (docs/security.md). */
-	[W_TLS_CERT] = { .name = "tls-cert", .kind = ST_OPT_STR, .def = "", .help = "PEM certificate of this process for tls+tcp:// links" },
-	[W_TLS_KEY] = { .name = "tls-key", .kind = ST_OPT_STR, .def = "", .help = "PEM private key of --tls-cert", .secret = true },
-	[W_TLS_CA] = { .name = "tls-ca", .kind = ST_OPT_STR, .def = "", .help = "PEM CA that signs every peer on tls+tcp:// links" },
+	[W_TLS_CERT] = ST_OPT_TLS_CERT,
+	[W_TLS_KEY] = ST_OPT_TLS_KEY,
+	[W_TLS_CA] = ST_OPT_TLS_CA,
 };
 
 enum flush_state {

@@ -46,6 +46,20 @@ bool st_preflight_dial_urls(const st_opt *o, char *why, size_t cap);
  * 0..65535); empty means "none". */
 bool st_preflight_http_addr(const st_opt *o, char *why, size_t cap);
 
+/*
+ * Option table entries that every program having them writes alike (each
+ * program indexes its table by its own enum: [X_TLS_CA] = ST_OPT_TLS_CA).
+ */
+#define ST_OPT_PG_DSN                                                                                    \
+	{ .name = "pg-dsn", .kind = ST_OPT_STR, .help = "PostgreSQL connection string (libpq key=value or URI)", \
+	  .required = true, .check = st_preflight_dsn, .secret = true }
+#define ST_OPT_TLS_CERT \
+	{ .name = "tls-cert", .kind = ST_OPT_STR, .def = "", .help = "PEM certificate of this process for tls+tcp:// links" }
+#define ST_OPT_TLS_KEY \
+	{ .name = "tls-key", .kind = ST_OPT_STR, .def = "", .help = "PEM private key of --tls-cert", .secret = true }
+#define ST_OPT_TLS_CA \
+	{ .name = "tls-ca", .kind = ST_OPT_STR, .def = "", .help = "PEM CA that signs every peer on tls+tcp:// links" }
+
 enum st_preflight_kind {
 	ST_PREFLIGHT_NNG,         /* an nng URL, listened with nng */
 	ST_PREFLIGHT_HTTP,        /* ADDR:PORT, SO_REUSEADDR like st_http */

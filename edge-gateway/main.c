@@ -816,8 +816,7 @@ enum {
 };
 
 static st_opt opts[E_N] = {
-	[E_PG_DSN] = { .name = "pg-dsn", .kind = ST_OPT_STR, .help = "PostgreSQL connection string (libpq key=value or URI)",
-	  .required = true, .check = st_preflight_dsn, .secret = true },
+	[E_PG_DSN] = ST_OPT_PG_DSN,
 	[E_WRITERS] = { .name = "writers", .kind = ST_OPT_LIST,
 	  .help = "nng sub0 dial URLs of the writers' publish sockets, comma separated (at most 64)", .required = true,
 	  .check = st_preflight_dial_urls },
@@ -855,9 +854,9 @@ static st_opt opts[E_N] = {
 	[E_TRUSTED_PROXIES] = { .name = "trusted-proxies", .kind = ST_OPT_STR, .def = "",
 	  .help = "CIDR ranges whose X-Forwarded-For names the client, comma separated" },
 	/* Mutual TLS on tls+tcp:// links (docs/security.md). */
-	[E_TLS_CERT] = { .name = "tls-cert", .kind = ST_OPT_STR, .def = "", .help = "PEM certificate of this process for tls+tcp:// links" },
-	[E_TLS_KEY] = { .name = "tls-key", .kind = ST_OPT_STR, .def = "", .help = "PEM private key of --tls-cert", .secret = true },
-	[E_TLS_CA] = { .name = "tls-ca", .kind = ST_OPT_STR, .def = "", .help = "PEM CA that signs every peer on tls+tcp:// links" },
+	[E_TLS_CERT] = ST_OPT_TLS_CERT,
+	[E_TLS_KEY] = ST_OPT_TLS_KEY,
+	[E_TLS_CA] = ST_OPT_TLS_CA,
 };
 
 int

@@ -73,10 +73,9 @@ static st_opt opts[O_N] = {
 	[O_TIMEOUT_MS] = { .name = "timeout-ms", .kind = ST_OPT_INT, .def = "10000", .min = 1, .max = 3600000,
 	                   .help = "publish, stats, drain: give up on a request after this long" },
 	/* Mutual TLS on tls+tcp:// URLs (docs/security.md). */
-	[O_TLS_CERT] = { .name = "tls-cert", .kind = ST_OPT_STR, .def = "", .help = "PEM certificate for tls+tcp:// URLs" },
-	[O_TLS_KEY] = { .name = "tls-key", .kind = ST_OPT_STR, .def = "", .help = "PEM private key of --tls-cert",
-	                .secret = true },
-	[O_TLS_CA] = { .name = "tls-ca", .kind = ST_OPT_STR, .def = "", .help = "PEM CA that signs the writers and edges" },
+	[O_TLS_CERT] = ST_OPT_TLS_CERT,
+	[O_TLS_KEY] = ST_OPT_TLS_KEY,
+	[O_TLS_CA] = ST_OPT_TLS_CA,
 };
 
 static const char usage[] =
