@@ -34,6 +34,13 @@
 extern "C" {
 #endif
 
+/* The shared library exports these names only (it is built with hidden visibility). */
+#if defined(__GNUC__)
+#define STUDIO_API __attribute__((visibility("default")))
+#else
+#define STUDIO_API
+#endif
+
 typedef enum studio_status {
 	STUDIO_OK = 0,
 	STUDIO_INVALID,     /* an event breaks a rule: refused here (nothing sent) or by the writer; detail says which */
@@ -46,7 +53,7 @@ typedef enum studio_status {
 } studio_status;
 
 /* A static name for a status ("ok", "invalid", "busy", ...). */
-const char *studio_status_str(studio_status st);
+STUDIO_API const char *studio_status_str(studio_status st);
 
 /* One event.  Strings with a length of 0 are taken up to their NUL. */
 typedef struct studio_event {
@@ -85,7 +92,7 @@ typedef struct studio_producer studio_producer;
  * gets one line.  Dials in the background: a writer that is not up yet is
  * not an error.
  */
-studio_status studio_producer_new(const char *urls, const studio_producer_options *opt, studio_producer **out,
+STUDIO_API studio_status studio_producer_new(const char *urls, const studio_producer_options *opt, studio_producer **out,
                                   char *err, size_t err_len);
 
 /*
@@ -93,7 +100,7 @@ studio_status studio_producer_new(const char *urls, const studio_producer_option
  * STUDIO_OK, or STUDIO_INVALID with the writer's reason in detail
  * ("event 3: topic: bad character").
  */
-studio_status studio_events_check(const studio_event *ev, size_t n, char *detail, size_t detail_len);
+STUDIO_API studio_status studio_events_check(const studio_event *ev, size_t n, char *detail, size_t detail_len);
 
 /*
  * Publishes ev[0..n) (1..10000 events, one request) and waits until they
@@ -101,7 +108,7 @@ studio_status studio_events_check(const studio_event *ev, size_t n, char *detail
  * timeout_ms bounds the whole call, retries included.  detail (may be NULL)
  * gets the reason of any other status.
  */
-studio_status studio_publish(studio_producer *p, const studio_event *ev, size_t n, uint64_t *seqs_out,
+STUDIO_API studio_status studio_publish(studio_producer *p, const studio_event *ev, size_t n, uint64_t *seqs_out,
                              uint32_t timeout_ms, char *detail, size_t detail_len);
 
 /*
@@ -119,14 +126,14 @@ typedef void (*studio_publish_fn)(void *arg, studio_status st, const uint64_t *s
  * (with detail) when it will not: STUDIO_INVALID, STUDIO_USAGE,
  * STUDIO_TIMEOUT (no slot), STUDIO_CLOSED.
  */
-studio_status studio_publish_async(studio_producer *p, const studio_event *ev, size_t n, uint32_t timeout_ms,
+STUDIO_API studio_status studio_publish_async(studio_producer *p, const studio_event *ev, size_t n, uint32_t timeout_ms,
                                    studio_publish_fn cb, void *arg, char *detail, size_t detail_len);
 
 /*
  * Ends every request in flight with STUDIO_CLOSED (their callbacks run),
  * closes the sockets and frees p.  NULL-safe.
  */
-void studio_producer_free(studio_producer *p);
+STUDIO_API void studio_producer_free(studio_producer *p);
 
 #ifdef __cplusplus
 }

@@ -18,7 +18,8 @@ it was told, and nothing else:
   library with exactly the words the writer answers to the same event.
 - installed_with_pkg_config: `cmake --install` into a temporary prefix, the
   example built with `cc ... $(pkg-config --cflags --libs studio-producer)`
-  as a user would, run against the writer.
+  (the shared library) and against the archive with `--static`, as a user
+  would, both run against the writer.
 """
 
 import os
@@ -191,6 +192,31 @@ def sanitizer_flags():
     return []
 
 
+def pkg_config(env_pc, *args):
+    p = subprocess.run(["pkg-config"] + list(args) + ["studio-producer"], env=env_pc, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=30)
+    check_eq(p.returncode, 0, "pkg-config %s (%s)" % (" ".join(args), p.stderr.decode(errors="replace")))
+    return p.stdout.decode().split()
+
+
+def build_example(exe, flags):
+    cc = subprocess.run(["cc", "-o", exe, os.path.join(ROOT, "producer", "example.c")] + sanitizer_flags() + flags,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    log("cc %s" % " ".join(flags))
+    check_eq(cc.returncode, 0, "cc example.c %s (%s)" % (" ".join(flags), cc.stdout.decode(errors="replace")[-600:]))
+
+
+def run_example(env, w, exe, topic, extra_env):
+    run = subprocess.run([exe, w.ingest, topic, "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         timeout=120, env=dict(os.environ, **extra_env))
+    out = run.stdout.decode(errors="replace")
+    check_eq(run.returncode, 0, "%s: the example's exit status (stderr %r)" % (topic, run.stderr.decode()[-300:]))
+    check_eq(len(re.findall(r"^batch event \d+: seq \d+$", out, re.M)), 5, "batch seqs printed:\n%s" % out)
+    check_eq(len(re.findall(r"^async event \d+: seq \d+$", out, re.M)), 5, "async seqs printed:\n%s" % out)
+    check_eq(int(harness.psql_one(env.dsn, "SELECT count(DISTINCT key) FROM broker_event WHERE topic = '%s'"
+                                  % topic)), 10, "%s: rows with distinct keys" % topic)
+
+
 @t.case
 def installed_with_pkg_config():
     prefix = tempfile.mkdtemp(prefix="studio-prefix-")
@@ -198,28 +224,23 @@ def installed_with_pkg_config():
         p = subprocess.run(["cmake", "--install", BUILD_DIR, "--prefix", prefix], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, timeout=120)
         check_eq(p.returncode, 0, "cmake --install (%s)" % p.stdout.decode(errors="replace")[-400:])
-        pc_dir = [os.path.join(dp) for dp, _, fs in os.walk(prefix) if "studio-producer.pc" in fs]
+        pc_dir = [dp for dp, _, fs in os.walk(prefix) if "studio-producer.pc" in fs]
         check_eq(len(pc_dir), 1, "one studio-producer.pc under the prefix")
+        libdir = os.path.dirname(pc_dir[0])
         env_pc = dict(os.environ, PKG_CONFIG_PATH=pc_dir[0])
-        flags = subprocess.run(["pkg-config", "--cflags", "--libs", "studio-producer"], env=env_pc,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
-        check_eq(flags.returncode, 0, "pkg-config (%s)" % flags.stderr.decode(errors="replace"))
-        exe = os.path.join(prefix, "example")
-        cc = subprocess.run(["cc", "-o", exe, os.path.join(ROOT, "producer", "example.c")] + sanitizer_flags()
-                            + flags.stdout.decode().split(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            timeout=120)
-        log("pkg-config: %s" % flags.stdout.decode().strip())
-        check_eq(cc.returncode, 0, "cc example.c $(pkg-config ...) (%s)" % cc.stdout.decode(errors="replace")[-600:])
+        # The shared library, as `cc ... $(pkg-config --cflags --libs studio-producer)` links it.
+        shared = os.path.join(prefix, "example-shared")
+        build_example(shared, pkg_config(env_pc, "--cflags", "--libs"))
+        # The archive: its path, and what --static adds (nng, msgpack, libcrypto).
+        static = os.path.join(prefix, "example-static")
+        flags = [f for f in pkg_config(env_pc, "--cflags", "--libs", "--static") if f != "-lstudio-producer"]
+        build_example(static, [os.path.join(libdir, "libstudio-producer.a")] + flags)
+        ldd = subprocess.run(["ldd", static], stdout=subprocess.PIPE, timeout=30).stdout.decode()
+        check("studio-producer" not in ldd, "the static example does not load the shared library:\n%s" % ldd)
         with harness.Env() as env:
             w = env.start_writer().wait_ready()
-            run = subprocess.run([exe, w.ingest, "pl.example", "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 timeout=120)
-            out = run.stdout.decode(errors="replace")
-            check_eq(run.returncode, 0, "the example's exit status (stderr %r)" % run.stderr.decode()[-300:])
-            check_eq(len(re.findall(r"^batch event \d+: seq \d+$", out, re.M)), 5, "batch seqs printed:\n%s" % out)
-            check_eq(len(re.findall(r"^async event \d+: seq \d+$", out, re.M)), 5, "async seqs printed:\n%s" % out)
-            check_eq(int(harness.psql_one(env.dsn, "SELECT count(DISTINCT key) FROM broker_event "
-                                                   "WHERE topic = 'pl.example'")), 10, "rows with distinct keys")
+            run_example(env, w, shared, "pl.shared", {"LD_LIBRARY_PATH": libdir})
+            run_example(env, w, static, "pl.static", {})
     finally:
         shutil.rmtree(prefix, ignore_errors=True)
 
