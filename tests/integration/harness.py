@@ -743,6 +743,11 @@ class PsqlSession:
             self._cv.notify_all()
 
     def execute(self, sql, timeout=30):
+        # psql runs a statement only at its ';': without one it would wait in
+        # psql's query buffer and the echoed mark would come back at once,
+        # so the caller would go on as if the statement had run.
+        if not sql.rstrip().endswith(";"):
+            sql = sql.rstrip() + ";"
         mark = "__psql_session_done_%d" % next(PsqlSession._n)
         with self._cv:
             start = len(self._lines)
