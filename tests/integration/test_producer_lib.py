@@ -11,6 +11,8 @@ it was told, and nothing else:
   (same keys) until it answers.
 - pg_restart_every_event_once: PostgreSQL (a server of the test's own) is
   restarted (fast) mid-stream; flushes fail, are retried, replies follow.
+- unavailable_goes_to_the_next_writer: with two URLs, the first writer
+  draining (answers unavailable), every request ends stored by the second.
 - busy_is_retried: a writer with a 10 s flush interval fills its pending
   batch (128 MiB) with 8 MiB requests and answers busy; the library backs
   off and retries until every request is stored.
@@ -137,6 +139,24 @@ def pg_restart_every_event_once():
             check_exactly_once(env, d, "pl.pg", 600, 2)
     finally:
         pg.close()
+
+
+@t.case
+def unavailable_goes_to_the_next_writer():
+    with harness.Env() as env:
+        w1 = env.start_writer(flush_interval_ms=100).wait_ready()
+        w2 = env.start_writer(flush_interval_ms=100).wait_ready()
+        p = harness.studioctl("drain", "--control", w1.control, timeout=30)
+        check_eq(p.returncode, 0, "studioctl drain of the first writer (%r)" % p.stderr[-200:])
+        d = Drive([w1.ingest, w2.ingest], "pl.next", 50, batch=2, inflight=4, timeout_ms=30000)
+        rc, err = d.wait(120)
+        m1 = sc.parse_metrics(harness.http_get(w1.http_url + "/metrics")[2].decode())
+        refused = sc.metric(m1, "studio_writer_rejected_total", error="unavailable") or 0
+        log("FIGURE unavailable: the draining first writer refused %d requests; 100 events stored by the second"
+            % refused)
+        check_eq(rc, 0, "producer_drive exit status (stderr %r, fails %s)" % (err[-300:], d.fails[:3]))
+        check(refused >= 1, "the first URL (draining) was tried and answered unavailable (got %d)" % refused)
+        check_exactly_once(env, d, "pl.next", 50, 2)
 
 
 @t.case
