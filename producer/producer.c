@@ -48,6 +48,7 @@
 
 #include "producer_int.h"
 #include "st_buf.h"
+#include "st_clock.h"
 #include "st_tls.h"
 #include "st_util.h"
 #include "wire.h"
@@ -128,14 +129,28 @@ say(char *buf, size_t cap, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* The default clock: the project's monotonic one (the option's signature takes the test's arg). */
 static uint64_t
 mono_ms(void *arg)
 {
+	(void)arg;
+	return st_clock_now(st_clock_system());
+}
+
+/* Waits on p->cv, p->mu held, for at most ms (a condition variable waits until a wall-clock time). */
+static void
+producer_wait_ms(studio_producer *p, uint64_t ms)
+{
 	struct timespec ts;
 
-	(void)arg;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += (time_t)(ms / 1000);
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	(void)pthread_cond_timedwait(&p->cv, &p->mu, &ts);
 }
 
 static uint64_t
@@ -559,18 +574,10 @@ studio_publish_async(studio_producer *p, const studio_event *ev, size_t n, uint3
 	pthread_mutex_lock(&p->mu);
 	while (!p->closing && p->inflight >= p->o.max_inflight) {
 		uint64_t now = now_ms(p);
-		struct timespec ts;
 
 		if (now >= deadline)
 			break;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += (time_t)((deadline - now) / 1000);
-		ts.tv_nsec += (long)((deadline - now) % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		(void)pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+		producer_wait_ms(p, deadline - now);
 	}
 	if (p->closing || p->inflight >= p->o.max_inflight) {
 		st = p->closing ? STUDIO_CLOSED : STUDIO_TIMEOUT;
@@ -773,17 +780,9 @@ studio_producer_free(studio_producer *p)
 	 * (one may start its sleep right after a round). */
 	pthread_mutex_lock(&p->mu);
 	while (p->inflight > 0) {
-		struct timespec ts;
-
 		for (op *o = p->ops; o != NULL; o = o->next)
 			nng_aio_cancel(o->aio);
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 50 * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		(void)pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+		producer_wait_ms(p, 50);
 	}
 	pthread_mutex_unlock(&p->mu);
 	for (size_t i = 0; i < p->n_urls; i++)
