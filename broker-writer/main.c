@@ -377,16 +377,19 @@ db_unavailable(const writer *w)
  * everything anyway; kept current on every request and flush tick, so even
  * a producer that finds every work slot taken hears "unavailable".
  */
+/* Why the writer's life refuses new requests, or NULL while it runs. */
+static const char *
+life_refusal(const writer *w)
+{
+	return w->life >= W_STOPPING ? "shutting down" : w->life == W_DRAINING ? "draining" : NULL;
+}
+
 static void
 refusal_update(writer *w)
 {
-	const char *why = NULL;
+	const char *why = life_refusal(w);
 
-	if (w->life >= W_STOPPING)
-		why = "shutting down";
-	else if (w->life == W_DRAINING)
-		why = "draining";
-	else if (db_unavailable(w))
+	if (why == NULL && db_unavailable(w))
 		why = "database unreachable";
 	if (w->in)
 		ingest_set_refusal(w->in, why);
@@ -412,9 +415,9 @@ on_request(ingest_work *work, const proto_request *req, void *arg)
 	st_err rv;
 
 	refusal_update(w);
-	if (w->life != W_RUNNING) {
+	if (life_refusal(w) != NULL) {
 		st_counter_inc(w->rej_unavail);
-		ingest_reply_err(work, "unavailable", w->life >= W_STOPPING ? "shutting down" : "draining");
+		ingest_reply_err(work, "unavailable", life_refusal(w));
 		return;
 	}
 	if (db_unavailable(w)) {
