@@ -82,9 +82,7 @@
 
 #include "batch.h"
 #include "ingest.h"
-#include "st_pgarray.h"
 #include "pgerr.h"
-#include "pgsink.h"
 #include "publish.h"
 #include "retention.h"
 #include "schema.h"
@@ -95,6 +93,8 @@
 #include "st_http.h"
 #include "st_log.h"
 #include "st_metrics.h"
+#include "st_pgarray.h"
+#include "st_pgconn.h"
 #include "st_ops.h"
 #include "st_preflight.h"
 #include "st_tls.h"
@@ -121,6 +121,19 @@
  * the record of an attempt that did commit.  Tests shorten it with
  * STUDIO_TEST_FLUSH_GIVE_UP_MS. */
 #define FLUSH_GIVE_UP_MS (12u * 3600 * 1000)
+
+/*
+ * The two database connections (flush and retention).  A statement's
+ * client-side deadline is twice the session's statement_timeout
+ * (schema_session_sql): past it the server or the path is gone, even if TCP
+ * has not noticed yet.  Server notices (DDL chatter) are not logged.
+ */
+#define DB_STATEMENT_DEADLINE_MS 60000u
+static const st_pgconn_opts flush_db = {.name = "flush", .application_name = PROG, .setup_sql = schema_session_sql,
+                                        .query_deadline_ms = DB_STATEMENT_DEADLINE_MS};
+static const st_pgconn_opts retention_db = {.name = "retention", .application_name = PROG,
+                                            .setup_sql = schema_session_sql,
+                                            .query_deadline_ms = DB_STATEMENT_DEADLINE_MS};
 
 /* A flush or retention key equal to the migration's session lock would wait on it. */
 #define MIGRATION_LOCK_KEY ((int64_t)SCHEMA_MIGRATE_LOCK_KEY)
@@ -200,7 +213,7 @@ typedef struct writer {
 	uint64_t flush_counter;
 	char lock_key[24];
 	int interval_ms;
-	pgsink *db, *db_ret;
+	st_pgconn *db, *db_ret;
 	ingest *in;
 	publish *pub;
 	retention *ret;
@@ -509,7 +522,7 @@ committed(writer *w, uint64_t prev)
 
 /* Schedules the resend of fl, or ends the process once it has failed for
  * give_up_ms.  sent: an attempt failed (counted, logged); otherwise the
- * connection was down and nothing was sent (pgsink logged the loss). */
+ * connection was down and nothing was sent (st_pgconn logged the loss). */
 static void
 flush_retry_later(writer *w, const char *msg, bool sent)
 {
@@ -626,12 +639,12 @@ flush_send(writer *w)
 		return;
 	w->flush_start_ms = now_ms(w);
 	w->flush = FLUSH_SENT; /* before the call: a broken connection calls back from inside it */
-	if (pgsink_query(w->db,
-	                 "SELECT prev, first_seq, n_fresh, dup_ords, dup_seqs FROM broker_append3($1, $2, $3, $4, $5, $6)",
-	                 6, types, vals, lens, fmts, on_flush_result, w) != ST_OK &&
+	if (st_pgconn_send(w->db,
+	                   "SELECT prev, first_seq, n_fresh, dup_ords, dup_seqs FROM broker_append3($1, $2, $3, $4, $5, $6)",
+	                   6, types, vals, lens, fmts, 0, on_flush_result, w) != ST_OK &&
 	    w->flush == FLUSH_SENT) { /* else the callback ran from inside and moved on */
 		w->flush = FLUSH_WAITING;
-		if (!pgsink_up(w->db))
+		if (!st_pgconn_up(w->db))
 			flush_retry_later(w, "database not connected", false);
 		else
 			arm(w->retry_timer, 10); /* busy (no tick is in flight here, see flush_start): try again */
@@ -696,10 +709,10 @@ flush_start(writer *w)
 		goto send;
 	}
 	if (batch_empty(w->cur)) {
-		if (w->life < W_STOPPING && pgsink_idle(w->db)) {
+		if (w->life < W_STOPPING && st_pgconn_idle(w->db)) {
 			w->flush = FLUSH_TICK;
-			if (pgsink_query(w->db, "SELECT coalesce(max(seq), 0) FROM broker_event", 0, NULL, NULL, NULL,
-			                 NULL, on_tick_result, w) != ST_OK && w->flush == FLUSH_TICK)
+			if (st_pgconn_send(w->db, "SELECT coalesce(max(seq), 0) FROM broker_event", 0, NULL, NULL, NULL,
+			                   NULL, 0, on_tick_result, w) != ST_OK && w->flush == FLUSH_TICK)
 				w->flush = FLUSH_IDLE;
 		}
 		return;
@@ -814,7 +827,7 @@ writer_ready(void *arg, const char **why)
 		return *why = "shutting down", false;
 	if (w->life == W_DRAINING)
 		return *why = "draining", false;
-	if (!pgsink_up(w->db))
+	if (!st_pgconn_up(w->db))
 		return *why = "database not connected", false;
 	return true;
 }
@@ -837,7 +850,7 @@ put_stats(writer *w, st_buf *out)
 	              ",\"db_up\":%s,\"last_flush_ms\":%" PRIu64 ",\"draining\":%s,\"stopping\":%s,\"instance\":\"%s\""
 	              ",\"ingest_inflight_bytes\":%zu",
 	              batch_events(w->cur), batch_empty(w->fl) ? "false" : "true", batch_events(w->fl),
-	              st_counter_get(w->committed), pgsink_up(w->db) ? "true" : "false", w->last_flush_ms,
+	              st_counter_get(w->committed), st_pgconn_up(w->db) ? "true" : "false", w->last_flush_ms,
 	              w->life != W_RUNNING ? "true" : "false", w->life >= W_STOPPING ? "true" : "false", w->instance,
 	              ingest_inflight_bytes(w->in));
 }
@@ -958,8 +971,8 @@ run(writer *w)
 	if (pre_loop_stop)
 		return 0;
 
-	if (pgsink_new(w->base, dsn, "flush", on_db_state, w, &w->db) != ST_OK ||
-	    pgsink_new(w->base, dsn, "retention", NULL, NULL, &w->db_ret) != ST_OK) {
+	if (st_pgconn_new(w->base, dsn, &flush_db, on_db_state, w, &w->db) != ST_OK ||
+	    st_pgconn_new(w->base, dsn, &retention_db, NULL, NULL, &w->db_ret) != ST_OK) {
 		st_error("cannot create the database connections");
 		return 1;
 	}
@@ -998,8 +1011,8 @@ writer_fini(writer *w)
 	http_server_free(w->http);
 	publish_free(w->pub);
 	retention_free(w->ret);
-	pgsink_free(w->db_ret);
-	pgsink_free(w->db);
+	st_pgconn_free(w->db_ret);
+	st_pgconn_free(w->db);
 	batch_free(w->cur);
 	batch_free(w->fl);
 	batch_free(w->iso);

@@ -22,7 +22,7 @@
 #include "st_util.h"
 
 struct retention {
-	pgsink *sink;
+	st_pgconn *sink;
 	struct event *timer;
 	char lock_key[24];
 	char interval[48]; /* "N milliseconds", or "" for keep-all */
@@ -84,7 +84,7 @@ chunk_send(retention *r)
 {
 	const char *vals[3] = { r->lock_key, r->interval[0] ? r->interval : NULL, r->chunk };
 
-	if (pgsink_query(r->sink, retain_sql, 3, NULL, vals, NULL, NULL, on_result, r) != ST_OK)
+	if (st_pgconn_send(r->sink, retain_sql, 3, NULL, vals, NULL, NULL, 0, on_result, r) != ST_OK)
 		round_end(r); /* down or busy: try next round */
 }
 
@@ -97,7 +97,7 @@ on_timer(evutil_socket_t fd, short what, void *arg)
 }
 
 st_err
-retention_new(struct event_base *base, pgsink *sink, int64_t lock_key, int64_t retention_ms, st_counter *deleted,
+retention_new(struct event_base *base, st_pgconn *sink, int64_t lock_key, int64_t retention_ms, st_counter *deleted,
               retention **out)
 {
 	retention *r = st_xcalloc(1, sizeof(*r));

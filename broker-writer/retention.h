@@ -1,6 +1,6 @@
 /*
  * retention: deletes events older than --retention, a window of seqs at a
- * time, one replica at a time, on its own pgsink connection (so a long
+ * time, one replica at a time, on its own st_pgconn connection (so a long
  * delete never delays a flush).
  *
  * A round starts 1 s after retention_new and then 10 s after the previous
@@ -22,7 +22,7 @@
 
 #include <stdint.h>
 
-#include "pgsink.h"
+#include "st_pgconn.h"
 #include "st_err.h"
 #include "st_metrics.h"
 
@@ -34,7 +34,7 @@ struct event_base;
 typedef struct retention retention;
 
 /* sink is borrowed (must outlive the retention); deleted may be NULL. */
-st_err retention_new(struct event_base *base, pgsink *sink, int64_t lock_key, int64_t retention_ms,
+st_err retention_new(struct event_base *base, st_pgconn *sink, int64_t lock_key, int64_t retention_ms,
                      st_counter *deleted, retention **out);
 /* Stops the timer.  A chunk in flight is abandoned with the sink (free the sink after this). NULL-safe. */
 void retention_free(retention *r);

@@ -92,6 +92,29 @@
  * So only a fresh database (nobody reads its tables yet) or `broker-writer
  * migrate` runs it.
  */
+/*
+ * Pinned on every session, so that a database or role default (ALTER
+ * DATABASE/ROLE ... SET) cannot change what the flush relies on:
+ * - default_transaction_isolation read committed: broker_append reads
+ *   max(seq) and the stored keys AFTER taking the advisory lock; under
+ *   repeatable read or serializable its snapshot would be taken at the
+ *   lock call's statement start, before the previous holder committed, and
+ *   it would miss that flush's rows (a stale prev, a stored key taken
+ *   for new: a serialization failure on every contended flush);
+ * - default_transaction_read_only off: a read-only default fails every flush;
+ * - synchronous_commit at least on: a reply says "stored", so the commit
+ *   must be durable before it.  off and local are raised to on; remote_write
+ *   and remote_apply (a synchronous standby) are stronger and kept;
+ * - the timeouts bound a flush (a hung replica cannot hold the lock), and
+ *   client_encoding UTF8 is what the events are.
+ */
+const char schema_session_sql[] =
+    "SET lock_timeout = '5s'; SET statement_timeout = '30s'; "
+    "SET idle_in_transaction_session_timeout = '10s'; SET client_encoding = 'UTF8'; "
+    "SET default_transaction_isolation = 'read committed'; SET default_transaction_read_only = off; "
+    "SELECT set_config('synchronous_commit', 'on', false) "
+    "WHERE current_setting('synchronous_commit') IN ('off', 'local')";
+
 static const char tables_sql[] =
     "CREATE TABLE IF NOT EXISTS broker_event (\n"
     "  seq bigint GENERATED ALWAYS AS IDENTITY (CACHE 1) PRIMARY KEY,\n"

@@ -27,6 +27,12 @@
 /* broker_flush records outlive the longest retry of a flush (12 h) with a margin. */
 #define SCHEMA_FLUSH_KEEP_HOURS 24
 
+/*
+ * The session settings every connection of the daemon runs before it is
+ * used (st_pgconn_opts.setup_sql); the reasons are at the definition.
+ */
+extern const char schema_session_sql[];
+
 typedef enum {
 	SCHEMA_ONLINE, /* the daemon: create a fresh schema, or upgrade with steps that lock no table */
 	SCHEMA_ALL,    /* `broker-writer migrate`: every step, exclusive table locks included */

@@ -1,38 +1,17 @@
 /*
- * pgpool: asynchronous libpq connections driven by libevent.
- *
- * DESIGN.  Each connection is a small state machine:
- *
- *   DOWN --timer--> RESOLVING --addresses--> CONNECTING --PQconnectPoll OK--> SETUP --results--> IDLE <--> BUSY
- *     ^                 |                         |                              |                 |        |
- *     +---- fail: PQfinish, back-off (100 ms .. 5 s) -------------------------------+-----------------+--------+
- *
- * RESOLVING (only when the DSN names a host): libpq would resolve a host
- * name synchronously inside PQconnectStartParams, so the pool resolves the
- * DSN's names on a thread (st_resolve) and opens connections by address
- * (st_pgdsn: host=name, hostaddr=address).  One lookup per reconnect round:
- * a connection that needs addresses joins the lookup in flight, or starts
- * one; its answer opens every connection waiting for it.  The lookup has
- * the connect deadline (10 s, the pool's own timer).
- *
- * One persistent event per connection watches PQsocket() for what libpq
- * wants (it is re-created whenever the socket or the wanted events change,
- * since PQconnectPoll may switch sockets).  An IDLE connection watches
- * EV_READ too, so a server that goes away is noticed before a query is
- * given to it.  While a query is being sent PQflush is repeated on
- * EV_WRITE until it returns 0; results are read with PQconsumeInput /
- * PQisBusy / PQgetResult and the callback runs once PQgetResult returns
- * NULL, when the connection is already IDLE again (so a callback can submit
- * freely).  Connect and session setup are bounded by a 10 s timer on the
- * same event that times the back-off.
+ * pgpool: N connections (st_pgconn, each its own state machine: resolve
+ * off the loop, connect, session setup, reconnect with back-off) and a
+ * bounded two-priority queue of queries for them.
  *
  * Queries wait in two intrusive FIFO lists (fills before replays), bounded
  * in total.  Submitting only makes a "kick" event active; the kick hands
  * queued queries to idle connections, so submit never re-enters a
- * connection's code from inside one of its callbacks.  Cancelling a queued
- * query unlinks it; cancelling one in flight only marks it, and its result
- * is discarded when it ends (there is no non-blocking cancel in libpq 15;
- * the query's deadline or statement_timeout bounds it).
+ * connection's code from inside one of its callbacks.  A connection that
+ * comes up kicks too; one whose query ends takes the next at once.
+ * Cancelling a queued query unlinks it; cancelling one in flight only
+ * marks it, and its result is discarded when it ends (there is no
+ * non-blocking cancel in libpq 15; the query's deadline or statement_timeout
+ * bounds it).
  *
  * Every query has a deadline (see on_sweep); a connection stuck mid-query
  * counts as up, so the wait-for-a-connection rule alone would not end it.
@@ -42,6 +21,7 @@
 #include "pgpool.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,17 +30,12 @@
 #include "st_clock.h"
 #include "st_dlist.h"
 #include "st_log.h"
-#include "st_pgdsn.h"
-#include "st_resolve.h"
+#include "st_pgconn.h"
 #include "st_util.h"
 
-#define BACKOFF_MIN_MS 100u
-#define BACKOFF_MAX_MS 5000u
-#define CONNECT_TIMEOUT_MS 10000u
 #define SETUP_SQL "SET statement_timeout = '15s'; SET client_encoding = 'UTF8'"
 #define SWEEP_MS 250u
 
-enum conn_state { C_DOWN, C_RESOLVING, C_CONNECTING, C_SETUP, C_IDLE, C_BUSY };
 /* Q_DUE: taken out of the queue by the sweep, its callback not run yet (on the sweep's own list). */
 enum query_state { Q_QUEUED, Q_DUE, Q_INFLIGHT, Q_CALLING };
 
@@ -82,54 +57,27 @@ struct pgpool_query {
 	uint32_t deadline_ms;    /* from queued_at, queue wait included */
 };
 
-typedef struct conn {
+/* One connection of the pool and the query it runs. */
+typedef struct slot {
 	pgpool *pool;
-	unsigned idx;
-	enum conn_state st;
-	PGconn *pg;
-	struct event *ev;
-	evutil_socket_t ev_fd;
-	short ev_what;
-	struct event *timer;
-	st_backoff backoff;      /* reconnect delays, BACKOFF_MIN_MS doubling to BACKOFF_MAX_MS */
-	pgpool_query *q; /* in flight (C_BUSY) */
-	PGresult *res;   /* the result kept while the query's results are read */
-	bool flushing;
-} conn;
+	st_pgconn *pg;           /* owned */
+	pgpool_query *q;         /* in flight, owned until its end is delivered */
+	bool deadline_passed;    /* the sweep dropped the connection for q's deadline */
+} slot;
 
 struct pgpool {
-	struct event_base *base;
-	st_pgdsn *dsn;
-	st_resolver *resolver;
-	st_resolve_req *lookup;      /* the round's lookup in flight */
-	struct event *lookup_timer;  /* its deadline */
-	unsigned n;
-	conn *conns;
 	st_dlink queue[2];       /* by priority, oldest first (pgpool_query.link) */
 	size_t queued;
 	size_t inflight;
+	unsigned n;
+	slot *slots;             /* owned, n of them */
 	struct event *kick;
 	struct event *sweep;     /* fails queries past their deadline */
 	const st_clock *clock;
-	unsigned reserved;       /* conns[0 .. reserved-1] take only PGPOOL_PRIO_FILL queries */
+	unsigned reserved;       /* slots[0 .. reserved-1] take only PGPOOL_PRIO_FILL queries */
 };
 
-static void conn_start(conn *c);
 static void dispatch(pgpool *p);
-
-static void
-trim_msg(char *buf, size_t len, const char *msg)
-{
-	size_t n;
-
-	snprintf(buf, len, "%s", msg ? msg : "");
-	n = strlen(buf);
-	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-		buf[--n] = 0;
-	for (size_t i = 0; i < n; i++)
-		if (buf[i] == '\n' || buf[i] == '\t')
-			buf[i] = ' ';
-}
 
 static void
 query_free(pgpool_query *q)
@@ -149,378 +97,56 @@ deliver(pgpool_query *q, st_err err, const PGresult *res)
 }
 
 static void
-sock_unwatch(conn *c)
+on_slot_state(void *arg, bool up)
 {
-	if (c->ev != NULL) {
-		event_free(c->ev);
-		c->ev = NULL;
-	}
+	slot *s = arg;
+
+	if (up)
+		event_active(s->pool->kick, 0, 0);
 }
 
-static void on_sock(evutil_socket_t fd, short what, void *arg);
-static void conn_fail(conn *c, const char *why);
-
-/* Makes the socket event watch exactly `what`; false (connection failed) when there is no socket. */
-static bool
-sock_watch(conn *c, short what)
-{
-	evutil_socket_t fd = PQsocket(c->pg);
-
-	if (fd < 0) {
-		conn_fail(c, "no socket");
-		return false;
-	}
-	if (c->ev != NULL && c->ev_fd == fd && c->ev_what == what)
-		return true;
-	sock_unwatch(c);
-	c->ev = event_new(c->pool->base, fd, what | EV_PERSIST, on_sock, c);
-	ST_ASSERT(c->ev != NULL);
-	c->ev_fd = fd;
-	c->ev_what = what;
-	event_add(c->ev, NULL);
-	return true;
-}
-
+/* The end of a slot's query: a result, or none when the connection was lost or dropped. */
 static void
-timer_arm(conn *c, uint32_t ms)
+on_slot_result(void *arg, PGresult *res, const char *err)
 {
-	struct timeval tv = st_timeval_ms(ms);
+	slot *s = arg;
+	pgpool *p = s->pool;
+	pgpool_query *q = s->q;
 
-	evtimer_add(c->timer, &tv);
-}
-
-/* Drops the connection, fails its query with err (after the state is clean), schedules a reconnect. */
-static void
-conn_drop(conn *c, const char *why, st_err err)
-{
-	char msg[512];
-	pgpool_query *q = c->q;
-	uint32_t wait = st_backoff_next(&c->backoff);
-
-	trim_msg(msg, sizeof(msg), c->pg ? PQerrorMessage(c->pg) : "");
-	st_warn("pgpool: connection %u: %s%s%s (reconnect in %u ms)", c->idx, why, msg[0] ? ": " : "", msg, wait);
-	sock_unwatch(c);
-	evtimer_del(c->timer);
-	if (c->res != NULL) {
-		PQclear(c->res);
-		c->res = NULL;
-	}
-	if (c->pg != NULL) {
-		PQfinish(c->pg);
-		c->pg = NULL;
-	}
-	c->q = NULL;
-	c->flushing = false;
-	c->st = C_DOWN;
-	timer_arm(c, wait);
-	if (q != NULL) {
-		c->pool->inflight--;
-		deliver(q, err, NULL);
-	}
-}
-
-static void
-conn_fail(conn *c, const char *why)
-{
-	conn_drop(c, why, ST_EDB);
-}
-
-static void
-on_notice(void *arg, const char *message)
-{
-	conn *c = arg;
-	char msg[512];
-
-	trim_msg(msg, sizeof(msg), message);
-	st_info("pgpool: connection %u: server: %s", c->idx, msg);
-}
-
-/*
- * Opens c by address (addrs: the round's answer, NULL when the DSN names no
- * host).  Keepalives and tcp_user_timeout override the DSN's: a partitioned
- * connection is noticed within about 11 s idle (5 s + 3 probes 2 s apart)
- * or 10 s with unacknowledged data.
- */
-static void
-conn_open(conn *c, const char *const *addrs)
-{
-	static const char *const xkeys[] = {"application_name", "keepalives", "keepalives_idle",
-	                                    "keepalives_interval", "keepalives_count", "tcp_user_timeout", NULL};
-	static const char *const xvals[] = {"edge-gateway", "1", "5", "2", "3", "10000", NULL};
-	const char *const *keys, *const *vals;
-
-	if (st_pgdsn_params(c->pool->dsn, addrs, xkeys, xvals, &keys, &vals) != ST_OK) {
-		conn_fail(c, "no address to connect to");
-		return;
-	}
-	/* expand_dbname 0: the DSN was parsed already */
-	c->pg = PQconnectStartParams(keys, vals, 0);
-	if (c->pg == NULL) {
-		conn_fail(c, "out of memory");
-		return;
-	}
-	if (PQstatus(c->pg) == CONNECTION_BAD) {
-		conn_fail(c, "connect failed");
-		return;
-	}
-	PQsetNoticeProcessor(c->pg, on_notice, c);
-	c->st = C_CONNECTING;
-	timer_arm(c, CONNECT_TIMEOUT_MS);
-	/* libpq: behave as if PQconnectPoll had returned PGRES_POLLING_WRITING. */
-	sock_watch(c, EV_WRITE);
-}
-
-/* The round's answer: opens (or fails) every connection that waits for it. */
-static void
-on_resolved(void *arg, const char *const *addrs, size_t n, const char *err)
-{
-	pgpool *p = arg;
-
-	(void)n;
-	p->lookup = NULL;
-	evtimer_del(p->lookup_timer);
-	for (unsigned i = 0; i < p->n; i++) {
-		conn *c = &p->conns[i];
-		if (c->st != C_RESOLVING)
-			continue;
-		if (err != NULL)
-			conn_fail(c, err);
-		else
-			conn_open(c, addrs);
-	}
-}
-
-static void
-on_lookup_timeout(evutil_socket_t fd, short what, void *arg)
-{
-	pgpool *p = arg;
-
-	(void)fd;
-	(void)what;
-	st_resolve_cancel(p->lookup);
-	p->lookup = NULL;
-	for (unsigned i = 0; i < p->n; i++)
-		if (p->conns[i].st == C_RESOLVING)
-			conn_fail(&p->conns[i], "name resolution timed out");
-}
-
-static void
-conn_start(conn *c)
-{
-	pgpool *p = c->pool;
-	const char *const *names;
-	size_t n = st_pgdsn_names(p->dsn, &names);
-	struct timeval tv = st_timeval_ms(CONNECT_TIMEOUT_MS);
-
-	if (n == 0) {
-		conn_open(c, NULL);
-		return;
-	}
-	c->st = C_RESOLVING;
-	if (p->lookup != NULL)
-		return; /* joins the round in flight */
-	if (st_resolver_lookup(p->resolver, names, n, on_resolved, p, &p->lookup) != ST_OK) {
-		p->lookup = NULL;
-		conn_fail(c, "cannot start name resolution");
-		return;
-	}
-	evtimer_add(p->lookup_timer, &tv);
-}
-
-/* Flushes the outgoing query; watches the socket accordingly.  false: the connection failed. */
-static bool
-conn_flush(conn *c)
-{
-	int r = PQflush(c->pg);
-
-	if (r < 0) {
-		conn_fail(c, "send failed");
-		return false;
-	}
-	c->flushing = r == 1;
-	return sock_watch(c, c->flushing ? EV_READ | EV_WRITE : EV_READ);
-}
-
-static void
-conn_connect_poll(conn *c)
-{
-	switch (PQconnectPoll(c->pg)) {
-	case PGRES_POLLING_READING:
-		sock_watch(c, EV_READ);
-		return;
-	case PGRES_POLLING_WRITING:
-		sock_watch(c, EV_WRITE);
-		return;
-	case PGRES_POLLING_OK:
-		if (PQsetnonblocking(c->pg, 1) != 0) {
-			conn_fail(c, "PQsetnonblocking failed");
-			return;
-		}
-		if (!PQsendQuery(c->pg, SETUP_SQL)) {
-			conn_fail(c, "session setup failed");
-			return;
-		}
-		c->st = C_SETUP;
-		conn_flush(c);
-		return;
-	default:
-		conn_fail(c, "connect failed");
-		return;
-	}
-}
-
-static bool
-is_error(const PGresult *r)
-{
-	ExecStatusType s = PQresultStatus(r);
-
-	return s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK && s != PGRES_EMPTY_QUERY;
-}
-
-/* Keeps the last result, or the first error. */
-static void
-collect(conn *c, PGresult *r)
-{
-	if (c->res != NULL && is_error(c->res)) {
-		PQclear(r);
-		return;
-	}
-	if (c->res != NULL)
-		PQclear(c->res);
-	c->res = r;
-}
-
-static void
-send_next(conn *c, pgpool_query *q)
-{
-	pgpool *p = c->pool;
-
-	q->state = Q_INFLIGHT;
-	c->q = q;
-	c->st = C_BUSY;
-	p->inflight++;
-	if (!PQsendQueryParams(c->pg, q->sql, q->nparams, NULL, q->vals, q->lens, q->fmts, q->binary)) {
-		conn_fail(c, "send failed");
-		return;
-	}
-	conn_flush(c);
-}
-
-/* All results of the current operation are in. */
-static void
-conn_finished(conn *c)
-{
-	pgpool *p = c->pool;
-	PGresult *res = c->res;
-	pgpool_query *q = c->q;
-
-	c->res = NULL;
-	if (c->st == C_SETUP) {
-		if (res == NULL || is_error(res)) {
-			PQclear(res);
-			conn_fail(c, "session setup failed");
-			return;
-		}
-		PQclear(res);
-		evtimer_del(c->timer);
-		st_backoff_reset(&c->backoff);
-		c->st = C_IDLE;
-		st_info("pgpool: connection %u up", c->idx);
-		if (sock_watch(c, EV_READ))
-			dispatch(p);
-		return;
-	}
-	c->q = NULL;
-	c->st = C_IDLE;
+	(void)err; /* logged by st_pgconn */
+	s->q = NULL;
 	p->inflight--;
 	if (res == NULL) {
-		deliver(q, ST_EDB, NULL);
-	} else if (is_error(res)) {
+		deliver(q, s->deadline_passed ? ST_ETIMEDOUT : ST_EDB, NULL);
+	} else if (!st_pgconn_result_ok(res)) {
 		char msg[512];
-		trim_msg(msg, sizeof(msg), PQresultErrorMessage(res));
+		snprintf(msg, sizeof(msg), "%s", PQresultErrorMessage(res));
+		st_one_line(msg);
 		st_warn("pgpool: query failed: %s", msg);
 		deliver(q, ST_EDB, res);
 	} else {
 		deliver(q, ST_OK, res);
 	}
-	PQclear(res);
+	s->deadline_passed = false;
 	/* The callback may have queued work; this connection is free for it now. */
-	if (c->st == C_IDLE && sock_watch(c, EV_READ))
-		dispatch(p);
-}
-
-/* SETUP and BUSY: flush what is left, then read results. */
-static void
-conn_io(conn *c, short what)
-{
-	if ((what & EV_READ) && !PQconsumeInput(c->pg)) {
-		conn_fail(c, c->st == C_BUSY ? "connection lost during a query" : "connection lost");
-		return;
-	}
-	if (c->flushing && !conn_flush(c))
-		return;
-	while (!PQisBusy(c->pg)) {
-		PGresult *r = PQgetResult(c->pg);
-		if (r == NULL) {
-			conn_finished(c);
-			return;
-		}
-		collect(c, r);
-	}
-	if (PQstatus(c->pg) == CONNECTION_BAD)
-		conn_fail(c, "connection lost");
+	dispatch(p);
 }
 
 static void
-conn_idle_read(conn *c)
+send_next(slot *s, pgpool_query *q)
 {
-	PGresult *r;
+	pgpool *p = s->pool;
 
-	if (!PQconsumeInput(c->pg) || PQstatus(c->pg) == CONNECTION_BAD) {
-		conn_fail(c, "connection lost while idle");
-		return;
+	q->state = Q_INFLIGHT;
+	s->q = q;
+	p->inflight++;
+	if (st_pgconn_send(s->pg, q->sql, q->nparams, NULL, q->vals, q->lens, q->fmts, q->binary, on_slot_result, s) !=
+	    ST_OK) {
+		/* the connection broke as the query went out (st_pgconn logged it); no callback will come */
+		s->q = NULL;
+		p->inflight--;
+		deliver(q, ST_EDB, NULL);
 	}
-	/* Nothing is expected; discard whatever arrived (a server error before it closes). */
-	while (!PQisBusy(c->pg) && (r = PQgetResult(c->pg)) != NULL)
-		PQclear(r);
-	for (PGnotify *n; (n = PQnotifies(c->pg)) != NULL;)
-		PQfreemem(n);
-}
-
-static void
-on_sock(evutil_socket_t fd, short what, void *arg)
-{
-	conn *c = arg;
-
-	(void)fd;
-	switch (c->st) {
-	case C_CONNECTING:
-		conn_connect_poll(c);
-		break;
-	case C_SETUP:
-	case C_BUSY:
-		conn_io(c, what);
-		break;
-	case C_IDLE:
-		conn_idle_read(c);
-		break;
-	case C_DOWN:
-	case C_RESOLVING:
-		break;
-	}
-}
-
-static void
-on_timer(evutil_socket_t fd, short what, void *arg)
-{
-	conn *c = arg;
-
-	(void)fd;
-	(void)what;
-	if (c->st == C_DOWN)
-		conn_start(c);
-	else if (c->st == C_CONNECTING || c->st == C_SETUP)
-		conn_fail(c, "connect timed out");
 }
 
 /* Takes a queued query out of its list. */
@@ -531,7 +157,7 @@ queue_unlink(pgpool *p, pgpool_query *q)
 	p->queued--;
 }
 
-/* The next query conns[idx] may run: a reserved connection takes fills only. */
+/* The next query slots[idx] may run: a reserved connection takes fills only. */
 static pgpool_query *
 queue_pop(pgpool *p, unsigned idx)
 {
@@ -554,11 +180,11 @@ static void
 dispatch(pgpool *p)
 {
 	for (unsigned i = 0; i < p->n && p->queued > 0; i++) {
-		conn *c = &p->conns[i];
+		slot *s = &p->slots[i];
 		pgpool_query *q;
 
-		if (c->st == C_IDLE && (q = queue_pop(p, i)) != NULL)
-			send_next(c, q);
+		if (st_pgconn_idle(s->pg) && (q = queue_pop(p, i)) != NULL)
+			send_next(s, q);
 	}
 }
 
@@ -602,10 +228,12 @@ on_sweep(evutil_socket_t fd, short what, void *arg)
 		}
 	}
 	for (unsigned i = 0; i < p->n; i++) {
-		conn *c = &p->conns[i];
+		slot *s = &p->slots[i];
 
-		if (c->st == C_BUSY && c->q != NULL && now - c->q->queued_at >= c->q->deadline_ms)
-			conn_drop(c, "query deadline passed", ST_ETIMEDOUT);
+		if (s->q != NULL && now - s->q->queued_at >= s->q->deadline_ms) {
+			s->deadline_passed = true;
+			st_pgconn_drop(s->pg, "query deadline passed"); /* delivers ST_ETIMEDOUT from inside */
+		}
 	}
 	/* A callback may cancel a later one (only marked while Q_DUE): each is taken off before its call. */
 	while ((n = st_dlist_first(&expired)) != NULL) {
@@ -631,44 +259,36 @@ on_kick(evutil_socket_t fd, short what, void *arg)
 st_err
 pgpool_new(struct event_base *base, const char *dsn, unsigned n, pgpool **out)
 {
-	char err[512];
-	st_pgdsn *d;
 	pgpool *p;
 
 	if (n == 0 || n > PGPOOL_MAX_CONNS)
 		return ST_EINVAL;
-	if (st_pgdsn_parse(dsn, &d, err, sizeof(err)) != ST_OK) {
-		st_error("pgpool: %s", err);
-		return ST_EINVAL;
-	}
-
 	p = st_xcalloc(1, sizeof(*p));
-	p->base = base;
-	p->dsn = d;
 	p->n = n;
 	p->clock = st_clock_system();
 	st_dlist_init(&p->queue[0]);
 	st_dlist_init(&p->queue[1]);
-	p->lookup_timer = evtimer_new(base, on_lookup_timeout, p);
-	ST_ASSERT(p->lookup_timer != NULL && st_resolver_new(base, &p->resolver) == ST_OK);
-	p->conns = st_xcalloc(n, sizeof(conn));
+	p->slots = st_xcalloc(n, sizeof(slot));
 	p->kick = event_new(base, -1, 0, on_kick, p);
 	p->sweep = event_new(base, -1, EV_PERSIST, on_sweep, p);
 	ST_ASSERT(p->kick != NULL && p->sweep != NULL);
+	for (unsigned i = 0; i < n; i++) {
+		char name[32];
+		st_pgconn_opts o = {.name = name, .application_name = "edge-gateway", .setup_sql = SETUP_SQL,
+		                    .log_notices = true}; /* deadlines: the sweep's, per query */
+		st_err rv;
+
+		snprintf(name, sizeof(name), "pgpool: connection %u", i);
+		p->slots[i].pool = p;
+		if ((rv = st_pgconn_new(base, dsn, &o, on_slot_state, &p->slots[i], &p->slots[i].pg)) != ST_OK) {
+			pgpool_free(p);
+			return rv;
+		}
+	}
 	{
 		struct timeval tv = st_timeval_ms(SWEEP_MS);
 
 		event_add(p->sweep, &tv);
-	}
-	for (unsigned i = 0; i < n; i++) {
-		conn *c = &p->conns[i];
-		c->pool = p;
-		c->idx = i;
-		c->st = C_DOWN;
-		st_backoff_init(&c->backoff, BACKOFF_MIN_MS, BACKOFF_MAX_MS);
-		c->timer = evtimer_new(base, on_timer, c);
-		ST_ASSERT(c->timer != NULL);
-		timer_arm(c, 0);
 	}
 	*out = p;
 	return ST_OK;
@@ -787,10 +407,7 @@ pgpool_set_clock(pgpool *p, const st_clock *clock)
 bool
 pgpool_ready(const pgpool *p)
 {
-	for (unsigned i = 0; i < p->n; i++)
-		if (p->conns[i].st == C_IDLE || p->conns[i].st == C_BUSY)
-			return true;
-	return false;
+	return pgpool_up(p) > 0;
 }
 
 size_t
@@ -799,7 +416,7 @@ pgpool_up(const pgpool *p)
 	size_t n = 0;
 
 	for (unsigned i = 0; i < p->n; i++)
-		n += p->conns[i].st == C_IDLE || p->conns[i].st == C_BUSY;
+		n += st_pgconn_up(p->slots[i].pg);
 	return n;
 }
 
@@ -823,16 +440,9 @@ pgpool_free(pgpool *p)
 	if (p == NULL)
 		return;
 	for (unsigned i = 0; i < p->n; i++) {
-		conn *c = &p->conns[i];
-		sock_unwatch(c);
-		if (c->timer != NULL)
-			event_free(c->timer);
-		if (c->res != NULL)
-			PQclear(c->res);
-		if (c->pg != NULL)
-			PQfinish(c->pg);
-		if (c->q != NULL)
-			query_free(c->q);
+		st_pgconn_free(p->slots[i].pg); /* no callbacks */
+		if (p->slots[i].q != NULL)
+			query_free(p->slots[i].q);
 	}
 	while ((q = queue_pop(p, p->n)) != NULL)
 		query_free(q);
@@ -840,10 +450,6 @@ pgpool_free(pgpool *p)
 		event_free(p->kick);
 	if (p->sweep != NULL)
 		event_free(p->sweep);
-	st_resolve_cancel(p->lookup);
-	st_resolver_free(p->resolver);
-	event_free(p->lookup_timer);
-	free(p->conns);
-	st_pgdsn_free(p->dsn);
+	free(p->slots);
 	free(p);
 }

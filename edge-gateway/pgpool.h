@@ -2,17 +2,12 @@
  * pgpool: a few asynchronous libpq connections on one libevent loop, and a
  * bounded two-priority queue of queries for them.
  *
- * Nothing here blocks the loop: the DSN's host names are resolved on a
- * thread (st_resolve, once per reconnect round) and connections are made
- * by address (host=name plus hostaddr=address, so TLS verification uses
- * the name) with PQconnectStartParams/PQconnectPoll, queries are sent with
- * PQsendQueryParams in non-blocking mode and read on socket events (no
- * PQexec, PQconnectdb or PQcancel).  A connection that fails is made again
- * after a back-off (100 ms doubling to 5 s, reset once a session is up).
- * Each session runs SET statement_timeout = '15s' and client_encoding UTF8
- * and is named application_name=edge-gateway; keepalives (5 s idle, 3
- * probes 2 s apart) and tcp_user_timeout 10 s notice a partitioned
- * connection in seconds.
+ * Each connection is one st_pgconn (common/st_pgconn.h: host names resolved
+ * off the loop before every attempt, connected by address, non-blocking
+ * statements, reconnect after 100 ms doubling to 5 s, keepalives and
+ * tcp_user_timeout 10 s).  Each session runs SET statement_timeout = '15s'
+ * and client_encoding UTF8 and is named application_name=edge-gateway; the
+ * pool adds the queue, the per-query deadlines and fill reservation.
  *
  * Threads: everything, callbacks included, runs on the loop thread of the
  * event_base given to pgpool_new.

@@ -80,7 +80,7 @@ def reconnects_through_slow_dns_keep_loops_running():
             e.wait_ready(60)
             for rnd in range(ROUNDS):
                 w_up = count(w, "flush: connected to the database")
-                e_up = count(e, "pgpool: connection 0 up")
+                e_up = count(e, "pgpool: connection 0: connected to the database")
                 t0 = time.monotonic()
                 n = int(h.psql_one(env.dsn, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                                             "WHERE datname = current_database() "
@@ -90,7 +90,7 @@ def reconnects_through_slow_dns_keep_loops_running():
                 h.check(r.get("ok") is True, "round %d: reply to a producer: %r" % (rnd, r))
                 h.wait_until(lambda: count(w, "flush: connected to the database") > w_up, 30,
                              "round %d: the writer reconnected" % rnd)
-                h.wait_until(lambda: count(e, "pgpool: connection 0 up") > e_up, 30,
+                h.wait_until(lambda: count(e, "pgpool: connection 0: connected to the database") > e_up, 30,
                              "round %d: the edge's pool reconnected" % rnd)
                 took = time.monotonic() - t0
                 h.check(took >= SLOW_MS / 1000.0 * 0.9,
