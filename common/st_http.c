@@ -108,7 +108,7 @@ struct http_stream {
 	http_req *req;           /* ST_HANDLER: the unanswered request */
 	uint64_t deadline_ms;    /* for the FIFO this is on */
 	uint64_t progress_ms;    /* streams: output became non-empty or shrank */
-	uint64_t origin_ns;      /* streams: origin of the oldest unwritten bytes, 0 = none (see http_server_set_origin) */
+	uint64_t origin_ns;      /* streams: origin of the oldest unwritten bytes, 0 = none (http_ref.origin_ns) */
 	void (*on_writable)(void *arg);
 	void (*on_close)(void *arg, bool abrupt);
 	void *arg;
@@ -161,7 +161,6 @@ struct http_server {
 	st_dlink outq; /* streams with bytes to write this loop turn (lk[L_OUT]) */
 	struct event *defer_ev, *head_ev, *end_ev, *retry_ev;
 	struct evbuffer *trash; /* write_refs to dropped streams, released from defer_ev */
-	uint64_t origin_ns;     /* http_server_set_origin: stamps streams marked now */
 	st_histogram *delivery; /* borrowed, NULL = not measured */
 };
 
@@ -317,12 +316,12 @@ out_write(http_stream *c, bool notify)
 
 /* Bytes were queued: write them at the end of this loop turn. */
 static void
-out_mark(http_stream *c)
+out_mark(http_stream *c, uint64_t origin_ns)
 {
 	if (!c->direct || st_dlink_linked(&c->lk[L_OUT]))
 		return;
 	if (c->origin_ns == 0)
-		c->origin_ns = c->srv->origin_ns;
+		c->origin_ns = origin_ns;
 	st_dlist_push_back(&c->srv->outq, &c->lk[L_OUT]);
 	defer_kick(c->srv);
 }
@@ -1405,12 +1404,6 @@ http_server_free(http_server *s)
 }
 
 void
-http_server_set_origin(http_server *s, uint64_t origin_ns)
-{
-	s->origin_ns = origin_ns;
-}
-
-void
 http_server_set_delivery_histogram(http_server *s, st_histogram *h)
 {
 	s->delivery = h;
@@ -1597,7 +1590,7 @@ http_stream_start(http_req *r, int status, const char *content_type, const char 
 		/* From here the stream writes itself (see out_write). */
 		bufferevent_disable(c->bev, EV_WRITE);
 		c->direct = true;
-		out_mark(c);
+		out_mark(c, 0);
 	}
 	req_free(r);
 	if (c->head_only)
@@ -1618,12 +1611,13 @@ http_stream_write(http_stream *s, const void *data, size_t len)
 	if (stream_drops(s) || len == 0)
 		return;
 	evbuffer_add(bufferevent_get_output(s->bev), data, len);
-	out_mark(s);
+	out_mark(s, 0);
 }
 
-void
-http_stream_write_ref(http_stream *s, const void *data, size_t len,
-                      void (*cleanup)(const void *data, size_t len, void *arg), void *arg)
+/* http_stream_write_ref, the bytes stamped with origin_ns when they start the output (0: not timed). */
+static void
+stream_write_ref_at(http_stream *s, const void *data, size_t len,
+                    void (*cleanup)(const void *data, size_t len, void *arg), void *arg, uint64_t origin_ns)
 {
 	struct evbuffer *to = stream_drops(s) ? s->srv->trash : bufferevent_get_output(s->bev);
 
@@ -1637,7 +1631,14 @@ http_stream_write_ref(http_stream *s, const void *data, size_t len,
 	if (to == s->srv->trash)
 		defer_kick(s->srv);
 	else
-		out_mark(s);
+		out_mark(s, origin_ns);
+}
+
+void
+http_stream_write_ref(http_stream *s, const void *data, size_t len,
+                      void (*cleanup)(const void *data, size_t len, void *arg), void *arg)
+{
+	stream_write_ref_at(s, data, len, cleanup, arg, 0);
 }
 
 void
@@ -1646,9 +1647,12 @@ http_stream_write_refs(http_stream *s, const http_ref *refs, size_t n)
 	struct iovec iov[HTTP_WRITEV_MAX];
 	size_t i = 0, off = 0, k = n < HTTP_WRITEV_MAX ? n : HTTP_WRITEV_MAX;
 	bool refused = false;
+	uint64_t origin_ns = 0; /* the first one given: the oldest arrival these bytes carry */
 
 	if (n == 0)
 		return;
+	for (size_t j = 0; j < n && origin_ns == 0; j++)
+		origin_ns = refs[j].origin_ns;
 	if (!stream_drops(s) && s->direct && !st_dlink_linked(&s->lk[L_OUT]) && evbuffer_get_length(bufferevent_get_output(s->bev)) == 0) {
 		for (size_t j = 0; j < k; j++) {
 			iov[j].iov_base = (void *)refs[j].data;
@@ -1675,16 +1679,16 @@ http_stream_write_refs(http_stream *s, const http_ref *refs, size_t n)
 		}
 		if (i == n) {
 			/* All of it reached the kernel now. */
-			if (s->srv->origin_ns != 0) {
-				s->origin_ns = s->srv->origin_ns;
+			if (origin_ns != 0) {
+				s->origin_ns = origin_ns;
 				out_observe(s);
 			}
 			return;
 		}
 	}
 	for (; i < n; i++, off = 0)
-		http_stream_write_ref(s, (const char *)refs[i].data + off, refs[i].len - off, refs[i].cleanup,
-		                      refs[i].arg);
+		stream_write_ref_at(s, (const char *)refs[i].data + off, refs[i].len - off, refs[i].cleanup,
+		                    refs[i].arg, origin_ns);
 	/* The kernel refused bytes (or an error: the bufferevent meets it too
 	 * and reports it): wait for room instead of trying again this turn. */
 	if (refused)

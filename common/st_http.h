@@ -107,18 +107,18 @@ void http_server_free(http_server *s);
  * of every server given it (the whole address), else this server's own. */
 uint32_t http_server_conns_open(const http_server *s);
 /*
- * Delivery latency: while an origin is set, every stream that gets bytes
- * with an empty output is stamped with it, and when those bytes have been
- * handed to the kernel the time since the origin (CLOCK_MONOTONIC ns, see
- * st_clock_mono_ns) is observed in seconds into h.  The edge sets the
- * arrival time of the nng message around the fan-out of its frames and
- * sets 0 afterwards, so the histogram is "message arrived -> bytes left"
- * for streams that keep up (a stream with a backlog is not stamped: its
- * lag is the client's, counted by flow control and ADR-0197 instead).
- * h is borrowed and must outlive the server; NULL stops measuring.
+ * Delivery latency: bytes written with http_stream_write_refs whose refs
+ * carry an origin (http_ref.origin_ns, CLOCK_MONOTONIC ns, see
+ * st_clock_mono_ns) stamp a stream whose output was empty, and when those
+ * bytes have been handed to the kernel the time since the origin is
+ * observed in seconds into h.  The edge gives each frame the arrival time
+ * of the nng message it came in, so the histogram is "message arrived ->
+ * bytes left" for streams that keep up (a stream with a backlog in the
+ * socket is not stamped: its lag is the client's, counted by flow control
+ * and ADR-0197 instead).  h is borrowed and must outlive the server; NULL
+ * stops measuring.
  */
 struct st_histogram;
-void http_server_set_origin(http_server *s, uint64_t origin_ns);
 void http_server_set_delivery_histogram(http_server *s, struct st_histogram *h);
 /* The port actually bound (useful with port 0 in tests). */
 int http_server_port(const http_server *s);
@@ -203,6 +203,7 @@ typedef struct http_ref {
 	size_t len;
 	void (*cleanup)(const void *data, size_t len, void *arg);
 	void *arg;
+	uint64_t origin_ns; /* when what these bytes carry arrived (delivery latency, see above); 0: not timed */
 } http_ref;
 /*
  * refs[0..n) in order, as n http_stream_write_ref calls would queue them,

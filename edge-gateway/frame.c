@@ -58,6 +58,7 @@ struct frame {
 	uint32_t topic_len;
 	uint64_t seq;
 	uint64_t hash;    /* of the coalescing slice (items) */
+	uint64_t origin_ns; /* when the message it came in arrived (st_clock_mono_ns), 0: not timed */
 	_Atomic(char *) jsonseq; /* "\x1e" ENVELOPE "\n", rendered on first use (CAS-published) */
 	char buf[];
 };
@@ -258,6 +259,18 @@ frame_failure_new(int status, const char *title, const char *detail)
 	st_json_problem(&b, NULL, title, status, detail);
 	st_buf_putc(&b, '}');
 	return control_end(&b, FRAME_FAILURE, 0, env);
+}
+
+void
+frame_set_origin(frame *f, uint64_t origin_ns)
+{
+	f->origin_ns = origin_ns;
+}
+
+uint64_t
+frame_origin_ns(const frame *f)
+{
+	return f->origin_ns;
 }
 
 frame *

@@ -57,6 +57,15 @@ frame *frame_reconnect_new(uint32_t retry_ms, const char *reason); /* slow_consu
 frame *frame_complete_new(void);
 frame *frame_failure_new(int status, const char *title, const char *detail);
 
+/*
+ * Delivery timing travels with the frame: the arrival of the nng message
+ * an item came in (st_clock_mono_ns), given to the socket layer with its
+ * bytes (http_ref.origin_ns).  0 (the default): not timed (fills, replays,
+ * events that waited for a gap, control frames).  Set before the frame is
+ * shared with another thread.
+ */
+void frame_set_origin(frame *f, uint64_t origin_ns);
+uint64_t frame_origin_ns(const frame *f);
 frame *frame_ref(frame *f);   /* returns f */
 void frame_unref(frame *f);   /* NULL-safe; frees at zero */
 

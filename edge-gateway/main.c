@@ -4,64 +4,37 @@
  *
  * DESIGN
  *
- * One libevent loop runs everything: the sub0 socket's receive descriptor,
- * the asynchronous PostgreSQL pool, the HTTP server, the control socket,
- * timers and signals.  Published messages go sub -> sequencer (which makes
- * them one contiguous history, filling gaps from PostgreSQL) -> streams
- * (hub fan-out to per-stream queues).  Nothing on the loop blocks: the only
- * blocking call, getaddrinfo for writer names, runs on sub's resolver
- * thread and comes back through a mailbox.
+ * The main loop owns what is single by nature: the sub0 socket's receive
+ * descriptor, the sequencer (which makes published messages one contiguous
+ * history, filling gaps from PostgreSQL through its own small pool), the
+ * head query, flow control, the control socket, timers and signals.  The
+ * loops that serve HTTP streams are fanout.h's workers: with --threads 1
+ * the one worker runs on this same loop, with N > 1 each on its own thread;
+ * either way every emit goes to them the same way (fanout_publish).
+ * Nothing on a loop blocks: the only blocking call, getaddrinfo for writer
+ * and database names, runs on resolver threads and comes back through a
+ * mailbox.
  *
- * Readiness (/readyz): the pool has a connection, the sequencer knows its
- * head, a writer's tick or batch arrived within three flush intervals, and
- * the edge is not draining.  Liveness (/healthz) is just "the loop answers".
+ * Readiness (/readyz, answered by whichever worker accepted the
+ * connection): main's pool has a connection and so has the worker's, the
+ * worker's registry knows the head, a writer's tick or batch arrived within
+ * three flush intervals, and the edge is not draining.  What main owns
+ * (database up, draining, last message time) is read through atomics.
+ * Liveness (/healthz) is just "the loop answers".
  *
- * THREADS (--threads N, N > 1).  What is single by nature stays on the
- * main loop: sub, the sequencer, the head query and gap fills (its own
- * pool), the control socket, signals, the metrics registry.  Each of N
- * workers has its own loop thread with its own HTTP server (SO_REUSEPORT on
- * the same --listen address: the kernel spreads connections), its own
- * streams registry (hub, heartbeats, drain) and its own small pool for
- * resume checks and replays.  The history goes main -> workers through one
- * st_mailbox per worker: every sequencer emit becomes ONE message shared
- * by every worker (each frame referenced once for all of them, the message
- * counted by an atomic and freed by the last worker), a head that moved
- * without frames becomes a head message (posted only when it moved).
- * Frames are immutable and atomically counted; frame_bytes publishes its
- * lazy bytes with a compare-and-swap, so workers share frames freely.
+ * Flow control: a pause asked by the workers (fanout_flow_look) is granted
+ * under the one budget of flow.h; while held, gap fills and held releases
+ * wait too (tick_cb), since they feed the same fan-out.
  *
- * Flow control must see every worker.  Each worker evaluates its own
- * streams_backpressure on its loop (after each batch, and every
- * EDGE_FLOW_MS while it is behind) into an atomic flag; main asks for a
- * pause while a flag is set or a worker has EDGE_INFLIGHT_MAX batches not
- * yet fanned out (with several loops main would otherwise read ahead of the
- * fan-out, which is what reading one message per turn prevents), and the
- * pause is granted under the one budget of flow.h; a worker with
- * EDGE_MAILBOX_MAX batches queued holds the intake whatever the budget, so
- * no mailbox grows without bound.  A worker
- * whose state frees the intake wakes main through main's mailbox, only if
- * main asked (flow_wait), so the wake-ups cannot flood; the EDGE_FLOW_MS
- * re-check stays as the safety net.
+ * Drain: fanout_drain; a SIGTERM exits when every worker reported "no
+ * stream left" or after grace + 1 s.  Then the workers are stopped and
+ * joined (fanout_stop) and everything is freed with no loop running.
  *
- * Readiness inputs that main owns (database up, draining, last message
- * time) are atomics, so /readyz, /healthz and /metrics are answered by
- * whichever worker accepted the connection; the head is the worker's own
- * registry's (a stream it accepts needs exactly that).  Drain: main posts
- * drain to every worker; each spreads its own reconnect hints over the
- * grace (so the union is spread too) and reports "no stream left" back
- * through main's mailbox; a SIGTERM exits when every worker reported or
- * after grace + 1 s.  Then each worker's loop is stopped through its
- * mailbox, the threads are joined, and everything is freed from main with
- * no loop running, so no callback can follow a free.
- *
- * With --threads 1 no thread is started and nothing goes through a
- * mailbox: the one registry and server run on the main loop, and emits and
- * heads are handed to it directly, as before.
+ * main() keeps configuration, construction, run and teardown.
  */
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <nng/nng.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -69,6 +42,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "fanout.h"
 #include "flow.h"
 #include "frame.h"
 #include "pgpool.h"
@@ -79,7 +53,6 @@
 #include "st_control.h"
 #include "st_http.h"
 #include "st_log.h"
-#include "st_mailbox.h"
 #include "st_metrics.h"
 #include "st_ops.h"
 #include "st_preflight.h"
@@ -89,73 +62,26 @@
 #include "sub.h"
 #include "wire.h"
 
-#define EDGE_POOL_CONNS 4
-#define EDGE_MAIN_POOL_CONNS 2   /* threads > 1: main serves only the head query and gap fills */
-#define EDGE_WORKER_POOL_CONNS 2 /* threads > 1: resume checks and replays of one worker */
-#define EDGE_MAX_THREADS 64
+/* The head query and gap fills (one reserved for fills: they never wait behind the head query). */
+#define EDGE_MAIN_POOL_CONNS 2
 #define EDGE_TICK_MS 50
-/* A fill is fanned out like one published message: as many events, as many bytes. */
 /* Seconds the teardown after the loop may take before the process just exits. */
 #define EDGE_TEARDOWN_S 5
+/* A fill is fanned out like one published message: as many events, as many bytes. */
 #define EDGE_FILL_CHUNK 256
 #define EDGE_FILL_BYTES (256u * 1024)
 #define EDGE_HEAD_RETRY_MS 500
-#define EDGE_FLOW_MS 5
-/* threads > 1: batches main may have posted to a worker before it fanned them out
- * (a request for a pause, under the flow budget)... */
-#define EDGE_INFLIGHT_MAX 2
-/* ... and the hard bound of a worker's mailbox: main stops reading whatever the budget. */
-#define EDGE_MAILBOX_MAX 64
 
 typedef struct edge edge;
-
-/* What travels between the loops (threads > 1). */
-enum emsg_kind {
-	EMSG_BATCH,   /* main -> workers: frames of the ordered history, head after them */
-	EMSG_HEAD,    /* main -> workers: the head moved without frames */
-	EMSG_DRAIN,   /* main -> workers */
-	EMSG_STOP,    /* main -> workers: leave the loop */
-	EMSG_DRAINED, /* worker -> main: no stream left */
-	EMSG_FLOW     /* worker -> main: re-check flow control */
-};
-
-/* One allocation, shared by every worker it is posted to; the last one frees it. */
-typedef struct emsg {
-	enum emsg_kind kind;
-	atomic_uint refs;
-	uint64_t head;
-	uint64_t origin_ns; /* EMSG_BATCH: when nng handed its message over, 0 = not from one (a fill) */
-	size_t n;
-	frame *frames[];  /* one reference each, for all workers together */
-} emsg;
-
-/* One loop serving HTTP streams.  With one thread it is the main loop. */
-typedef struct worker {
-	edge *e;
-	struct event_base *base;  /* == e->base with one thread; owned otherwise */
-	pgpool *pool;             /* == e->pool with one thread; owned otherwise */
-	streams *streams;
-	http_server *http;
-	st_mailbox *inbox;        /* threads > 1: main -> worker */
-	struct event *ev_flow;    /* threads > 1: re-evaluates backpressure while behind */
-	pthread_t thread;
-	bool started;
-	bool stopped;             /* worker thread: EMSG_STOP seen, only release what follows */
-	atomic_bool behind;       /* streams_backpressure, as of the worker's last look */
-	atomic_uint inflight;     /* batches posted and not yet published */
-} worker;
 
 struct edge {
 	struct event_base *base;
 	st_metrics *metrics;
 	streams_metrics *sm;
-	pgpool *pool;
+	pgpool *pool;              /* the head query and gap fills */
 	sequencer *seq;
 	sub *sub;
-	worker *w;                 /* n_workers */
-	size_t n_workers;
-	st_mailbox *inbox;         /* threads > 1: workers -> main */
-	http_conn_limit *conn_limit; /* threads > 1: one connection bound for every loop's server */
+	fanout *fan;               /* the loops serving streams */
 	st_control *control;
 	auth_store *auth;          /* NULL: access control off; shared by every loop */
 	iplimit *ip_limit;         /* --max-streams-per-ip; shared by every loop */
@@ -168,16 +94,10 @@ struct edge {
 	bool held;                 /* the intake is paused (the last flow decision) */
 	uint64_t paused_exported;  /* flow_budget_paused_ms already counted */
 	_Atomic uint64_t last_msg_ms; /* monotonic ms of the last batch or tick, 0 = never */
-	atomic_bool db_up;         /* threads > 1: main's pool is up (updated on the tick) */
+	atomic_bool db_up;         /* main's pool is up (updated on the tick); read by every loop */
 	atomic_bool draining_flag; /* set once by main; read by every loop */
-	atomic_bool flow_wait;     /* main paused sub and wants a wake-up */
-	uint64_t posted_head;      /* threads > 1: the last head posted to the workers */
-	bool head_posted;
-	size_t n_drained;          /* workers that reported no stream left */
 	bool draining;
-	bool stopping;             /* main's loop has ended: mailbox items are only freed */
 	uint64_t flush_interval_ms;
-	uint64_t arrival_ns;       /* while on_pub runs: when nng handed the message over; else 0 */
 	uint32_t drain_grace_ms;
 	bool exiting;
 	st_counter *m_msgs, *m_bad_msgs, *m_gap_fills, *m_filled, *m_dups, *m_fill_errors, *m_held_dropped;
@@ -190,85 +110,19 @@ struct edge {
 /* ---- the history ------------------------------------------------------ */
 
 static void edge_flow_check(edge *e);
-static void edge_export_stats(edge *e);
-
-static bool
-edge_threaded(const edge *e)
-{
-	return e->n_workers > 1;
-}
-
-static emsg *
-emsg_new(enum emsg_kind kind, uint64_t head, size_t n)
-{
-	emsg *m = st_xmalloc(sizeof(*m) + n * sizeof(m->frames[0]));
-
-	m->kind = kind;
-	atomic_init(&m->refs, 1);
-	m->head = head;
-	m->origin_ns = 0;
-	m->n = n;
-	return m;
-}
-
-static void
-emsg_release(emsg *m)
-{
-	if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1)
-		return;
-	for (size_t i = 0; i < m->n; i++)
-		frame_unref(m->frames[i]);
-	free(m);
-}
-
-/* One message for every worker: each worker's mailbox owns one count. */
-static void
-edge_post_all(edge *e, emsg *m)
-{
-	atomic_store_explicit(&m->refs, (unsigned)e->n_workers, memory_order_relaxed);
-	for (size_t i = 0; i < e->n_workers; i++) {
-		if (m->kind == EMSG_BATCH)
-			atomic_fetch_add(&e->w[i].inflight, 1);
-		st_mailbox_post(e->w[i].inbox, m);
-	}
-}
 
 static void
 on_emit(void *arg, frame *const *frames, size_t n)
 {
 	edge *e = arg;
-	emsg *m;
 
-	if (!edge_threaded(e)) {
-		http_server_set_origin(e->w[0].http, e->arrival_ns);
-		streams_publish(e->w[0].streams, frames, n, sequencer_head(e->seq));
-		http_server_set_origin(e->w[0].http, 0);
-		return;
-	}
-	m = emsg_new(EMSG_BATCH, sequencer_head(e->seq), n);
-	m->origin_ns = e->arrival_ns;
-	for (size_t i = 0; i < n; i++)
-		m->frames[i] = frame_ref(frames[i]);
-	e->posted_head = m->head;
-	e->head_posted = true;
-	edge_post_all(e, m);
+	fanout_publish(e->fan, frames, n, sequencer_head(e->seq));
 }
 
-/* streams_set_head for every registry; with threads, posted only when it moved. */
 static void
 edge_set_head(edge *e)
 {
-	uint64_t head = sequencer_head(e->seq);
-
-	if (!edge_threaded(e)) {
-		streams_set_head(e->w[0].streams, head);
-		return;
-	}
-	if (e->head_posted && head <= e->posted_head)
-		return;
-	e->posted_head = head;
-	e->head_posted = true;
-	edge_post_all(e, emsg_new(EMSG_HEAD, head, 0));
+	fanout_set_head(e->fan, sequencer_head(e->seq));
 }
 
 static void
@@ -300,19 +154,16 @@ on_pub(void *arg, const void *data, size_t len)
 	edge *e = arg;
 	proto_pub *m = NULL;
 
-	/* Frames the sequencer emits under this call came with this message
-	 * (studio_edge_delivery_seconds); a later emit (after a fill) is not
-	 * timed against it. */
-	e->arrival_ns = st_clock_mono_ns();
+	/* The frames emitted at once carry it (studio_edge_delivery_seconds). */
+	uint64_t arrival_ns = st_clock_mono_ns();
+
 	if (proto_pub_decode(data, len, &m) != ST_OK) {
 		st_counter_inc(e->m_bad_msgs);
-		e->arrival_ns = 0;
 		return;
 	}
 	st_counter_inc(e->m_msgs);
 	atomic_store_explicit(&e->last_msg_ms, st_clock_now(st_clock_system()), memory_order_relaxed);
-	(void)sequencer_push(e->seq, m);
-	e->arrival_ns = 0;
+	(void)sequencer_push(e->seq, m, arrival_ns);
 	proto_pub_free(m);
 	edge_set_head(e);
 	edge_flow_check(e);
@@ -320,7 +171,7 @@ on_pub(void *arg, const void *data, size_t len)
 
 /*
  * Flow control: while a stream catches up on a burst, published messages
- * wait in nng's queue; re-checked every EDGE_FLOW_MS while paused.  What
+ * wait in nng's queue; re-checked every FANOUT_FLOW_MS while paused.  What
  * the streams (and the workers behind on fan-out) ask for is granted under
  * one budget for all of them (flow.h); a worker's mailbox at its hard bound
  * holds the intake whatever the budget.  Gap fills and the sequencer's
@@ -330,28 +181,14 @@ on_pub(void *arg, const void *data, size_t len)
 static void
 edge_flow_check(edge *e)
 {
-	struct timeval tv = { 0, EDGE_FLOW_MS * 1000 };
-	bool want = false, must = false;
+	struct timeval tv = st_timeval_ms(FANOUT_FLOW_MS);
+	bool want, must;
 	uint64_t paused;
 
-	if (!edge_threaded(e)) {
-		want = streams_backpressure(e->w[0].streams);
-	} else {
-		/*
-		 * Ask for a wake-up before looking: a worker that frees the intake
-		 * after our look sees the request (seq_cst), so no wake is lost.
-		 */
-		atomic_store(&e->flow_wait, true);
-		for (size_t i = 0; i < e->n_workers; i++) {
-			unsigned inflight = atomic_load(&e->w[i].inflight);
-
-			want = want || atomic_load(&e->w[i].behind) || inflight >= EDGE_INFLIGHT_MAX;
-			must = must || inflight >= EDGE_MAILBOX_MAX;
-		}
-	}
+	fanout_flow_look(e->fan, &want, &must);
 	e->held = flow_budget_decide(e->flow, want, must);
-	if (edge_threaded(e) && !e->held)
-		atomic_store(&e->flow_wait, false);
+	if (!e->held)
+		fanout_flow_settled(e->fan);
 	sub_pause(e->sub, e->held);
 	if (e->held && !event_pending(e->ev_flow, EV_TIMEOUT, NULL))
 		event_add(e->ev_flow, &tv);
@@ -394,8 +231,7 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 	if (!e->held)
 		sequencer_on_timer(e->seq);
 	edge_export_stats(e);
-	if (edge_threaded(e))
-		atomic_store(&e->db_up, pgpool_ready(e->pool));
+	atomic_store(&e->db_up, pgpool_ready(e->pool));
 }
 
 static void head_query_start(edge *e);
@@ -441,47 +277,52 @@ head_retry_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- HTTP ------------------------------------------------------------- */
 
-/* On w's loop.  Main's inputs are atomics when w runs on its own thread. */
+/* On w's loop.  What main owns is read through atomics. */
 static bool
-edge_ready(edge *e, worker *w, const char **why)
+edge_ready(edge *e, fanout_worker *w, const char **why)
 {
 	uint64_t now = st_clock_now(st_clock_system());
 	uint64_t last = atomic_load_explicit(&e->last_msg_ms, memory_order_relaxed);
-	bool db = w->pool == e->pool ? pgpool_ready(e->pool) : atomic_load(&e->db_up) && pgpool_ready(w->pool);
+	streams *ss = fanout_worker_streams(w);
 
-	if (streams_draining(w->streams) || atomic_load(&e->draining_flag))
+	if (streams_draining(ss) || atomic_load(&e->draining_flag))
 		return *why = "draining", false;
-	if (!db)
+	if (!atomic_load(&e->db_up) || !pgpool_ready(fanout_worker_pool(w)))
 		return *why = "no database connection", false;
-	if (!streams_ready(w->streams))
+	if (!streams_ready(ss))
 		return *why = "history head not known yet", false;
 	if (last == 0 || now - last > 3 * e->flush_interval_ms)
 		return *why = "no writer tick or batch within 3 flush intervals", false;
 	return *why = "ready", true;
 }
 
+typedef struct ops_ctx {
+	edge *e;
+	fanout_worker *w;
+} ops_ctx;
+
 static bool
 ops_ready(void *arg, const char **why)
 {
-	worker *w = arg;
+	ops_ctx *c = arg;
 
-	return edge_ready(w->e, w, why);
+	return edge_ready(c->e, c->w, why);
 }
 
 /* The connection gauge is read only when scraped: it is one load of the server's count. */
 static void
 ops_refresh(void *arg)
 {
-	worker *w = arg;
+	ops_ctx *c = arg;
 
-	st_gauge_set(w->e->m_conns, (int64_t)http_server_conns_open(w->http));
+	st_gauge_set(c->e->m_conns, (int64_t)http_server_conns_open(fanout_worker_http(c->w)));
 }
 
 static void
-http_cb(http_req *req, void *arg)
+http_cb(http_req *req, fanout_worker *w, void *arg)
 {
-	worker *w = arg;
-	const st_ops ops = { .metrics = w->e->metrics, .ready = ops_ready, .refresh = ops_refresh, .arg = w };
+	ops_ctx c = { .e = arg, .w = w };
+	const st_ops ops = { .metrics = c.e->metrics, .ready = ops_ready, .refresh = ops_refresh, .arg = &c };
 	const char *why;
 
 	if (st_ops_handle(req, &ops))
@@ -491,7 +332,7 @@ http_cb(http_req *req, void *arg)
 		return;
 	}
 	if (!st_ops_refuse_method(req))
-		streams_handle(w->streams, req, edge_ready(w->e, w, &why));
+		streams_handle(fanout_worker_streams(w), req, edge_ready(c.e, w, &why));
 }
 
 /* ---- drain, control, signals ------------------------------------------ */
@@ -506,6 +347,7 @@ exit_cb(evutil_socket_t fd, short what, void *arg)
 	event_base_loopexit(e->base, NULL);
 }
 
+/* Every worker reported no stream left. */
 static void
 on_drained(void *arg)
 {
@@ -515,11 +357,11 @@ on_drained(void *arg)
 		event_active(e->ev_exit, 0, 0);
 }
 
-/* Streams open in every registry (main thread). */
-static size_t
-edge_streams_count(const edge *e)
+/* A worker freed the intake after main asked. */
+static void
+on_flow(void *arg)
 {
-	return edge_threaded(e) ? streams_metrics_open(e->sm) : streams_count(e->w[0].streams);
+	edge_flow_check(arg);
 }
 
 static void
@@ -533,18 +375,14 @@ edge_drain(edge *e, bool then_exit)
 		event_add(e->ev_exit, &tv);
 	}
 	if (e->draining) {
-		if (then_exit && (edge_threaded(e) ? e->n_drained == e->n_workers : streams_count(e->w[0].streams) == 0))
+		if (then_exit && fanout_drained(e->fan))
 			event_active(e->ev_exit, 0, 0);
 		return;
 	}
 	e->draining = true;
 	atomic_store(&e->draining_flag, true);
-	st_info("draining %zu streams over %u ms", edge_streams_count(e), e->drain_grace_ms);
-	if (!edge_threaded(e)) {
-		streams_drain(e->w[0].streams, on_drained, e);
-		return;
-	}
-	edge_post_all(e, emsg_new(EMSG_DRAIN, 0, 0));
+	st_info("draining %zu streams over %u ms", fanout_streams_open(e->fan), e->drain_grace_ms);
+	fanout_drain(e->fan);
 }
 
 static void
@@ -555,14 +393,14 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	edge_drain(arg, true);
 }
 
-/* Readiness as main sees it (control "stats" with threads > 1). */
+/* Readiness as main sees it (control "stats"): the workers' registries get the head main posted. */
 static bool
 edge_ready_main(edge *e)
 {
 	uint64_t now = st_clock_now(st_clock_system());
 	uint64_t last = atomic_load_explicit(&e->last_msg_ms, memory_order_relaxed);
 
-	return !e->draining && pgpool_ready(e->pool) && sequencer_has_head(e->seq) && e->head_posted && last != 0 &&
+	return !e->draining && pgpool_ready(e->pool) && sequencer_has_head(e->seq) && fanout_head_posted(e->fan) && last != 0 &&
 	       now - last <= 3 * e->flush_interval_ms;
 }
 
@@ -607,21 +445,19 @@ static st_err
 control_cb(const char *cmd, const st_json *req, st_buf *out, void *arg)
 {
 	edge *e = arg;
-	const char *why;
 	bool ready;
 
 	(void)req;
 	if (strcmp(cmd, "stats") == 0) {
-		/* With threads, worker 0's registry stands for the head it knows; the rest are main's. */
-		ready = !edge_threaded(e) ? edge_ready(e, &e->w[0], &why) : edge_ready_main(e);
+		ready = edge_ready_main(e);
 		st_buf_printf(out, "\"streams\":%zu,\"head\":%llu,\"ready\":%s,\"draining\":%s",
-		              edge_streams_count(e), (unsigned long long)sequencer_head(e->seq),
+		              fanout_streams_open(e->fan), (unsigned long long)sequencer_head(e->seq),
 		              ready ? "true" : "false", e->draining ? "true" : "false");
 		return ST_OK;
 	}
 	if (strcmp(cmd, "drain") == 0) {
 		edge_drain(e, false);
-		st_buf_printf(out, "\"draining\":true,\"streams\":%zu", edge_streams_count(e));
+		st_buf_printf(out, "\"draining\":true,\"streams\":%zu", fanout_streams_open(e->fan));
 		return ST_OK;
 	}
 	if (strcmp(cmd, "reload") == 0) {
@@ -635,154 +471,6 @@ control_cb(const char *cmd, const st_json *req, st_buf *out, void *arg)
 		return ST_OK;
 	}
 	return ST_ENOTFOUND;
-}
-
-/* ---- worker loops (threads > 1) ----------------------------------------- */
-
-/* Worker -> main: a small message of its own (refs 1). */
-static void
-worker_tell_main(worker *w, enum emsg_kind kind)
-{
-	st_mailbox_post(w->e->inbox, emsg_new(kind, 0, 0));
-}
-
-/* On the worker's loop: its backpressure into the flag main reads; wake main if it waits. */
-static void
-worker_flow_eval(worker *w)
-{
-	struct timeval tv = { 0, EDGE_FLOW_MS * 1000 };
-	bool behind = streams_backpressure(w->streams);
-
-	atomic_store(&w->behind, behind);
-	if (behind && !event_pending(w->ev_flow, EV_TIMEOUT, NULL))
-		event_add(w->ev_flow, &tv);
-	if (atomic_exchange(&w->e->flow_wait, false))
-		worker_tell_main(w, EMSG_FLOW);
-}
-
-static void
-worker_flow_cb(evutil_socket_t fd, short what, void *arg)
-{
-	(void)fd;
-	(void)what;
-	worker_flow_eval(arg);
-}
-
-static void
-worker_drained(void *arg)
-{
-	worker_tell_main(arg, EMSG_DRAINED);
-}
-
-static void
-worker_inbox_cb(void *item, void *arg)
-{
-	worker *w = arg;
-	emsg *m = item;
-
-	switch (w->stopped ? EMSG_STOP : m->kind) {
-	case EMSG_BATCH:
-		http_server_set_origin(w->http, m->origin_ns);
-		streams_publish(w->streams, m->frames, m->n, m->head);
-		http_server_set_origin(w->http, 0);
-		atomic_fetch_sub(&w->inflight, 1);
-		worker_flow_eval(w);
-		break;
-	case EMSG_HEAD:
-		streams_set_head(w->streams, m->head);
-		break;
-	case EMSG_DRAIN:
-		streams_drain(w->streams, worker_drained, w);
-		break;
-	case EMSG_STOP:
-		if (!w->stopped) {
-			w->stopped = true;
-			event_base_loopexit(w->base, NULL);
-		}
-		if (m->kind == EMSG_BATCH)
-			atomic_fetch_sub(&w->inflight, 1);
-		break;
-	default:
-		break;
-	}
-	emsg_release(m);
-}
-
-/* Main's mailbox: what the workers report. */
-static void
-main_inbox_cb(void *item, void *arg)
-{
-	edge *e = arg;
-	emsg *m = item;
-
-	if (!e->stopping && m->kind == EMSG_DRAINED) {
-		e->n_drained++;
-		if (e->exiting && e->n_drained == e->n_workers)
-			event_active(e->ev_exit, 0, 0);
-	} else if (!e->stopping && m->kind == EMSG_FLOW) {
-		edge_flow_check(e);
-	}
-	emsg_release(m);
-}
-
-static void *
-worker_main(void *arg)
-{
-	worker *w = arg;
-
-	/* Kept running while idle: the mailbox event is only active when something was posted. */
-	event_base_loop(w->base, EVLOOP_NO_EXIT_ON_EMPTY);
-	return NULL;
-}
-
-/* Main thread, before the worker's thread starts.  listen: the address with a bound port. */
-static st_err
-worker_init(edge *e, worker *w, const char *dsn, const char *listen, const http_server_config *hcfg,
-            const streams_config *scfg)
-{
-	st_err rv;
-
-	w->e = e;
-	atomic_init(&w->behind, false);
-	atomic_init(&w->inflight, 0);
-	w->base = event_base_new();
-	ST_ASSERT(w->base != NULL);
-	if ((rv = pgpool_new(w->base, dsn, EDGE_WORKER_POOL_CONNS, &w->pool)) != ST_OK)
-		return rv;
-	w->streams = streams_new(w->base, w->pool, e->sm, st_clock_system(), scfg);
-	if ((rv = http_server_new_shared(w->base, listen, hcfg, e->conn_limit, http_cb, w, &w->http)) != ST_OK)
-		return rv;
-	http_server_set_cors_credentials(w->http, e->auth != NULL);
-	http_server_set_delivery_histogram(w->http, e->m_delivery);
-	w->inbox = st_mailbox_new(w->base, worker_inbox_cb, w);
-	w->ev_flow = event_new(w->base, -1, 0, worker_flow_cb, w);
-	ST_ASSERT(w->inbox && w->ev_flow);
-	return ST_OK;
-}
-
-/* Main thread, after the worker's thread was joined (or never started): no loop runs it. */
-static void
-worker_fini(worker *w)
-{
-	w->stopped = true;
-	st_mailbox_free(w->inbox); /* releases what was still queued */
-	http_server_free(w->http); /* closes every stream: on_close runs into the registry */
-	streams_free(w->streams);
-	pgpool_free(w->pool);
-	if (w->ev_flow)
-		event_free(w->ev_flow);
-	if (w->base)
-		event_base_free(w->base); /* the last write_ref cleanups release their frames here */
-}
-
-/* "ADDR:PORT" with the port replaced (a --listen of port 0 binds one fresh port for all). */
-static void
-listen_with_port(const char *listen, int port, char *out, size_t cap)
-{
-	const char *colon = strrchr(listen, ':');
-	int hl = colon ? (int)(colon - listen) : (int)strlen(listen);
-
-	snprintf(out, cap, "%.*s:%d", hl, listen, port);
 }
 
 /* ---- main ------------------------------------------------------------- */
@@ -831,7 +519,7 @@ static st_opt opts[E_N] = {
 	[E_DRAIN_GRACE_S] = { .name = "drain-grace-s", .kind = ST_OPT_INT, .def = "25",
 	  .help = "seconds a drain spreads reconnects over before closing the rest", .min = 0, .max = 3600 },
 	[E_THREADS] = { .name = "threads", .kind = ST_OPT_INT, .def = "1",
-	  .help = "event loop threads serving HTTP streams (see docs/edge.md)", .min = 1, .max = EDGE_MAX_THREADS },
+	  .help = "event loop threads serving HTTP streams (see docs/edge.md)", .min = 1, .max = FANOUT_MAX },
 	[E_MAX_STREAMS] = { .name = "max-streams", .kind = ST_OPT_INT, .def = "100000", .help = "open streams before new ones get 429",
 	  .min = 1, .max = 10000000 },
 	[E_CORS_ORIGINS] = { .name = "cors-origins", .kind = ST_OPT_STR, .def = "", .help = "origins allowed by CORS, comma separated, or *" },
@@ -965,15 +653,11 @@ main(int argc, char **argv)
 	}
 
 	e.sm = streams_metrics_new(e.metrics);
-	e.n_workers = (size_t)opts[E_THREADS].ival;
-	e.w = st_xcalloc(e.n_workers, sizeof(*e.w));
 	listen = opts[E_LISTEN].sval;
 
-	if ((rv = pgpool_new(e.base, opts[E_PG_DSN].sval, edge_threaded(&e) ? EDGE_MAIN_POOL_CONNS : EDGE_POOL_CONNS,
-	                     &e.pool)) != ST_OK)
+	if ((rv = pgpool_new(e.base, opts[E_PG_DSN].sval, EDGE_MAIN_POOL_CONNS, &e.pool)) != ST_OK)
 		st_config_fail("edge-gateway", "--pg-dsn: %s", st_err_str(rv));
-	/* One connection runs only the head query and gap fills: live delivery
-	 * never waits behind replays that hold every other connection. */
+	/* One connection runs only gap fills: live delivery never waits behind the head query. */
 	pgpool_reserve_fills(e.pool, 1);
 	(void)sequencer_new(st_clock_system(), on_emit, on_fill, &e, &e.seq);
 	e.flow = flow_budget_new(st_clock_system());
@@ -985,31 +669,23 @@ main(int argc, char **argv)
 	hcfg.cors_origins = opts[E_CORS_ORIGINS].sval;
 	/* Streams plus room for the ops endpoints and for refusals to be answered. */
 	hcfg.max_conns = scfg.max_streams + 1024;
-	if (!edge_threaded(&e)) {
-		worker *w = &e.w[0];
+	{
+		const fanout_config fcfg = { .n = (size_t)opts[E_THREADS].ival,
+		                             .pg_dsn = opts[E_PG_DSN].sval,
+		                             .listen = listen,
+		                             .http = &hcfg,
+		                             .streams = &scfg,
+		                             .sm = e.sm,
+		                             .delivery = e.m_delivery,
+		                             .cors_credentials = e.auth != NULL,
+		                             .on_http = http_cb,
+		                             .on_flow = on_flow,
+		                             .on_drained = on_drained,
+		                             .arg = &e };
+		char why[700];
 
-		w->e = &e;
-		w->base = e.base;
-		w->pool = e.pool;
-		w->streams = streams_new(e.base, e.pool, e.sm, st_clock_system(), &scfg);
-		if ((rv = http_server_new(e.base, listen, &hcfg, http_cb, w, &w->http)) != ST_OK)
-			st_config_fail("edge-gateway", "--listen %s: %s", listen, st_err_str(rv));
-		http_server_set_cors_credentials(w->http, e.auth != NULL);
-		http_server_set_delivery_histogram(w->http, e.m_delivery);
-	} else {
-		char bound[600];
-
-		e.inbox = st_mailbox_new(e.base, main_inbox_cb, &e);
-		ST_ASSERT(e.inbox != NULL);
-		e.conn_limit = http_conn_limit_new(hcfg.max_conns);
-		snprintf(bound, sizeof(bound), "%s", listen);
-		for (size_t i = 0; i < e.n_workers; i++) {
-			if ((rv = worker_init(&e, &e.w[i], opts[E_PG_DSN].sval, bound, &hcfg, &scfg)) != ST_OK)
-				st_config_fail("edge-gateway", "--listen %s (loop %zu): %s", bound, i, st_err_str(rv));
-			/* Port 0: the first server picked one; the others share it. */
-			if (i == 0)
-				listen_with_port(listen, http_server_port(e.w[0].http), bound, sizeof(bound));
-		}
+		if ((rv = fanout_new(e.base, &fcfg, &e.fan, why, sizeof(why))) != ST_OK)
+			st_config_fail("edge-gateway", "%s", why);
 	}
 	if (opts[E_CONTROL].sval[0] != '\0' &&
 	    (rv = st_control_new(e.base, opts[E_CONTROL].sval, control_cb, &e, &e.control)) != ST_OK)
@@ -1031,62 +707,33 @@ main(int argc, char **argv)
 	/* Without access control SIGHUP is caught too (and logged), rather than killing the edge. */
 	event_add(e.ev_hup, NULL);
 	head_query_start(&e);
-
-	if (edge_threaded(&e)) {
-		sigset_t all, old;
-
-		/* Signals are main's (libevent's handler feeds main's loop): workers block them. */
-		sigemptyset(&all);
-		sigaddset(&all, SIGTERM);
-		sigaddset(&all, SIGINT);
-		sigaddset(&all, SIGHUP);
-		pthread_sigmask(SIG_BLOCK, &all, &old);
-		for (size_t i = 0; i < e.n_workers; i++) {
-			if (pthread_create(&e.w[i].thread, NULL, worker_main, &e.w[i]) != 0)
-				st_config_fail("edge-gateway", "--threads: cannot start loop thread %zu", i);
-			e.w[i].started = true;
-		}
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
-	}
+	if (fanout_start(e.fan) != ST_OK)
+		st_config_fail("edge-gateway", "--threads: cannot start the loop threads");
 
 	if (e.auth)
 		st_info("access control on: %zu keys from %s; streams need a token", auth_store_key_count(e.auth),
 		        e.auth_keys_path);
 	else
 		st_warn("access control off (no --auth-keys): anyone who reaches this edge reads every topic");
-	st_info("listening on %s, %zu writer url(s), %zu loop thread(s)", listen, n_writers, e.n_workers);
+	st_info("listening on %s, %zu writer url(s), %zu loop thread(s)", listen, n_writers, fanout_workers(e.fan));
 	event_base_dispatch(e.base);
-	st_info("exiting with %zu streams open", edge_streams_count(&e));
+	st_info("exiting with %zu streams open", fanout_streams_open(e.fan));
 	rc = 0;
 	/* The drain is done; closing must not hold a rolling restart (see st_util.h). */
 	st_exit_watchdog("edge-gateway", EDGE_TEARDOWN_S, rc);
 
-	if (edge_threaded(&e)) {
-		/* Stop every worker loop, join, then free with no loop running. */
-		edge_post_all(&e, emsg_new(EMSG_STOP, 0, 0));
-		for (size_t i = 0; i < e.n_workers; i++)
-			if (e.w[i].started)
-				pthread_join(e.w[i].thread, NULL);
-		e.stopping = true;
-		for (size_t i = 0; i < e.n_workers; i++)
-			worker_fini(&e.w[i]);
-	}
+	/* Stop and join the worker loops, then free with no loop running. */
+	fanout_stop(e.fan);
+	fanout_free(e.fan);
 	sub_free(e.sub);
 	st_control_free(e.control);
-	if (!edge_threaded(&e))
-		http_server_free(e.w[0].http);
 	if (e.head_query)
 		pgpool_cancel(e.head_query);
 	if (e.fill_job)
 		replay_cancel(e.fill_job);
-	if (!edge_threaded(&e))
-		streams_free(e.w[0].streams);
 	sequencer_free(e.seq);
 	flow_budget_free(e.flow);
 	pgpool_free(e.pool);
-	st_mailbox_free(e.inbox);
-	http_conn_limit_free(e.conn_limit);
-	free(e.w);
 	streams_metrics_free(e.sm);
 	event_free(e.ev_tick);
 	event_free(e.ev_head_retry);

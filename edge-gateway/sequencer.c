@@ -201,14 +201,17 @@ sequencer_head(const sequencer *s)
 	return s->head;
 }
 
+/* origin_ns: when the message arrived, for frames emitted at once; 0 for frames that will be held. */
 static frame **
-frames_make(const proto_pub_event *ev, size_t n)
+frames_make(const proto_pub_event *ev, size_t n, uint64_t origin_ns)
 {
 	frame **f = st_xcalloc(n, sizeof(*f));
 
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		f[i] = frame_item_new(ev[i].seq, ev[i].topic.p, ev[i].topic.len, ev[i].about, ev[i].n_about,
 		                      ev[i].has_data ? ev[i].data.p : NULL, ev[i].has_data ? ev[i].data.len : 0);
+		frame_set_origin(f[i], origin_ns);
+	}
 	return f;
 }
 
@@ -290,13 +293,13 @@ hold(sequencer *s, uint64_t prev, const proto_pub_event *ev, size_t n)
 	s->held[at].last = ev[n - 1].seq;
 	s->held[at].n = n;
 	s->held[at].bytes = bytes;
-	s->held[at].frames = frames_make(ev, n);
+	s->held[at].frames = frames_make(ev, n, 0);
 	s->st.held += n;
 	s->st.held_bytes += bytes;
 }
 
 st_err
-sequencer_push_batch(sequencer *s, uint64_t prev, const proto_pub_event *ev, size_t n)
+sequencer_push_batch(sequencer *s, uint64_t prev, const proto_pub_event *ev, size_t n, uint64_t origin_ns)
 {
 	uint64_t last;
 
@@ -326,7 +329,7 @@ sequencer_push_batch(sequencer *s, uint64_t prev, const proto_pub_event *ev, siz
 		while (ev[i].seq <= s->head)
 			i++;
 		s->st.duplicates += i;
-		frame **f = frames_make(ev + i, n - i);
+		frame **f = frames_make(ev + i, n - i, origin_ns);
 		emit_above_head(s, f, n - i);
 		frames_free(f, n - i);
 	} else {
@@ -345,7 +348,7 @@ sequencer_push_tick(sequencer *s, uint64_t head)
 }
 
 st_err
-sequencer_push(sequencer *s, const proto_pub *m)
+sequencer_push(sequencer *s, const proto_pub *m, uint64_t origin_ns)
 {
 	switch (proto_pub_kind(m)) {
 	case PROTO_PUB_TICK:
@@ -354,18 +357,18 @@ sequencer_push(sequencer *s, const proto_pub *m)
 	case PROTO_PUB_BATCH: {
 		size_t n = proto_pub_count(m);
 		if (n == 0)
-			return sequencer_push_batch(s, proto_pub_prev(m), NULL, 0);
+			return sequencer_push_batch(s, proto_pub_prev(m), NULL, 0, origin_ns);
 		const proto_pub_event *ev = proto_pub_event_at(m, 0);
 		bool contiguous = true;
 		for (size_t i = 1; i < n && contiguous; i++)
 			contiguous = proto_pub_event_at(m, i) == ev + i;
 		if (contiguous)
-			return sequencer_push_batch(s, proto_pub_prev(m), ev, n);
+			return sequencer_push_batch(s, proto_pub_prev(m), ev, n, origin_ns);
 		/* n is bounded by the decoded message, which is already in memory. */
 		proto_pub_event *copy = st_xcalloc(n, sizeof(*copy));
 		for (size_t i = 0; i < n; i++)
 			copy[i] = *proto_pub_event_at(m, i);
-		st_err rv = sequencer_push_batch(s, proto_pub_prev(m), copy, n);
+		st_err rv = sequencer_push_batch(s, proto_pub_prev(m), copy, n, origin_ns);
 		free(copy);
 		return rv;
 	}

@@ -88,11 +88,13 @@ uint64_t sequencer_head(const sequencer *s);
  * One published message.  The sequencer copies what it keeps (frames are
  * made at once), so the caller may free m and its input on return.
  * ST_EPROTO (counted, nothing changes) for a batch whose seqs are not
- * strictly ascending above prev.
+ * strictly ascending above prev.  origin_ns: when the message arrived
+ * (st_clock_mono_ns); the frames emitted at once carry it (frame_origin_ns),
+ * frames held behind a gap carry 0.
  */
-st_err sequencer_push(sequencer *s, const proto_pub *m);
+st_err sequencer_push(sequencer *s, const proto_pub *m, uint64_t origin_ns);
 /* The same, from the fields (used by sequencer_push and the tests). */
-st_err sequencer_push_batch(sequencer *s, uint64_t prev, const proto_pub_event *ev, size_t n);
+st_err sequencer_push_batch(sequencer *s, uint64_t prev, const proto_pub_event *ev, size_t n, uint64_t origin_ns);
 void sequencer_push_tick(sequencer *s, uint64_t head);
 
 /*

@@ -14,6 +14,7 @@
 
 typedef struct rec {
 	uint64_t seqs[MAX_REC];
+	uint64_t origins[MAX_REC]; /* frame_origin_ns of each emitted frame */
 	size_t n;
 	size_t emits;
 	bool order_broken;
@@ -26,6 +27,7 @@ typedef struct rec {
 } rec;
 
 static rec R;
+static uint64_t ORIGIN; /* what batch() gives as the message's arrival */
 static sequencer *S; /* the one under test, for on_emit */
 static st_clock_fake C;
 
@@ -43,8 +45,10 @@ on_emit(void *arg, frame *const *frames, size_t n)
 		uint64_t seq = frame_seq(f);
 		if (r->n > 0 && seq <= r->seqs[r->n - 1])
 			r->order_broken = true;
-		if (r->n < MAX_REC)
+		if (r->n < MAX_REC) {
+			r->origins[r->n] = frame_origin_ns(f);
 			r->seqs[r->n++] = seq;
+		}
 		frame_unref(f);
 	}
 }
@@ -96,7 +100,7 @@ batch(sequencer *s, uint64_t prev, uint64_t from, uint64_t to)
 			ev[n].has_data = true;
 		}
 	}
-	return sequencer_push_batch(s, prev, ev, n);
+	return sequencer_push_batch(s, prev, ev, n, ORIGIN);
 }
 
 /* Answers the outstanding fill with items from..to (skipping the seqs in holes[]), reaching upto. */
@@ -195,6 +199,29 @@ t_reorder(void)
 	ST_CHECK_EQ_U64(st.held, 0);
 	ST_CHECK_EQ_U64(st.fills, 0);
 	ST_CHECK_EQ_U64(sequencer_next_deadline(s), 0);
+	sequencer_free(s);
+}
+
+/* Frames emitted with their message carry its arrival; frames that waited for a fill carry 0. */
+static void
+t_origin(void)
+{
+	sequencer *s = setup();
+
+	sequencer_set_head(s, 0);
+	ORIGIN = 777;
+	batch(s, 0, 1, 2);  /* emitted at once */
+	batch(s, 4, 5, 6);  /* held: 3..4 missing */
+	ORIGIN = 0;
+	C.now += 1000;
+	sequencer_on_timer(s);
+	ST_CHECK_EQ_U64(R.n_fills, 1);
+	fill_answer(s, 3, 4, 4, NULL, 0);
+	ST_CHECK(emitted_range(1, 6));
+	ST_CHECK_EQ_U64(R.origins[0], 777);
+	ST_CHECK_EQ_U64(R.origins[1], 777);
+	for (size_t i = 2; i < 6; i++)
+		ST_CHECK_EQ_U64(R.origins[i], 0);
 	sequencer_free(s);
 }
 
@@ -513,7 +540,7 @@ t_hold_bound_bytes(void)
 			ev[k].data.len = sizeof(big);
 			ev[k].has_data = true;
 		}
-		ST_CHECK(sequencer_push_batch(s, q, ev, 4) == ST_OK);
+		ST_CHECK(sequencer_push_batch(s, q, ev, 4, 0) == ST_OK);
 	}
 	sequencer_stats_get(s, &st);
 	held_events = st.held;
@@ -548,8 +575,8 @@ t_protocol_error(void)
 	ev[0].topic.len = ev[1].topic.len = 1;
 	ev[1].seq = 5;
 	sequencer_set_head(s, 0);
-	ST_CHECK(sequencer_push_batch(s, 0, ev, 2) == ST_EPROTO);
-	ST_CHECK(sequencer_push_batch(s, 5, ev, 1) == ST_EPROTO); /* seq <= prev */
+	ST_CHECK(sequencer_push_batch(s, 0, ev, 2, 0) == ST_EPROTO);
+	ST_CHECK(sequencer_push_batch(s, 5, ev, 1, 0) == ST_EPROTO); /* seq <= prev */
 	ST_CHECK_EQ_U64(R.n, 0);
 	ST_CHECK_EQ_U64(sequencer_known_head(s), 0);
 	/* fill_done with nothing outstanding is ignored */
@@ -583,14 +610,14 @@ t_wire(void)
 	st_buf_init(&b);
 	proto_pub_batch_encode(&b, "w1", 10, ev, 3);
 	ST_CHECK(proto_pub_decode(b.p, b.len, &m) == ST_OK);
-	ST_CHECK(m != NULL && sequencer_push(s, m) == ST_OK);
+	ST_CHECK(m != NULL && sequencer_push(s, m, 0) == ST_OK);
 	proto_pub_free(m);
 	m = NULL;
 	ST_CHECK(emitted_range(11, 13));
 	st_buf_reset(&b);
 	proto_pub_tick_encode(&b, "w1", 15);
 	ST_CHECK(proto_pub_decode(b.p, b.len, &m) == ST_OK);
-	ST_CHECK(m != NULL && sequencer_push(s, m) == ST_OK);
+	ST_CHECK(m != NULL && sequencer_push(s, m, 0) == ST_OK);
 	proto_pub_free(m);
 	ST_CHECK_EQ_U64(sequencer_known_head(s), 15);
 	C.now += SEQUENCER_WAIT_MS;
@@ -635,6 +662,7 @@ main(void)
 	ST_RUN(t_duplicate);
 	ST_RUN(t_reorder);
 	ST_RUN(t_gap);
+	ST_RUN(t_origin);
 	ST_RUN(t_late_during_fill);
 	ST_RUN(t_partial_fill);
 	ST_RUN(t_fill_error_retry);

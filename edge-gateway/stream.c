@@ -389,7 +389,7 @@ stream_write_frame_to(stream *s, frame *f, out_batch *b)
 	bytes = frame_bytes(f, s->fmt, &len);
 	st_counter_inc(s->ss->m_frames);
 	if (b != NULL && !term) {
-		b->r[b->n++] = (http_ref){ bytes, len, frame_release_cb, f };
+		b->r[b->n++] = (http_ref){ bytes, len, frame_release_cb, f, frame_origin_ns(f) };
 		b->bytes += len;
 		if (b->n == STREAM_BATCH || b->bytes >= STREAM_BATCH_BYTES)
 			batch_flush(s, b);
