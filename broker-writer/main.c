@@ -110,8 +110,6 @@
 #define RETRY_MIN_MS 100
 #define RETRY_MAX_MS 5000
 #define EXIT_LINGER_MS 300
-/* `migrate` gives up after this many lock timeouts (about a minute with the backoff) */
-#define MIGRATE_LOCK_ATTEMPTS 15
 /* One flush transaction: the first producers' wait and the statement's
  * memory stay bounded; a backlog goes out as back-to-back flushes. */
 #define FLUSH_MAX_EVENTS 20000u
@@ -264,105 +262,6 @@ arm(struct event *ev, uint32_t ms)
 	struct timeval tv = st_timeval_ms(ms);
 
 	evtimer_add(ev, &tv);
-}
-
-/* ---------------------------------------------------------------- migrate */
-
-static PGconn *
-connect_blocking(const char *dsn)
-{
-	const char *const keys[] = { "dbname", "connect_timeout", "keepalives", "keepalives_idle", "tcp_user_timeout",
-		                     "application_name", NULL };
-	const char *const vals[] = { dsn, "5", "1", "5", "10000", "broker-writer", NULL };
-
-	return PQconnectdbParams(keys, vals, 1);
-}
-
-
-static void
-quiet_notice(void *arg, const char *msg)
-{
-	(void)arg;
-	(void)msg;
-}
-
-static void
-log_schema(int found)
-{
-	if (found == SCHEMA_VERSION)
-		st_info("schema version %d is current", SCHEMA_VERSION);
-	else if (found == 0)
-		st_info("created schema version %d", SCHEMA_VERSION);
-	else if (found < SCHEMA_VERSION)
-		st_info("upgraded schema version %d to %d", found, SCHEMA_VERSION);
-	else
-		st_info("schema version %d is newer than this program's %d and keeps the functions it calls; left as it "
-		        "is",
-		        found, SCHEMA_VERSION);
-}
-
-/*
- * daemon: SCHEMA_ONLINE, every failure but a refusal retried until it
- * succeeds or a signal stops the wait.  `migrate`: SCHEMA_ALL, a lock
- * timeout retried MIGRATE_LOCK_ATTEMPTS times (each attempt queues for at
- * most SCHEMA_LOCK_TIMEOUT_MS in front of the flushes), anything else fails
- * at once.  Returns 0 (the schema is usable), 1 (failed), 2 (this program
- * must not run on this database; one line logged) or -1 (stopped by a
- * signal).
- */
-static int
-migrate(const char *dsn, bool daemon)
-{
-	st_backoff backoff;
-	int attempts = 0;
-	bool logged = false;
-
-	st_backoff_init(&backoff, RETRY_MIN_MS, RETRY_MAX_MS);
-	for (;;) {
-		char err[512] = "";
-		PGconn *c = connect_blocking(dsn);
-		st_err rv = ST_EDB;
-		int found = 0;
-
-		if (PQstatus(c) == CONNECTION_OK) {
-			PQsetNoticeProcessor(c, quiet_notice, NULL); /* "already exists, skipping" is expected */
-			rv = schema_migrate(c, daemon ? SCHEMA_ONLINE : SCHEMA_ALL, &found, err, sizeof(err));
-		} else {
-			snprintf(err, sizeof(err), "cannot connect: %s", PQerrorMessage(c));
-		}
-		PQfinish(c);
-		if (rv == ST_OK) {
-			log_schema(found);
-			return 0;
-		}
-		st_one_line(err);
-		if (rv == ST_EINVAL) {
-			st_error("%s", err);
-			return 2;
-		}
-		attempts++;
-		if (!daemon && (rv != ST_EAGAIN || attempts >= MIGRATE_LOCK_ATTEMPTS)) {
-			if (rv == ST_EAGAIN)
-				st_error("migrate: no lock in %d attempts of %d ms (%s); a long transaction holds a table "
-				         "(see pg_stat_activity): run migrate again when it ends",
-				         attempts, SCHEMA_LOCK_TIMEOUT_MS, err);
-			else
-				st_error("migrate: %s", err);
-			return 1;
-		}
-		if (!logged || rv == ST_EAGAIN)
-			st_warn("migrate: %s (retrying)", err);
-		logged = true;
-		/* wait in small slices so that SIGTERM ends the wait at once */
-		for (uint32_t waited = 0, wait = st_backoff_next(&backoff); waited < wait; waited += 50) {
-			struct timespec ts = { 0, 50 * 1000000L };
-			if (pre_loop_stop)
-				return -1;
-			nanosleep(&ts, NULL);
-		}
-		if (pre_loop_stop)
-			return -1;
-	}
 }
 
 /* ---------------------------------------------------------------- flush */
@@ -939,7 +838,7 @@ run(writer *w)
 	signal(SIGTERM, pre_loop_signal);
 	signal(SIGINT, pre_loop_signal);
 	signal(SIGPIPE, SIG_IGN);
-	if ((mig = migrate(dsn, true)) == 2)
+	if ((mig = schema_migrate_retry(dsn, SCHEMA_ONLINE, &pre_loop_stop)) == 2)
 		return 2;
 	if (mig != 0) {
 		st_info("stopped before the schema was in place");
@@ -1053,7 +952,7 @@ main(int argc, char **argv)
 	if (first < argc && strcmp(argv[first], "migrate") == 0) {
 		if (first + 1 < argc)
 			st_config_fail(PROG, "unexpected argument after migrate: %s", argv[first + 1]);
-		return migrate(opts[W_PG_DSN].sval, false);
+		return schema_migrate_retry(opts[W_PG_DSN].sval, SCHEMA_ALL, &pre_loop_stop);
 	}
 	if (first < argc)
 		st_config_fail(PROG, "unknown command: %s (the only command is migrate)", argv[first]);

@@ -76,6 +76,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include "st_clock.h"
+#include "st_log.h"
+#include "st_util.h"
 
 #define STR2(x) #x
 #define STR(x) STR2(x)
@@ -436,4 +441,95 @@ unlock:
 	(void)exec_ok(conn, "SELECT pg_advisory_unlock(" STR(SCHEMA_MIGRATE_LOCK_KEY) ")", "migrate unlock", NULL,
 	              0);
 	return rv;
+}
+
+/* ---- the retrying driver (the daemon's start and `broker-writer migrate`) ---- */
+
+static PGconn *
+connect_blocking(const char *dsn)
+{
+	const char *const keys[] = { "dbname", "connect_timeout", "keepalives", "keepalives_idle", "tcp_user_timeout",
+		                     "application_name", NULL };
+	const char *const vals[] = { dsn, "5", "1", "5", "10000", "broker-writer", NULL };
+
+	return PQconnectdbParams(keys, vals, 1);
+}
+
+
+static void
+quiet_notice(void *arg, const char *msg)
+{
+	(void)arg;
+	(void)msg;
+}
+
+static void
+log_schema(int found)
+{
+	if (found == SCHEMA_VERSION)
+		st_info("schema version %d is current", SCHEMA_VERSION);
+	else if (found == 0)
+		st_info("created schema version %d", SCHEMA_VERSION);
+	else if (found < SCHEMA_VERSION)
+		st_info("upgraded schema version %d to %d", found, SCHEMA_VERSION);
+	else
+		st_info("schema version %d is newer than this program's %d and keeps the functions it calls; left as it "
+		        "is",
+		        found, SCHEMA_VERSION);
+}
+
+int
+schema_migrate_retry(const char *dsn, schema_mode mode, volatile sig_atomic_t *stop)
+{
+	bool daemon = mode == SCHEMA_ONLINE;
+	st_backoff backoff;
+	int attempts = 0;
+	bool logged = false;
+
+	st_backoff_init(&backoff, SCHEMA_RETRY_MIN_MS, SCHEMA_RETRY_MAX_MS);
+	for (;;) {
+		char err[512] = "";
+		PGconn *c = connect_blocking(dsn);
+		st_err rv = ST_EDB;
+		int found = 0;
+
+		if (PQstatus(c) == CONNECTION_OK) {
+			PQsetNoticeProcessor(c, quiet_notice, NULL); /* "already exists, skipping" is expected */
+			rv = schema_migrate(c, mode, &found, err, sizeof(err));
+		} else {
+			snprintf(err, sizeof(err), "cannot connect: %s", PQerrorMessage(c));
+		}
+		PQfinish(c);
+		if (rv == ST_OK) {
+			log_schema(found);
+			return 0;
+		}
+		st_one_line(err);
+		if (rv == ST_EINVAL) {
+			st_error("%s", err);
+			return 2;
+		}
+		attempts++;
+		if (!daemon && (rv != ST_EAGAIN || attempts >= SCHEMA_MIGRATE_LOCK_ATTEMPTS)) {
+			if (rv == ST_EAGAIN)
+				st_error("migrate: no lock in %d attempts of %d ms (%s); a long transaction holds a table "
+				         "(see pg_stat_activity): run migrate again when it ends",
+				         attempts, SCHEMA_LOCK_TIMEOUT_MS, err);
+			else
+				st_error("migrate: %s", err);
+			return 1;
+		}
+		if (!logged || rv == ST_EAGAIN)
+			st_warn("migrate: %s (retrying)", err);
+		logged = true;
+		/* wait in small slices so that SIGTERM ends the wait at once */
+		for (uint32_t waited = 0, wait = st_backoff_next(&backoff); waited < wait; waited += 50) {
+			struct timespec ts = { 0, 50 * 1000000L };
+			if (*stop)
+				return -1;
+			nanosleep(&ts, NULL);
+		}
+		if (*stop)
+			return -1;
+	}
 }

@@ -11,6 +11,7 @@
 #ifndef BW_SCHEMA_H
 #define BW_SCHEMA_H
 
+#include <signal.h>
 #include <stddef.h>
 
 #include <libpq-fe.h>
@@ -57,5 +58,24 @@ st_err schema_check_encoding(PGconn *conn, char *err, size_t errlen);
  * err (NUL-terminated, truncated to errlen) says why, in one line.  Blocks.
  */
 st_err schema_migrate(PGconn *conn, schema_mode mode, int *found, char *err, size_t errlen);
+
+/* `broker-writer migrate` gives up after this many lock timeouts (about a minute with the back-off). */
+#define SCHEMA_MIGRATE_LOCK_ATTEMPTS 15
+#define SCHEMA_RETRY_MIN_MS 100
+#define SCHEMA_RETRY_MAX_MS 5000
+
+/*
+ * Connects (blocking, 5 s connect timeout) and runs schema_migrate, with
+ * retries after a back-off (100 ms doubling to 5 s), logging what it did.
+ * SCHEMA_ONLINE (the daemon's start): every failure but a refusal is
+ * retried until it succeeds or *stop becomes true (a signal handler sets it;
+ * it is polled every 50 ms while waiting).  SCHEMA_ALL (`broker-writer
+ * migrate`): a lock timeout is retried SCHEMA_MIGRATE_LOCK_ATTEMPTS times
+ * (each attempt queues for at most SCHEMA_LOCK_TIMEOUT_MS in front of the
+ * flushes), anything else fails at once.  Returns 0 (the schema is usable),
+ * 1 (failed), 2 (this program must not run on this database; one line
+ * logged) or -1 (stopped).  Blocks.
+ */
+int schema_migrate_retry(const char *dsn, schema_mode mode, volatile sig_atomic_t *stop);
 
 #endif
