@@ -12,7 +12,7 @@
  * oldest requests of cur, at most FLUSH_MAX_EVENTS / FLUSH_MAX_BYTES (at
  * least one request), into an empty fl, names the flush
  * "<instance>:<counter>", encodes the binary text[] parameters once and
- * sends one broker_append2 statement.  When requests that were already due
+ * sends one broker_append3 statement.  When requests that were already due
  * are left in cur (the bound split them off, or a tick found the previous
  * flush in flight), the next flush starts as soon as this one committed,
  * not at the next tick: a backlog drains as back-to-back flushes, still one
@@ -64,6 +64,12 @@
  * database is unreachable or a lock times out (SIGTERM then exits 0 at
  * once); a database this writer must not use (not UTF8, an upgrade that
  * needs `broker-writer migrate`, a newer incompatible schema) exits 2.
+ *
+ * SIZE.  Over 800 lines on purpose: the flush state machine, the life state
+ * machine and the answers they give share one writer's batches, timers and
+ * counters, and split across files they would need that struct in a header.
+ * What stands alone is a module of its own (ingest, batch, pgerr, publish,
+ * retention, schema, common/st_pgconn).
  */
 #include <errno.h>
 #include <inttypes.h>

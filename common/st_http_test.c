@@ -6,6 +6,9 @@
  * for long; helpers pump it until a condition holds or a wide deadline
  * passes.  The only timing checks (header timeout, blocked_ms) use margins
  * of several times the configured value.
+ *
+ * SIZE.  Over 800 lines on purpose: one case per rule of st_http.h, over the
+ * shared socket helpers at the top.
  */
 #include "st_http.h"
 

@@ -23,6 +23,9 @@
  * broke the protocol).  Reply and published-message decoders skip map keys
  * they do not know (so version 1 can gain fields); the ingest decoder
  * refuses them, as the contract says.
+ *
+ * SIZE.  Over 800 lines on purpose: the five formats of proto/README.md,
+ * each encoder beside its decoder, over one bounded reader (struct rd).
  */
 #include "wire.h"
 #include "st_json.h"

@@ -4,6 +4,9 @@
  * headers that claim billions of elements (run under ASan: they must be
  * refused without allocating), and every msgpack encoding of str, array, map
  * and int accepted.
+ *
+ * SIZE.  Over 800 lines on purpose: one table of cases per format, in the
+ * order of wire.c.
  */
 #include "wire.h"
 #include "st_test.h"

@@ -1,5 +1,8 @@
 """harness: the integration-test toolkit (stdlib only, /usr/bin/python3).
 
+Size: over 800 lines on purpose: the one toolkit every integration test
+imports (processes, PostgreSQL, HTTP, nng requests, checks that say why).
+
 Every integration test is one script, run by ctest (tests/CMakeLists.txt) with
 STUDIO_BIN_DIR (build/bin), STUDIO_TOOLS_DIR (build/tests) and
 STUDIO_TEST_PG_DSN (an admin DSN of a throwaway PostgreSQL) in its environment.

@@ -1,5 +1,8 @@
 """Socket-level streaming client for the edge-gateway integration tests.
 
+Size: over 800 lines on purpose: one client state machine, the three body
+parsers it feeds and the flows built on them, shared by every stream test.
+
 Design: every stream is a StreamClient, a small non-blocking state machine
 (connect -> send request -> read headers -> read body) driven by a selectors
 loop (run_clients), so one thread can hold hundreds of streams, some reading
