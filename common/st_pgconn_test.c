@@ -17,6 +17,7 @@
 #include <event2/thread.h>
 
 #include "st_test.h"
+#include "st_test_loop.h"
 #include "st_util.h"
 
 static struct event_base *B;
@@ -36,34 +37,6 @@ typedef struct seen {
 	st_pgconn *send_next;  /* when set, the result callback sends "SELECT 'next'" on it */
 	int next_rv;
 } seen;
-
-static uint64_t
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void
-on_tick(evutil_socket_t fd, short what, void *arg)
-{
-	(void)fd;
-	(void)what;
-	(void)arg;
-}
-
-/* Runs the loop until cond(arg) or ms pass; returns cond's last value. */
-static bool
-run_until(bool (*cond)(void *), void *arg, uint64_t ms)
-{
-	uint64_t end = now_ms() + ms;
-
-	while (!cond(arg) && now_ms() < end)
-		event_base_loop(B, EVLOOP_ONCE);
-	return cond(arg);
-}
 
 static void
 on_state(void *arg, bool up)
@@ -147,7 +120,7 @@ open_up(const char *dsn, const st_pgconn_opts *o, seen *s)
 	ST_CHECK(st_pgconn_new(B, dsn, o, on_state, s, &c) == ST_OK);
 	ST_CHECK(c != NULL);
 	ST_CHECK(!st_pgconn_up(c)); /* never connected inside st_pgconn_new */
-	ST_CHECK(run_until(is_up, c, 10000));
+	ST_CHECK(st_test_loop_until(B, is_up, c, 10000));
 	return c;
 }
 
@@ -159,7 +132,7 @@ query(st_pgconn *c, seen *s, const char *sql)
 
 	if (st_pgconn_send(c, sql, 0, NULL, NULL, NULL, NULL, 0, on_result, s) != ST_OK)
 		return false;
-	return run_until(has_results, &w, 15000);
+	return st_test_loop_until(B, has_results, &w, 15000);
 }
 
 /* The backend pid of c's session. */
@@ -219,7 +192,7 @@ t_session(void)
 	Oid types[1] = {20}; /* int8 */
 	want w = {&s, s.results + 1};
 	ST_CHECK(st_pgconn_send(c, "SELECT $1 + 1", 1, types, v, len, fmt, 1, on_result, &s) == ST_OK);
-	ST_CHECK(run_until(has_results, &w, 5000));
+	ST_CHECK(st_test_loop_until(B, has_results, &w, 5000));
 	ST_CHECK_EQ_U64(s.len, 8);
 	ST_CHECK_EQ_U64(s.format, 1);
 	uint64_t got = 0;
@@ -243,7 +216,7 @@ t_busy(void)
 	ST_CHECK(st_pgconn_up(c));
 	ST_CHECK(st_pgconn_send(c, "SELECT 'refused'", 0, NULL, NULL, NULL, NULL, 0, on_result, &s) == ST_EUNAVAIL);
 	s.send_next = c;
-	ST_CHECK(run_until(has_results, &w, 5000));
+	ST_CHECK(st_test_loop_until(B, has_results, &w, 5000));
 	ST_CHECK_EQ_U64(s.next_rv, ST_OK);
 	ST_CHECK_EQ_U64(s.results, 2);
 	ST_CHECK_STR(s.val, "next");
@@ -286,9 +259,9 @@ t_server_gone(void)
 
 	terminate(pid);
 	w = (want){&s, 1};
-	ST_CHECK(run_until(downs_reach, &w, 10000));
+	ST_CHECK(st_test_loop_until(B, downs_reach, &w, 10000));
 	ST_CHECK_EQ_U64(s.downs, 1);
-	ST_CHECK(run_until(is_up, c, 10000));
+	ST_CHECK(st_test_loop_until(B, is_up, c, 10000));
 	ST_CHECK_EQ_U64(s.ups, 2);
 	int pid2 = backend_pid(c, &s);
 	ST_CHECK(pid2 > 0 && pid2 != pid);
@@ -296,16 +269,16 @@ t_server_gone(void)
 	w = (want){&s, s.results + 1};
 	ST_CHECK(st_pgconn_send(c, "SELECT pg_sleep(30)", 0, NULL, NULL, NULL, NULL, 0, on_result, &s) == ST_OK);
 	terminate(pid2);
-	ST_CHECK(run_until(has_results, &w, 10000));
+	ST_CHECK(st_test_loop_until(B, has_results, &w, 10000));
 	/* the server's FATAL 57P01 may arrive as the statement's result before the socket closes */
 	if (s.res_null)
 		ST_CHECK(strstr(s.err, "connection lost") != NULL);
 	else
 		ST_CHECK_STR(s.sqlstate, "57P01");
 	w = (want){&s, 2};
-	ST_CHECK(run_until(downs_reach, &w, 10000));
+	ST_CHECK(st_test_loop_until(B, downs_reach, &w, 10000));
 	ST_CHECK_EQ_U64(s.downs, 2);
-	ST_CHECK(run_until(is_up, c, 10000));
+	ST_CHECK(st_test_loop_until(B, is_up, c, 10000));
 	ST_CHECK(query(c, &s, "SELECT 'back'"));
 	ST_CHECK_STR(s.val, "back");
 	st_pgconn_free(c);
@@ -327,7 +300,7 @@ t_drop(void)
 	ST_CHECK_EQ_U64(s.downs, 1);
 	st_pgconn_drop(c, "again, while down"); /* nothing happens */
 	ST_CHECK_EQ_U64(s.results, 1);
-	ST_CHECK(run_until(is_up, c, 10000));
+	ST_CHECK(st_test_loop_until(B, is_up, c, 10000));
 	ST_CHECK(query(c, &s, "SELECT 'back'"));
 	ST_CHECK_STR(s.val, "back");
 	st_pgconn_free(c);
@@ -345,10 +318,10 @@ t_deadline(void)
 	o.query_deadline_ms = 300;
 	c = open_up(DSN, &o, &s);
 	ST_CHECK(st_pgconn_send(c, "SELECT pg_sleep(30)", 0, NULL, NULL, NULL, NULL, 0, on_result, &s) == ST_OK);
-	ST_CHECK(run_until(has_results, &w, 10000));
+	ST_CHECK(st_test_loop_until(B, has_results, &w, 10000));
 	ST_CHECK(s.res_null);
 	ST_CHECK(strstr(s.err, "statement timed out on the client") != NULL);
-	ST_CHECK(run_until(is_up, c, 10000));
+	ST_CHECK(st_test_loop_until(B, is_up, c, 10000));
 	ST_CHECK(query(c, &s, "SELECT 'quick'")); /* well within the deadline */
 	ST_CHECK_STR(s.val, "quick");
 	st_pgconn_free(c);
@@ -361,12 +334,10 @@ t_setup_fails(void)
 	seen s = {0};
 	st_pgconn_opts o = OPTS;
 	st_pgconn *c = NULL;
-	uint64_t end = now_ms() + 600;
 
 	o.setup_sql = "SET no_such_setting_here = 1";
 	ST_CHECK(st_pgconn_new(B, DSN, &o, on_state, &s, &c) == ST_OK);
-	while (now_ms() < end) /* several attempts: 100 ms, 200 ms, ... */
-		event_base_loop(B, EVLOOP_ONCE);
+	st_test_loop_for(B, 600); /* several attempts: 100 ms, 200 ms, ... */
 	ST_CHECK(!st_pgconn_up(c));
 	ST_CHECK_EQ_U64(s.ups, 0);
 	ST_CHECK_EQ_U64(s.downs, 0);
@@ -400,15 +371,11 @@ t_free_busy(void)
 {
 	seen s = {0};
 	st_pgconn *c = open_up(DSN, &OPTS, &s);
-	uint64_t end = now_ms() + 100;
 
 	ST_CHECK(st_pgconn_send(c, "SELECT pg_sleep(30)", 0, NULL, NULL, NULL, NULL, 0, on_result, &s) == ST_OK);
-	while (now_ms() < end)
-		event_base_loop(B, EVLOOP_ONCE);
+	st_test_loop_for(B, 100);
 	st_pgconn_free(c);
-	end = now_ms() + 100;
-	while (now_ms() < end)
-		event_base_loop(B, EVLOOP_ONCE);
+	st_test_loop_for(B, 100);
 	ST_CHECK_EQ_U64(s.results, 0);
 }
 
@@ -416,7 +383,6 @@ int
 main(void)
 {
 	struct event *tick;
-	struct timeval tv = {0, 20000};
 
 	DSN = getenv("STUDIO_TEST_PG_DSN");
 	if (DSN == NULL || DSN[0] == 0) {
@@ -425,9 +391,8 @@ main(void)
 	}
 	evthread_use_pthreads(); /* the resolver answers through a mailbox */
 	B = event_base_new();
-	/* A 20 ms tick so run_until re-checks its deadline. */
-	tick = event_new(B, -1, EV_PERSIST, on_tick, NULL);
-	event_add(tick, &tv);
+	/* A 20 ms tick so st_test_loop_until re-checks its deadline. */
+	tick = st_test_loop_tick(B);
 	ST_RUN(t_bad_dsn);
 	ST_RUN(t_session);
 	ST_RUN(t_busy);

@@ -18,6 +18,7 @@
 #include <event2/thread.h>
 
 #include "st_test.h"
+#include "st_test_loop.h"
 #include "st_util.h"
 
 static struct event_base *B;
@@ -53,34 +54,6 @@ on_done(void *arg, st_err err, const PGresult *r)
 	}
 }
 
-static uint64_t
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void
-on_tick(evutil_socket_t fd, short what, void *arg)
-{
-	(void)fd;
-	(void)what;
-	(void)arg;
-}
-
-/* Runs the loop until cond(arg) or ms pass; returns cond's last value. */
-static bool
-run_until(bool (*cond)(void *), void *arg, uint64_t ms)
-{
-	uint64_t end = now_ms() + ms;
-
-	while (!cond(arg) && now_ms() < end)
-		event_base_loop(B, EVLOOP_ONCE);
-	return cond(arg);
-}
-
 static bool
 is_ready(void *p)
 {
@@ -109,7 +82,7 @@ pool(unsigned n)
 	pgpool *p = NULL;
 
 	ST_CHECK(pgpool_new(B, DSN, n, &p) == ST_OK);
-	ST_CHECK(run_until(is_ready, p, 10000));
+	ST_CHECK(st_test_loop_until(B, is_ready, p, 10000));
 	return p;
 }
 
@@ -135,7 +108,7 @@ t_concurrent(void)
 	}
 	for (int i = 40; i < 48; i++)
 		ST_CHECK(sub(p, PGPOOL_PRIO_REPLAY, "SELECT pg_backend_pid() FROM pg_sleep(0.2)", &r[i]) != NULL);
-	ST_CHECK(run_until(all_done, &m, 20000));
+	ST_CHECK(st_test_loop_until(B, all_done, &m, 20000));
 	for (int i = 0; i < 40; i++) {
 		char want[24];
 		snprintf(want, sizeof(want), "%d", i * 2);
@@ -164,7 +137,7 @@ t_concurrent(void)
 	many mb = {&b, 1};
 	memset(&b, 0, sizeof(b));
 	ST_CHECK(pgpool_submit(p, PGPOOL_PRIO_FILL, "SELECT $1::int8 + 1", 1, v, len, fmt, 1, on_done, &b) != NULL);
-	ST_CHECK(run_until(all_done, &mb, 5000));
+	ST_CHECK(st_test_loop_until(B, all_done, &mb, 5000));
 	ST_CHECK(b.err == ST_OK);
 	ST_CHECK_EQ_U64(b.len, 8);
 	ST_CHECK_EQ_U64(b.binary, 1);
@@ -185,7 +158,7 @@ t_error(void)
 	sub(p, PGPOOL_PRIO_FILL, "SELECT 1/0", &r[0]);
 	sub(p, PGPOOL_PRIO_FILL, "SELEKT", &r[1]);
 	sub(p, PGPOOL_PRIO_FILL, "SELECT 7", &r[2]);
-	ST_CHECK(run_until(all_done, &m, 5000));
+	ST_CHECK(st_test_loop_until(B, all_done, &m, 5000));
 	ST_CHECK(r[0].err == ST_EDB);
 	ST_CHECK_STR(r[0].sqlstate, "22012");
 	ST_CHECK(r[1].err == ST_EDB);
@@ -200,7 +173,7 @@ t_error(void)
 	    "SELECT current_setting('statement_timeout') || ' ' || current_setting('client_encoding') || ' ' || "
 	    "current_setting('application_name')",
 	    &s);
-	ST_CHECK(run_until(all_done, &ms, 5000));
+	ST_CHECK(st_test_loop_until(B, all_done, &ms, 5000));
 	ST_CHECK_STR(s.val, "15s UTF8 edge-gateway");
 	pgpool_free(p);
 }
@@ -219,7 +192,7 @@ t_priority(void)
 	sub(p, PGPOOL_PRIO_REPLAY, "SELECT 2", &r[2]);
 	sub(p, PGPOOL_PRIO_FILL, "SELECT 3", &r[3]);
 	sub(p, PGPOOL_PRIO_FILL, "SELECT 4", &r[4]);
-	ST_CHECK(run_until(all_done, &m, 5000));
+	ST_CHECK(st_test_loop_until(B, all_done, &m, 5000));
 	/* the kick runs after all five are queued: fills first, each list in order */
 	ST_CHECK_EQ_U64(r[3].order, 1);
 	ST_CHECK_EQ_U64(r[4].order, 2);
@@ -262,7 +235,7 @@ t_cancel(void)
 	         NULL);
 	VICTIM = sub(p, PGPOOL_PRIO_FILL, "SELECT 3", &r[3]);
 	sub(p, PGPOOL_PRIO_FILL, "SELECT 4", &r[4]);
-	ST_CHECK(run_until(all_done, &last, 5000));
+	ST_CHECK(st_test_loop_until(B, all_done, &last, 5000));
 	ST_CHECK_EQ_U64(r[0].done, 0);
 	ST_CHECK_EQ_U64(r[1].done, 0);
 	ST_CHECK_EQ_U64(r[2].done, 1);
@@ -284,9 +257,7 @@ t_queue_bound(void)
 	for (unsigned i = 0; i < PGPOOL_MAX_QUEUED + 5; i++)
 		ok += sub(p, PGPOOL_PRIO_REPLAY, "SELECT 1", &r) != NULL;
 	ST_CHECK_EQ_U64(ok, PGPOOL_MAX_QUEUED);
-	uint64_t end = now_ms() + 500;
-	while (now_ms() < end)
-		event_base_loop(B, EVLOOP_ONCE);
+	st_test_loop_for(B, 500);
 	ST_CHECK(!pgpool_ready(p));
 	ST_CHECK_EQ_U64(r.done, 0);
 	pgpool_free(p); /* drops the queue without callbacks (ASan checks the leaks) */
@@ -317,7 +288,7 @@ t_deadline(void)
 	st_clock_fake_init(&f, 1000);
 	ST_CHECK(pgpool_new(B, DSN, 1, &p) == ST_OK);
 	pgpool_set_clock(p, &f.clock);
-	ST_CHECK(run_until(is_ready, p, 10000));
+	ST_CHECK(st_test_loop_until(B, is_ready, p, 10000));
 	memset(r, 0, sizeof(r));
 	q = sub(p, PGPOOL_PRIO_FILL, "SELECT pg_sleep(60)", &r[0]);
 	pgpool_set_deadline(q, 3000);
@@ -327,28 +298,26 @@ t_deadline(void)
 		event_base_loop(B, EVLOOP_ONCE);
 	/* before the deadlines nothing ends (several sweeps run meanwhile) */
 	f.now += 999;
-	uint64_t end = now_ms() + 600;
-	while (now_ms() < end)
-		event_base_loop(B, EVLOOP_ONCE);
+	st_test_loop_for(B, 600);
 	ST_CHECK_EQ_U64(r[0].done + r[1].done, 0);
 	/* the queued one's deadline: it ends, the stuck one goes on */
 	f.now += 1;
-	ST_CHECK(run_until(all_done, &m0, 2000));
+	ST_CHECK(st_test_loop_until(B, all_done, &m0, 2000));
 	ST_CHECK(r[1].err == ST_ETIMEDOUT);
 	ST_CHECK_EQ_U64(r[0].done, 0);
 	ST_CHECK_EQ_U64(pgpool_queued(p), 0);
 	ST_CHECK_EQ_U64(pgpool_inflight(p), 1);
 	/* the stuck one's deadline: its connection is dropped, the query fails */
 	f.now += 2000;
-	ST_CHECK(run_until(all_done, &m1, 2000));
+	ST_CHECK(st_test_loop_until(B, all_done, &m1, 2000));
 	ST_CHECK(r[0].err == ST_ETIMEDOUT);
 	ST_CHECK_EQ_U64(pgpool_inflight(p), 0);
 	/* the connection is made again and serves the next query */
 	sub(p, PGPOOL_PRIO_FILL, "SELECT 'again'", &r[2]);
-	ST_CHECK(run_until(all_done, &m2, 10000));
+	ST_CHECK(st_test_loop_until(B, all_done, &m2, 10000));
 	ST_CHECK(r[2].err == ST_OK);
 	ST_CHECK_STR(r[2].val, "again");
-	ST_CHECK(run_until(is_up2, p, 1000));
+	ST_CHECK(st_test_loop_until(B, is_up2, p, 1000));
 	pgpool_free(p);
 }
 
@@ -398,7 +367,7 @@ t_sweep_cancel(void)
 	sub(p, PGPOOL_PRIO_REPLAY, "SELECT 3", &c);
 	ST_CHECK_EQ_U64(pgpool_queued(p), 3);
 	f.now += PGPOOL_WAIT_MS;
-	ST_CHECK(run_until(all_done, &mc, 2000));
+	ST_CHECK(st_test_loop_until(B, all_done, &mc, 2000));
 	ST_CHECK(c.err == ST_EUNAVAIL);
 	ST_CHECK_EQ_U64(a.r.done + b.r.done, 1);
 	ST_CHECK_EQ_U64(pgpool_queued(p), 0);
@@ -425,7 +394,7 @@ t_reserve(void)
 
 	ST_CHECK(pgpool_new(B, DSN, 2, &p) == ST_OK);
 	pgpool_reserve_fills(p, 1);
-	ST_CHECK(run_until(both_up, p, 10000));
+	ST_CHECK(st_test_loop_until(B, both_up, p, 10000));
 	memset(r, 0, sizeof(r));
 	ORDER = 0;
 	sub(p, PGPOOL_PRIO_REPLAY, "SELECT pg_sleep(0.3)", &r[0]);
@@ -435,7 +404,7 @@ t_reserve(void)
 	ST_CHECK_EQ_U64(pgpool_inflight(p), 1);
 	ST_CHECK_EQ_U64(pgpool_queued(p), 1);
 	sub(p, PGPOOL_PRIO_FILL, "SELECT 'fill'", &r[2]);
-	ST_CHECK(run_until(all_done, &m, 5000));
+	ST_CHECK(st_test_loop_until(B, all_done, &m, 5000));
 	ST_CHECK_EQ_U64(r[2].order, 1);
 	ST_CHECK_STR(r[2].val, "fill");
 	ST_CHECK(r[0].err == ST_OK && r[1].err == ST_OK);
@@ -474,12 +443,10 @@ t_restart(void)
 	for (int i = 0; i < 4; i++)
 		sub(p, PGPOOL_PRIO_FILL, "SELECT pg_sleep(30)", &r[i]);
 	/* wait until the server runs all four */
-	uint64_t end = now_ms() + 500;
-	while (now_ms() < end)
-		event_base_loop(B, EVLOOP_ONCE);
+	st_test_loop_for(B, 500);
 	ST_CHECK_EQ_U64(pgpool_inflight(p), 4);
 	kill_backends();
-	ST_CHECK(run_until(all_done, &m, 10000));
+	ST_CHECK(st_test_loop_until(B, all_done, &m, 10000));
 	for (int i = 0; i < 4; i++) {
 		ST_CHECK_EQ_U64(r[i].done, 1);
 		ST_CHECK(r[i].err == ST_EDB);
@@ -487,7 +454,7 @@ t_restart(void)
 	/* submitted while down: they wait for the reconnect and succeed */
 	for (int i = 0; i < 6; i++)
 		sub(p, i % 2, "SELECT 'back'", &after[i]);
-	ST_CHECK(run_until(all_done, &ma, 20000));
+	ST_CHECK(st_test_loop_until(B, all_done, &ma, 20000));
 	for (int i = 0; i < 6; i++) {
 		ST_CHECK(after[i].err == ST_OK);
 		ST_CHECK_STR(after[i].val, "back");
@@ -517,10 +484,10 @@ t_host_name(void)
 	}
 	snprintf(dsn, sizeof(dsn), "%.*shost=localhost%s", (int)(at - DSN), DSN, at + strlen("host=127.0.0.1"));
 	ST_CHECK(pgpool_new(B, dsn, 2, &p) == ST_OK);
-	ST_CHECK(run_until(is_ready, p, 10000));
+	ST_CHECK(st_test_loop_until(B, is_ready, p, 10000));
 	memset(&r, 0, sizeof(r));
 	ST_CHECK(sub(p, PGPOOL_PRIO_FILL, "SELECT 41 + 1", &r) != NULL);
-	ST_CHECK(run_until(all_done, &m, 5000));
+	ST_CHECK(st_test_loop_until(B, all_done, &m, 5000));
 	ST_CHECK(r.err == ST_OK);
 	ST_CHECK_STR(r.val, "42");
 	pgpool_free(p);
@@ -530,7 +497,6 @@ int
 main(void)
 {
 	struct event *tick;
-	struct timeval tv = {0, 20000};
 
 	DSN = getenv("STUDIO_TEST_PG_DSN");
 	if (DSN == NULL || DSN[0] == 0) {
@@ -539,9 +505,8 @@ main(void)
 	}
 	evthread_use_pthreads(); /* the resolver answers through a mailbox */
 	B = event_base_new();
-	/* A 20 ms tick so run_until re-checks its deadline. */
-	tick = event_new(B, -1, EV_PERSIST, on_tick, NULL);
-	event_add(tick, &tv);
+	/* A 20 ms tick so st_test_loop_until re-checks its deadline. */
+	tick = st_test_loop_tick(B);
 	ST_RUN(t_concurrent);
 	ST_RUN(t_error);
 	ST_RUN(t_priority);

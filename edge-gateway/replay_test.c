@@ -18,39 +18,13 @@
 #include "st_buf.h"
 #include "st_pgarray.h"
 #include "st_test.h"
+#include "st_test_loop.h"
 #include "st_util.h"
 
 static struct event_base *B;
 static pgpool *P;
 static PGconn *ADMIN; /* test-side blocking connection for set-up */
 static char SCHEMA[64];
-
-static uint64_t
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void
-on_tick(evutil_socket_t fd, short what, void *arg)
-{
-	(void)fd;
-	(void)what;
-	(void)arg;
-}
-
-static bool
-run_until(bool *flag, uint64_t ms)
-{
-	uint64_t end = now_ms() + ms;
-
-	while (!*flag && now_ms() < end)
-		event_base_loop(B, EVLOOP_ONCE);
-	return *flag;
-}
 
 static bool
 sql(const char *q)
@@ -137,7 +111,7 @@ check(got *g, const char *const *t, const size_t *l, size_t n, uint64_t after, u
 {
 	memset(g, 0, sizeof(*g));
 	ST_CHECK(replay_check(P, t, l, n, after, UINT64_MAX, cap, on_check, g) != NULL);
-	ST_CHECK(run_until(&g->done_cb, 10000));
+	ST_CHECK(st_test_loop_until(B, st_test_flag, &g->done_cb, 10000));
 	ST_CHECK(g->err == ST_OK);
 }
 
@@ -149,7 +123,7 @@ fetch(got *g, const char *const *t, const size_t *l, size_t n, uint64_t cursor, 
 {
 	memset(g, 0, sizeof(*g));
 	ST_CHECK(replay_fetch(P, t, l, n, cursor, upto, limit, MAXB, on_rows, g) != NULL);
-	ST_CHECK(run_until(&g->done_cb, 10000));
+	ST_CHECK(st_test_loop_until(B, st_test_flag, &g->done_cb, 10000));
 	ST_CHECK(g->err == ST_OK);
 }
 
@@ -158,7 +132,7 @@ fill(got *g, uint64_t after, uint64_t upto, uint32_t limit)
 {
 	memset(g, 0, sizeof(*g));
 	ST_CHECK(replay_fill(P, after, upto, limit, MAXB, on_fill, g) != NULL);
-	ST_CHECK(run_until(&g->done_cb, 10000));
+	ST_CHECK(st_test_loop_until(B, st_test_flag, &g->done_cb, 10000));
 	ST_CHECK(g->err == ST_OK);
 }
 
@@ -200,12 +174,12 @@ t_check(void)
 	/* until bounds the count (events after it are never sent); d stays the head */
 	memset(&g, 0, sizeof(g));
 	ST_CHECK(replay_check(P, t, l, 1, 0, 6, 100, on_check, &g) != NULL);
-	ST_CHECK(run_until(&g.done_cb, 10000));
+	ST_CHECK(st_test_loop_until(B, st_test_flag, &g.done_cb, 10000));
 	ST_CHECK_EQ_U64(g.count, 3); /* t1: 1 2 6 */
 	ST_CHECK_EQ_U64(g.d, 10);
 	memset(&g, 0, sizeof(g));
 	ST_CHECK(replay_check(P, t, l, 1, 1, 5, 100, on_check, &g) != NULL);
-	ST_CHECK(run_until(&g.done_cb, 10000));
+	ST_CHECK(st_test_loop_until(B, st_test_flag, &g.done_cb, 10000));
 	ST_CHECK_EQ_U64(g.count, 1); /* t1: 2 */
 	ST_CHECK(sql("INSERT INTO broker_meta (id, horizon, schema_version) VALUES (1, 3, 1)"));
 	check(&g, t, l, 2, 0, 100);
@@ -322,7 +296,7 @@ t_array_parse(void)
 	ST_CHECK(load_small());
 	ST_CHECK(pgpool_submit(P, PGPOOL_PRIO_FILL, "SELECT about FROM broker_event WHERE seq = 2", 0, NULL, NULL,
 	                       NULL, 1, on_raw, &g) != NULL);
-	ST_CHECK(run_until(&g.done_cb, 10000));
+	ST_CHECK(st_test_loop_until(B, st_test_flag, &g.done_cb, 10000));
 	ST_CHECK(g.err == ST_OK);
 	ST_CHECK_EQ_U64(g.n, 7);
 	ST_CHECK_STR(g.env[0], "a\"b");
@@ -357,10 +331,8 @@ t_cancel_bounds(void)
 	replay_cancel(f);
 	/* a later job completes, the cancelled ones never call */
 	ST_CHECK(replay_fill(P, 0, 10, 10, MAXB, on_fill, &h) != NULL);
-	ST_CHECK(run_until(&h.done_cb, 10000));
-	uint64_t end = now_ms() + 200;
-	while (now_ms() < end)
-		event_base_loop(B, EVLOOP_ONCE);
+	ST_CHECK(st_test_loop_until(B, st_test_flag, &h.done_cb, 10000));
+	st_test_loop_for(B, 200);
 	ST_CHECK_EQ_U64(g.calls, 0);
 	ST_CHECK(replay_fetch(P, t, l, 0, 0, 10, 10, MAXB, on_rows, &g) == NULL);
 	ST_CHECK(replay_fetch(P, t, l, 65, 0, 10, 10, MAXB, on_rows, &g) == NULL);
@@ -445,7 +417,7 @@ t_big(void)
 	check(g, t, l, 2, 0, 100000);
 	uint64_t d = g->d;
 	ST_CHECK_EQ_U64(g->count, 50000);
-	t0 = now_ms();
+	t0 = st_test_ms();
 	for (;;) {
 		fetch(g, t, l, 2, cursor, d, 1000);
 		if (g->err != ST_OK)
@@ -461,7 +433,7 @@ t_big(void)
 		if (g->done)
 			break;
 	}
-	ms = now_ms() - t0;
+	ms = st_test_ms() - t0;
 	ST_CHECK_EQ_U64(total, 50000);
 	ST_CHECK(ordered);
 	ST_CHECK_EQ_U64(chunks, 51); /* 50 full chunks, then an empty one says done */
@@ -488,7 +460,6 @@ int
 main(void)
 {
 	const char *dsn = getenv("STUDIO_TEST_PG_DSN");
-	struct timeval tv = {0, 20000};
 	struct event *tick;
 	char q[2048];
 	char *pdsn;
@@ -518,8 +489,7 @@ main(void)
 		return 1;
 
 	B = event_base_new();
-	tick = event_new(B, -1, EV_PERSIST, on_tick, NULL);
-	event_add(tick, &tv);
+	tick = st_test_loop_tick(B);
 	pdsn = dsn_with_schema(dsn);
 	if (pgpool_new(B, pdsn, 4, &P) != ST_OK)
 		return 1;
