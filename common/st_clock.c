@@ -98,3 +98,17 @@ st_backoff_reset(st_backoff *b)
 {
 	b->next_ms = b->min_ms;
 }
+
+uint32_t
+st_backoff_jitter_ms(uint32_t attempt, uint32_t base_ms, uint32_t cap_ms, uint64_t rnd)
+{
+	uint64_t step = base_ms;
+	uint32_t half;
+
+	for (uint32_t i = 1; i < attempt && step < cap_ms; i++)
+		step *= 2;
+	if (step > cap_ms)
+		step = cap_ms;
+	half = (uint32_t)(step / 2);
+	return half + (uint32_t)(rnd % ((uint64_t)(step - half) + 1));
+}

@@ -68,4 +68,13 @@ void st_backoff_init(st_backoff *b, uint32_t min_ms, uint32_t max_ms);
 uint32_t st_backoff_next(st_backoff *b);
 void st_backoff_reset(st_backoff *b);
 
+/*
+ * The same doubling for a retry against a shared resource, stateless and
+ * with equal jitter: the wait before retry number attempt (1, 2, ...) is
+ * half of min(cap_ms, base_ms * 2^(attempt-1)) plus a random part of the
+ * other half (rnd: 64 random bits), so clients that failed together do not
+ * come back together.  Never 0 when base_ms > 0.
+ */
+uint32_t st_backoff_jitter_ms(uint32_t attempt, uint32_t base_ms, uint32_t cap_ms, uint64_t rnd);
+
 #endif

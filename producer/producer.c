@@ -194,20 +194,6 @@ producer_key_format(const uint8_t id[16], uint64_t n, char *out)
 	*o = '\0';
 }
 
-uint32_t
-producer_backoff_ms(uint32_t attempt, uint64_t rnd, uint32_t base, uint32_t cap)
-{
-	uint64_t step = base;
-	uint32_t half;
-
-	for (uint32_t i = 1; i < attempt && step < cap; i++)
-		step *= 2;
-	if (step > cap)
-		step = cap;
-	half = (uint32_t)(step / 2);
-	return half + (uint32_t)(rnd % ((uint64_t)(step - half) + 1));
-}
-
 /* ---- checking and encoding (the writer's code) ------------------------ */
 
 static size_t
@@ -428,7 +414,7 @@ op_retry(op *o, bool next_url, bool wait)
 		op_finish(o, STUDIO_CLOSED);
 		return;
 	}
-	ms = producer_backoff_ms(++o->attempt, rand64(o->p), o->p->o.backoff_base_ms, o->p->o.backoff_cap_ms);
+	ms = st_backoff_jitter_ms(++o->attempt, o->p->o.backoff_base_ms, o->p->o.backoff_cap_ms, rand64(o->p));
 	o->st = OP_WAIT;
 	nng_sleep_aio((nng_duration)ST_MIN((uint64_t)ms, (uint64_t)(o->deadline - now_ms(o->p))), o->aio);
 }

@@ -14,11 +14,5 @@
 /* The key of the producer id's n-th event into out (PRODUCER_KEY_LEN + 1 bytes, NUL-terminated). */
 void producer_key_format(const uint8_t id[16], uint64_t n, char *out);
 
-/*
- * The wait before retry number attempt (1, 2, ...): half of
- * min(cap, base * 2^(attempt-1)) plus a random part of the other half
- * (rnd: 64 random bits).  Never 0 when base > 0.
- */
-uint32_t producer_backoff_ms(uint32_t attempt, uint64_t rnd, uint32_t base, uint32_t cap);
 
 #endif

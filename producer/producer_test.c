@@ -24,30 +24,6 @@ t_key_format(void)
 	ST_CHECK(strcmp(k, k2) != 0);
 }
 
-static void
-t_backoff(void)
-{
-	/* half the step always, the other half random; the step doubles to the cap */
-	static const struct {
-		uint32_t attempt;
-		uint64_t rnd;
-		uint32_t want;
-	} cases[] = {
-		{ 1, 0, 50 }, { 1, 50, 100 }, { 1, 51, 50 }, { 2, 0, 100 }, { 3, 0, 200 }, { 3, 100, 300 },
-		{ 7, 0, 2500 }, { 7, 2500, 5000 }, { 30, 0, 2500 }, { 4000000000u, 0, 2500 },
-	};
-
-	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
-		uint32_t got = producer_backoff_ms(cases[i].attempt, cases[i].rnd, 100, 5000);
-
-		fprintf(stderr, "  attempt %u rnd %llu -> %u (want %u)\n", cases[i].attempt,
-		        (unsigned long long)cases[i].rnd, got, cases[i].want);
-		ST_CHECK_EQ_U64(got, cases[i].want);
-	}
-	for (uint64_t r = 0; r < 1000; r += 7)
-		ST_CHECK(producer_backoff_ms(1, r * 0x9e3779b97f4a7c15ull, 100, 5000) >= 50);
-}
-
 /* The writer's rules and words (proto/wire.c), found before anything is sent. */
 static void
 t_events_check(void)
@@ -131,7 +107,6 @@ int
 main(void)
 {
 	ST_RUN(t_key_format);
-	ST_RUN(t_backoff);
 	ST_RUN(t_events_check);
 	ST_RUN(t_new_refuses);
 	ST_RUN(t_no_writer_times_out);
