@@ -3,12 +3,32 @@
  *
  * DESIGN
  *
- * A stream moves through CHECKING (the resume check query is out; nothing
- * is written yet, so errors are problem documents), REPLAYING (rows from
- * PostgreSQL are written as they come, paced by the connection's backlog),
- * LIVE (frames from the hub queue in the stream's subq and are written while
- * the backlog is under the low watermark) and ENDING (a terminal envelope
- * was handed to the connection; the close callback frees the stream).
+ * A stream is one state machine (enum stream_state, s->state):
+ *
+ *   (request) --live only--> LIVE
+ *   (request) --Last-Event-ID or until--> CHECKING --check answered--> REPLAYING --replay written--> LIVE
+ *   CHECKING --database error, id in the future, drain--> (answered, destroyed: nothing was written)
+ *   REPLAYING --replay fails--> ENDING (stream_replay_stop, then the terminal frame written at once)
+ *   REPLAYING --drain, token expiry--> CLOSING (stream_replay_stop, then as from LIVE)
+ *   LIVE --until reached, drain, token expiry, ADR-0197 drop--> CLOSING (a terminal frame queued)
+ *   LIVE, CLOSING --terminal frame handed to the connection--> ENDING
+ *   any --the connection closed (on_close) or its request went (on_req_gone)--> destroyed
+ *
+ * CHECKING: the resume check query is out; nothing is written yet, so
+ * errors are problem documents.  REPLAYING: rows from PostgreSQL are
+ * written as they come, paced by the connection's backlog.  LIVE: frames
+ * from the hub queue in the stream's subq and are written while the backlog
+ * is under the low watermark.  CLOSING: a terminal frame (complete, or a
+ * reconnect: drain, token expiry, a drop) waits in the queue behind what
+ * the client has not read yet; nothing new is taken in.  ENDING: the
+ * terminal frame was handed to the connection; the close callback ends the
+ * stream.  stream_write_frame_to is the one place that enters ENDING and
+ * stream_destroy the one place that ends a registered stream (the outcome
+ * is recorded once, by stream_finish).  The booleans left on the struct are
+ * data, not states: what the request asked (is_head, has_after, has_until,
+ * until_head, until_known), whether the replay has more rows to fetch
+ * (chunk_done) and whether the stream holds a per-address slot (ip_held);
+ * "behind" (flow control) is the membership of the behind list.
  *
  * The stream registers with the hub before anything else, so no live frame
  * can fall between the replay and the live queue: while CHECKING/REPLAYING
@@ -70,7 +90,8 @@
 /* Streams visited per heartbeat callback, so one callback stays bounded. */
 #define STREAM_HEARTBEAT_SLICE 2000
 
-enum stream_state { ST_CHECKING, ST_REPLAYING, ST_LIVE, ST_ENDING };
+/* The order matters: every state below ST_CLOSING still takes frames in. */
+enum stream_state { ST_CHECKING, ST_REPLAYING, ST_LIVE, ST_CLOSING, ST_ENDING };
 enum stream_outcome { OUT_NONE = -1, OUT_COMPLETE = 0, OUT_FAILURE, OUT_RECONNECT, OUT_ABRUPT, OUT_COUNT };
 static const char *const outcome_names[OUT_COUNT] = { "complete", "failure", "reconnect", "abrupt_close" };
 
@@ -141,9 +162,8 @@ struct streams_metrics {
 struct stream {
 	streams *ss;
 	st_dlink link;           /* on ss->all while registered */
-	st_dlink blink;          /* on ss->behind while behind */
+	st_dlink blink;          /* on ss->behind while behind (flow control): linked == behind */
 	st_dlink ulink;          /* on ss->untils while has_until and registered */
-	bool behind;
 	uint64_t behind_since;   /* ms, when it joined the behind list */
 	uint64_t honour_start;   /* ms, start of its current honour window */
 	uint64_t honour_used;    /* ms of intake pause it caused in that window */
@@ -167,8 +187,6 @@ struct stream {
 	bool has_after, has_until;
 	bool until_head;         /* until=head: resolved to the check's database head */
 	bool until_known;        /* until holds its final value */
-	bool drop_handled;       /* the queue dropped us and the reconnect went out */
-	bool complete_queued;
 	uint64_t after;          /* Last-Event-ID */
 	uint64_t until;          /* complete once the history reached this seq */
 	uint64_t h0;             /* hub head when registered */
@@ -429,8 +447,8 @@ stream_push_live(stream *s, frame *f)
 	uint64_t blocked = s->hs ? http_stream_blocked_ms(s->hs, st_clock_now(s->ss->clock)) : 0;
 
 	/* SUBQ_DROP also answers pushes after a terminal frame; only a real drop ends us here. */
-	if (subq_push(s->q, f, blocked) == SUBQ_DROP && subq_is_dropped(s->q) && !s->drop_handled) {
-		s->drop_handled = true;
+	if (subq_push(s->q, f, blocked) == SUBQ_DROP && subq_is_dropped(s->q) && s->state < ST_CLOSING) {
+		s->state = ST_CLOSING;
 		stream_dropped(s);
 	}
 }
@@ -440,9 +458,8 @@ stream_push_live(stream *s, frame *f)
 static void
 behind_leave(stream *s, uint64_t now)
 {
-	if (!s->behind)
+	if (!st_dlink_linked(&s->blink))
 		return;
-	s->behind = false;
 	s->honour_used += now - s->behind_since;
 	st_dlink_unlink(&s->blink);
 }
@@ -454,7 +471,7 @@ behind_check(stream *s)
 	streams *ss = s->ss;
 	uint64_t now;
 
-	if (s->behind || s->state != ST_LIVE || s->hs == NULL ||
+	if (st_dlink_linked(&s->blink) || s->state != ST_LIVE || s->hs == NULL ||
 	    (subq_count(s->q) < STREAM_BEHIND_FRAMES && subq_bytes(s->q) < STREAM_BEHIND_BYTES))
 		return;
 	now = st_clock_now(ss->clock);
@@ -464,7 +481,6 @@ behind_check(stream *s)
 	}
 	if (s->honour_used >= STREAM_HONOUR_MS)
 		return;
-	s->behind = true;
 	s->behind_since = now;
 	st_dlist_push_front(&ss->behind, &s->blink);
 }
@@ -539,6 +555,7 @@ hub_deliver_cb(void *arg, frame *f)
 			behind_check(s);
 		}
 		break;
+	case ST_CLOSING: /* the queue takes nothing after its terminal frame */
 	case ST_ENDING:
 		break;
 	}
@@ -549,10 +566,9 @@ stream_maybe_complete(stream *s)
 {
 	frame *f;
 
-	if (!s->has_until || !s->until_known || s->complete_queued || s->state != ST_LIVE ||
-	    s->ss->head < s->until)
+	if (!s->has_until || !s->until_known || s->state != ST_LIVE || s->ss->head < s->until)
 		return;
-	s->complete_queued = true;
+	s->state = ST_CLOSING;
 	f = frame_complete_new();
 	stream_push_live(s, f);
 	frame_unref(f);
@@ -564,7 +580,7 @@ hub_flush_cb(void *arg)
 {
 	stream *s = arg;
 
-	if (s->state == ST_LIVE)
+	if (s->state == ST_LIVE || s->state == ST_CLOSING)
 		stream_pump(s);
 }
 
@@ -613,7 +629,7 @@ stream_pump(stream *s)
 			stream_release(s);
 			continue;
 		}
-		if (s->state != ST_LIVE)
+		if (s->state != ST_LIVE && s->state != ST_CLOSING)
 			break;
 		if ((f = subq_pop(s->q)) == NULL)
 			break;
@@ -1254,7 +1270,7 @@ heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 		visited++;
 		if (s->hs == NULL || s->state == ST_ENDING)
 			continue;
-		if (s->state == ST_LIVE && subq_is_closed(s->q)) {
+		if (s->state == ST_CLOSING || (s->state == ST_LIVE && subq_is_closed(s->q))) {
 			/*
 			 * A terminal frame waits behind a socket that takes nothing:
 			 * the queue refuses pushes now, so the blocked rule is applied
@@ -1344,12 +1360,14 @@ stream_send_reconnect(stream *s, uint32_t retry_ms, const char *reason)
 		/* Stop the replay where it is; the client resumes from its last id elsewhere. */
 		stream_replay_stop(s);
 	}
-	if (s->state == ST_LIVE) {
+	if (s->state == ST_LIVE || s->state == ST_CLOSING) {
 		/*
 		 * Terminal frames are always accepted; it goes out after what is
 		 * queued, as the client reads.  A client that reads nothing is
-		 * closed by the grace timer, never before.
+		 * closed by the grace timer, never before.  (Already CLOSING: the
+		 * first terminal frame stands and this one is refused.)
 		 */
+		s->state = ST_CLOSING;
 		stream_leave_hub(s);
 		(void)subq_push(s->q, f, 0);
 		stream_pump(s);
