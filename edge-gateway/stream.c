@@ -28,16 +28,21 @@
  *   CHECKING  check failed, id in the future, request
  *             gone, drain, replay queue full .......... -> end (no outcome)
  *   REPLAYING last rows written: release at the seam .. -> LIVE
- *   REPLAYING replay failed (stream_fail) ............. -> ENDING
+ *   REPLAYING replay failed (stream_fail: replay
+ *             stopped, failure or reconnect written) .. -> LIVE -> ENDING
  *   REPLAYING drain, token expired (replay stopped) ... -> LIVE -> CLOSING
  *   LIVE      history head reached until .............. -> CLOSING
  *   LIVE      drain, token expired .................... -> CLOSING
  *   REPLAYING, LIVE  queue dropped us (ADR-0197: slow
  *             consumer, blocked; reconnect written) ... -> ENDING
+ *   CLOSING   drain, token expired .................... -> CLOSING (out of the hub)
  *   CLOSING   the terminal envelope reaches the socket  -> ENDING
- *   ENDING    connection closed ....................... -> end (the envelope's outcome)
- *   REPLAYING, LIVE, CLOSING  connection closed (client
- *             gone, drain grace, blocked heartbeat) ... -> end (abrupt_close)
+ *   ENDING    connection closed, every byte out ....... -> end (the envelope's outcome)
+ *   REPLAYING, LIVE, CLOSING, ENDING  connection cut
+ *             (client gone, drain grace, blocked) ..... -> end (abrupt_close)
+ *
+ * The transitions are the table of stream_state.c: stream_goto asserts
+ * each one against it (stream_state_test checks its shape).
  *
  * Every end, before the response or after, goes through stream_destroy:
  * the outcome counted (once the response started), out of the registry,
@@ -80,6 +85,7 @@
 #include "st_clock.h"
 #include "st_log.h"
 #include "st_util.h"
+#include "stream_state.h"
 #include "streamreq.h"
 #include "subq.h"
 
@@ -98,7 +104,6 @@
 #define STREAM_CAUGHT_UP 64
 #define STREAM_STALL_MS 50
 
-enum stream_state { ST_CHECKING, ST_REPLAYING, ST_LIVE, ST_CLOSING, ST_ENDING };
 
 struct stream {
 	stream_reg reg;          /* the registry's part (streams.c) */
@@ -139,6 +144,24 @@ struct stream {
 static void stream_pump(stream *s);
 static void stream_release(stream *s);
 static void stream_fetch(stream *s);
+
+/* Every transition: one edge of the diagram (stream_state.c), or a bug. */
+static void
+stream_goto(stream *s, enum stream_state to)
+{
+	if (!stream_state_can(s->state, to))
+		st_error("stream: no transition %s -> %s", stream_state_name(s->state), stream_state_name(to));
+	ST_ASSERT(stream_state_can(s->state, to));
+	s->state = to;
+}
+
+/* The first state, once admitted. */
+static void
+stream_start_in(stream *s, enum stream_state first)
+{
+	ST_ASSERT(stream_state_initial(first));
+	s->state = first;
+}
 
 /* Live: frames come from the queue (a terminal one may already wait there). */
 static bool
@@ -216,7 +239,7 @@ stream_replay_stop(stream *s)
 	chunk_clear(s);
 	subq_free(s->hold);
 	s->hold = NULL;
-	s->state = ST_LIVE;
+	stream_goto(s, ST_LIVE);
 }
 
 /*
@@ -250,7 +273,7 @@ static void
 stream_end(stream *s, enum frame_type t)
 {
 	s->handed = t == FRAME_COMPLETE ? OUT_COMPLETE : t == FRAME_FAILURE ? OUT_FAILURE : OUT_RECONNECT;
-	s->state = ST_ENDING;
+	stream_goto(s, ST_ENDING);
 	stream_inputs_stop(s);
 	http_stream_end(s->hs);
 }
@@ -369,7 +392,7 @@ stream_push_live(stream *s, frame *f)
 static void
 stream_close_after_queue(stream *s, frame *f)
 {
-	s->state = ST_CLOSING;
+	stream_goto(s, ST_CLOSING);
 	stream_push_live(s, f);
 	stream_pump(s);
 }
@@ -781,7 +804,7 @@ stream_release(stream *s)
 	uint64_t floor = s->d;
 	frame *f;
 
-	s->state = ST_LIVE;
+	stream_goto(s, ST_LIVE);
 	if (s->h0 > s->d) {
 		/* A frame the hub had before we registered is not in the replay. */
 		st_counter_inc(s->env->m_seam_gap);
@@ -874,7 +897,7 @@ on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
 		st_counter_inc(s->env->m_replay[RR_EXPIRED]);
 		stream_write_frame(s, frame_resync_new(d, "cursor_expired"));
 		s->chunk_done = true;
-		s->state = ST_REPLAYING;
+		stream_goto(s, ST_REPLAYING);
 		stream_pump(s);
 		return;
 	}
@@ -882,13 +905,13 @@ on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
 		st_counter_inc(s->env->m_replay[RR_CAP]);
 		stream_write_frame(s, frame_resync_new(d, "replay_cap"));
 		s->chunk_done = true;
-		s->state = ST_REPLAYING;
+		stream_goto(s, ST_REPLAYING);
 		stream_pump(s);
 		return;
 	}
 	st_counter_inc(s->env->m_replay[RR_OK]);
 	stream_hold_settle(s);
-	s->state = ST_REPLAYING;
+	stream_goto(s, ST_REPLAYING);
 	s->chunk_done = (count == 0 && s->d == d);
 	stream_pump(s);
 	return;
@@ -944,13 +967,13 @@ stream_open(streams *ss, http_req *req, streamreq *rq, uint64_t exp_ms, const ui
 	s->sub = hub_subscribe(s->env->hub, s, (const char *const *)s->topics, s->topic_lens, s->n_topics);
 	if (!s->has_after && !s->has_until) {
 		/* Live only: nothing to check, the first byte goes out now. */
-		s->state = ST_LIVE;
+		stream_start_in(s, ST_LIVE);
 		stream_free_topics(s);
 		stream_start_response(s);
 		return;
 	}
 	/* until without an id reads the retained history from its start. */
-	s->state = ST_CHECKING;
+	stream_start_in(s, ST_CHECKING);
 	s->hold = subq_new(s->env->clock, &s->env->dropped, true);
 	http_req_set_gone_cb(req, on_req_gone, s);
 	/* A numeric until bounds the count: events after it are never sent, so they cannot exceed the cap. */
