@@ -48,10 +48,14 @@ t_reaches_ending(void)
 		seen[s] = true;
 		while (grew) {
 			grew = false;
-			for (int f = 0; f < ST_STATE_COUNT; f++)
-				for (int t = 0; t < ST_STATE_COUNT; t++)
-					if (seen[f] && !seen[t] && stream_state_can((enum stream_state)f, (enum stream_state)t))
+			for (int f = 0; f < ST_STATE_COUNT; f++) {
+				for (int t = 0; t < ST_STATE_COUNT; t++) {
+					bool edge = stream_state_can((enum stream_state)f, (enum stream_state)t);
+
+					if (seen[f] && !seen[t] && edge)
 						seen[t] = grew = true;
+				}
+			}
 		}
 		ST_CHECK(seen[ST_ENDING]);
 	}

@@ -385,7 +385,8 @@ streams_handle(streams *ss, http_req *req, bool ready)
 			char text[64];
 
 			st_counter_inc(ss->m_ip_refused);
-			st_debug("stream refused: %s holds its maximum of streams", iplimit_addr_str(ip, text, sizeof(text)));
+			st_debug("stream refused: %s holds its maximum of streams",
+			         iplimit_addr_str(ip, text, sizeof(text)));
 			http_reply_problem(req, 429, NULL, "Too Many Requests", "too many streams from this address",
 			                   "Retry-After: 5\r\n");
 			goto out;
