@@ -4,7 +4,7 @@
  *
  * Streams catching up on a burst (and, with --threads N, workers that have
  * not fanned out what main posted) ask main to stop reading published
- * messages for a moment.  Each stream's own rule (stream.c: 1 s of pause
+ * messages for a moment.  Each stream's own rule (streams.c: 1 s of pause
  * in any 60 s) bounds what ONE stream can ask; this bounds what they ask
  * TOGETHER, whatever their number: a token bucket of pause time.
  *

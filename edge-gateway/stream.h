@@ -14,6 +14,10 @@
  * The registry (streams) owns the hub: the sequencer's ordered batches come
  * in through streams_publish and fan out to the subscribers' queues.
  *
+ * Implemented by streams.c (the registry: admission, heartbeats, drain,
+ * flow control, metrics) and stream.c (one stream's state machine), which
+ * share stream_internal.h; this header is all the rest of the edge sees.
+ *
  * Threads: a registry and its streams run on the loop thread of its base.
  * An edge with several loops has one registry per loop (its own hub,
  * heartbeats, drain); they share one streams_metrics, whose handles are
