@@ -571,11 +571,24 @@ streams_count(const streams *ss)
 
 /* ---- metrics, life ----------------------------------------------------- */
 
+/* One counter per label value, values[from..n): one family, its help on the first. */
+static void
+counter_family(st_metrics *m, const char *name, const char *key, const char *const *values, int from, int n,
+               const char *help, st_counter **out)
+{
+	char labels[64];
+
+	for (int i = from; i < n; i++) {
+		snprintf(labels, sizeof(labels), "%s=\"%s\"", key, values[i]);
+		out[i] = st_metrics_counter(m, name, labels, i == from ? help : NULL);
+	}
+}
+
 streams_metrics *
 streams_metrics_new(st_metrics *m)
 {
 	streams_metrics *sm = st_xcalloc(1, sizeof(*sm));
-	char labels[64];
+	const char *auth_names[AUTH_RESULT_COUNT];
 
 	sm->dropped.coalesced = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"coalesced\"",
 	                                           "Frames dropped from stream queues, by reason (ADR-0197).");
@@ -583,16 +596,10 @@ streams_metrics_new(st_metrics *m)
 	sm->dropped.replay = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"replay\"", NULL);
 	sm->dropped.blocked = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"blocked\"", NULL);
 	sm->open = st_metrics_gauge(m, "studio_streams_open", NULL, "Streams open now.");
-	for (int i = 0; i < OUT_COUNT; i++) {
-		snprintf(labels, sizeof(labels), "outcome=\"%s\"", outcome_names[i]);
-		sm->outcome[i] = st_metrics_counter(m, "studio_stream_outcomes_total", labels,
-		                                    i == 0 ? "Streams ended, by outcome (ADR-WEB-ADV-001)." : NULL);
-	}
-	for (int i = 0; i < RR_COUNT; i++) {
-		snprintf(labels, sizeof(labels), "result=\"%s\"", replay_result_names[i]);
-		sm->replay[i] = st_metrics_counter(m, "studio_replay_total", labels,
-		                                   i == 0 ? "Resume requests, by result." : NULL);
-	}
+	counter_family(m, "studio_stream_outcomes_total", "outcome", outcome_names, 0, OUT_COUNT,
+	               "Streams ended, by outcome (ADR-WEB-ADV-001).", sm->outcome);
+	counter_family(m, "studio_replay_total", "result", replay_result_names, 0, RR_COUNT,
+	               "Resume requests, by result.", sm->replay);
 	sm->frames = st_metrics_counter(m, "studio_frames_delivered_total", NULL,
 	                                "Frames handed to client connections.");
 	sm->refused = st_metrics_counter(m, "studio_ids_refused_total", NULL,
@@ -601,19 +608,14 @@ streams_metrics_new(st_metrics *m)
 	                                      "Live frames dropped at the resume seam because the replay sent them.");
 	sm->seam_gap = st_metrics_counter(m, "studio_seam_gaps_total", NULL,
 	                                  "Resume seams that would have left a hole (answered with resync gap).");
-	for (int i = 0; i < RF_COUNT; i++) {
-		snprintf(labels, sizeof(labels), "reason=\"%s\"", refusal_names[i]);
-		sm->refusal[i] = st_metrics_counter(m, "studio_stream_refusals_total", labels,
-		                                    i == 0 ? "Stream requests refused with a retry hint, by reason." : NULL);
-	}
+	counter_family(m, "studio_stream_refusals_total", "reason", refusal_names, 0, RF_COUNT,
+	               "Stream requests refused with a retry hint, by reason.", sm->refusal);
 	sm->replay_rows = st_metrics_counter(m, "studio_replay_rows_total", NULL,
 	                                     "Rows replays received from the database (each row once).");
-	for (int i = AUTH_MISSING; i < AUTH_RESULT_COUNT; i++) {
-		const char *help = "Stream requests refused by access control, by reason.";
-
-		snprintf(labels, sizeof(labels), "reason=\"%s\"", auth_result_name((enum auth_result)i));
-		sm->auth[i] = st_metrics_counter(m, "studio_auth_refused_total", labels, i == AUTH_MISSING ? help : NULL);
-	}
+	for (int i = 0; i < AUTH_RESULT_COUNT; i++)
+		auth_names[i] = auth_result_name((enum auth_result)i);
+	counter_family(m, "studio_auth_refused_total", "reason", auth_names, AUTH_MISSING, AUTH_RESULT_COUNT,
+	               "Stream requests refused by access control, by reason.", sm->auth);
 	sm->ip_refused = st_metrics_counter(m, "studio_ip_limit_refused_total", NULL,
 	                                    "Stream requests refused by --max-streams-per-ip (429).");
 	return sm;
