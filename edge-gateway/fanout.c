@@ -231,7 +231,7 @@ worker_init(fanout *f, fanout_worker *w, const char *listen)
 	atomic_init(&w->inflight, 0);
 	w->base = c->n == 1 ? f->main_base : event_base_new();
 	ST_ASSERT(w->base != NULL);
-	if ((rv = pgpool_new(w->base, c->pg_dsn, FANOUT_POOL_CONNS, &w->pool)) != ST_OK)
+	if ((rv = pgpool_new(w->base, c->pg_dsn, FANOUT_POOL_CONNS(c->n), &w->pool)) != ST_OK)
 		return rv;
 	w->streams = streams_new(w->base, w->pool, c->sm, st_clock_system(), c->streams);
 	/* One server owns the address; several share it (SO_REUSEPORT) and one connection bound. */

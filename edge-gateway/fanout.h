@@ -52,7 +52,15 @@
 #include "stream.h"
 
 #define FANOUT_MAX 64u
-#define FANOUT_POOL_CONNS 2u   /* each worker's: resume checks and replays */
+/*
+ * Each worker's database connections (resume checks and replays).  One
+ * worker gets 3 of the edge's 4 (main keeps 1 for the head query and gap
+ * fills, FANOUT_MAIN_POOL_CONNS), as when the edge was one pool of 4 with
+ * one reserved for fills: three checks may wait on the database at once
+ * and the edge still has a connection up.  N workers get 2 each (main 2).
+ */
+#define FANOUT_POOL_CONNS(n) ((n) == 1 ? 3u : 2u)
+#define FANOUT_MAIN_POOL_CONNS(n) ((n) == 1 ? 1u : 2u)
 #define FANOUT_FLOW_MS 5u
 /* Batches posted to a worker and not yet fanned out before main asks for a pause (under the flow budget)... */
 #define FANOUT_INFLIGHT_MAX 2u

@@ -62,8 +62,6 @@
 #include "sub.h"
 #include "wire.h"
 
-/* The head query and gap fills (one reserved for fills: they never wait behind the head query). */
-#define EDGE_MAIN_POOL_CONNS 2
 #define EDGE_TICK_MS 50
 /* Seconds the teardown after the loop may take before the process just exits. */
 #define EDGE_TEARDOWN_S 5
@@ -655,9 +653,11 @@ main(int argc, char **argv)
 	e.sm = streams_metrics_new(e.metrics);
 	listen = opts[E_LISTEN].sval;
 
-	if ((rv = pgpool_new(e.base, opts[E_PG_DSN].sval, EDGE_MAIN_POOL_CONNS, &e.pool)) != ST_OK)
+	/* The head query and gap fills (fanout.h says how the edge's connections are shared out). */
+	if ((rv = pgpool_new(e.base, opts[E_PG_DSN].sval, FANOUT_MAIN_POOL_CONNS((size_t)opts[E_THREADS].ival),
+	                     &e.pool)) != ST_OK)
 		st_config_fail("edge-gateway", "--pg-dsn: %s", st_err_str(rv));
-	/* One connection runs only gap fills: live delivery never waits behind the head query. */
+	/* With 2, one runs only gap fills: live delivery never waits behind the head query (pgpool keeps 1 for all). */
 	pgpool_reserve_fills(e.pool, 1);
 	(void)sequencer_new(st_clock_system(), on_emit, on_fill, &e, &e.seq);
 	e.flow = flow_budget_new(st_clock_system());
