@@ -49,8 +49,6 @@ on_state(void *arg, bool up)
 		s->downs++;
 }
 
-static void on_result(void *arg, PGresult *r, const char *err);
-
 static void
 on_result(void *arg, PGresult *r, const char *err)
 {

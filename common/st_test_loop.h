@@ -17,18 +17,10 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include <time.h>
 
 #include <event2/event.h>
 
-static inline uint64_t
-st_test_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
+#include "st_clock.h"
 
 static inline void
 st_test_loop_tick_cb(evutil_socket_t fd, short what, void *arg)
@@ -53,9 +45,9 @@ st_test_loop_tick(struct event_base *base)
 static inline bool
 st_test_loop_until(struct event_base *base, bool (*cond)(void *), void *arg, uint64_t ms)
 {
-	uint64_t end = st_test_ms() + ms;
+	uint64_t end = st_clock_now(st_clock_system()) + ms;
 
-	while (!cond(arg) && st_test_ms() < end)
+	while (!cond(arg) && st_clock_now(st_clock_system()) < end)
 		event_base_loop(base, EVLOOP_ONCE);
 	return cond(arg);
 }
@@ -64,9 +56,9 @@ st_test_loop_until(struct event_base *base, bool (*cond)(void *), void *arg, uin
 static inline void
 st_test_loop_for(struct event_base *base, uint64_t ms)
 {
-	uint64_t end = st_test_ms() + ms;
+	uint64_t end = st_clock_now(st_clock_system()) + ms;
 
-	while (st_test_ms() < end)
+	while (st_clock_now(st_clock_system()) < end)
 		event_base_loop(base, EVLOOP_ONCE);
 }
 
