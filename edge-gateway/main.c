@@ -275,12 +275,20 @@ head_retry_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- HTTP ------------------------------------------------------------- */
 
+/* A writer's tick or batch arrived within three flush intervals.  Any thread. */
+static bool
+edge_writers_fresh(edge *e)
+{
+	uint64_t now = st_clock_now(st_clock_system());
+	uint64_t last = atomic_load_explicit(&e->last_msg_ms, memory_order_relaxed);
+
+	return last != 0 && now - last <= 3 * e->flush_interval_ms;
+}
+
 /* On w's loop.  What main owns is read through atomics. */
 static bool
 edge_ready(edge *e, fanout_worker *w, const char **why)
 {
-	uint64_t now = st_clock_now(st_clock_system());
-	uint64_t last = atomic_load_explicit(&e->last_msg_ms, memory_order_relaxed);
 	streams *ss = fanout_worker_streams(w);
 
 	if (streams_draining(ss) || atomic_load(&e->draining_flag))
@@ -289,7 +297,7 @@ edge_ready(edge *e, fanout_worker *w, const char **why)
 		return *why = "no database connection", false;
 	if (!streams_ready(ss))
 		return *why = "history head not known yet", false;
-	if (last == 0 || now - last > 3 * e->flush_interval_ms)
+	if (!edge_writers_fresh(e))
 		return *why = "no writer tick or batch within 3 flush intervals", false;
 	return *why = "ready", true;
 }
@@ -395,11 +403,8 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 static bool
 edge_ready_main(edge *e)
 {
-	uint64_t now = st_clock_now(st_clock_system());
-	uint64_t last = atomic_load_explicit(&e->last_msg_ms, memory_order_relaxed);
-
-	return !e->draining && pgpool_ready(e->pool) && sequencer_has_head(e->seq) && fanout_head_posted(e->fan) && last != 0 &&
-	       now - last <= 3 * e->flush_interval_ms;
+	return !e->draining && pgpool_ready(e->pool) && sequencer_has_head(e->seq) && fanout_head_posted(e->fan) &&
+	       edge_writers_fresh(e);
 }
 
 /*
