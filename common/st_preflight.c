@@ -4,7 +4,7 @@
  * DESIGN
  * The value checks are pure: they parse, with the parser of the library
  * that will use the value where it has one that does not touch the network
- * (PQconninfoParse; nng_url_parse, and nng_dialer_create / nng_listener_create
+ * (st_pgdsn_parse, with PQconninfoParse; nng_url_parse, and nng_dialer_create / nng_listener_create
  * on a throwaway socket, which validate a URL against its transport without
  * connecting), plus the numbers that library would only refuse at connect
  * time (a port "abc" or 99999).  A listen URL naming a host is not given to
@@ -21,12 +21,12 @@
 #include "st_preflight.h"
 #include "st_http.h"
 #include "st_log.h"
+#include "st_pgdsn.h"
 #include "st_tls.h"
 #include "st_util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <libpq-fe.h>
 #include <netinet/in.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
@@ -39,53 +39,17 @@
 /* ---- DSN ---------------------------------------------------------------- */
 
 
-/* "5432" or "5432,5433" (one per host; an empty item means the default). */
-static bool
-ports_ok(const char *v)
-{
-	while (true) {
-		const char *end = strchr(v, ',');
-		size_t len = end ? (size_t)(end - v) : strlen(v);
-		uint64_t port;
-
-		if (len > 0 && (st_parse_u64(v, len, &port) != ST_OK || port < 1 || port > 65535))
-			return false;
-		if (end == NULL)
-			return true;
-		v = end + 1;
-	}
-}
-
+/* Parsed and checked by the module that connects with it (st_pgdsn: what
+ * libpq would refuse at connect time is refused here, at start). */
 bool
 st_preflight_dsn(const st_opt *o, char *why, size_t cap)
 {
-	char *err = NULL, msg[400];
-	PQconninfoOption *opts = PQconninfoParse(o->sval, &err);
-	bool ok = true;
+	st_pgdsn *d = NULL;
 
-	if (opts == NULL) {
-		snprintf(msg, sizeof(msg), "%s", err ? err : "out of memory");
-		st_one_line(msg);
-		snprintf(why, cap, "not a libpq connection string (key=value ... or postgresql://...): %s", msg);
-		PQfreemem(err);
+	if (st_pgdsn_parse(o->sval, &d, why, cap) != ST_OK)
 		return false;
-	}
-	for (PQconninfoOption *p = opts; p->keyword != NULL && ok; p++) {
-		uint64_t v;
-
-		if (p->val == NULL)
-			continue;
-		if (strcmp(p->keyword, "port") == 0 && !ports_ok(p->val)) {
-			snprintf(why, cap, "port \"%.40s\" must be 1..65535 (one per host, comma separated)", p->val);
-			ok = false;
-		} else if (strcmp(p->keyword, "connect_timeout") == 0 && p->val[0] != '\0' &&
-		           st_parse_u64(p->val, strlen(p->val), &v) != ST_OK) {
-			snprintf(why, cap, "connect_timeout \"%.40s\" must be a number of seconds", p->val);
-			ok = false;
-		}
-	}
-	PQconninfoFree(opts);
-	return ok;
+	st_pgdsn_free(d);
+	return true;
 }
 
 /* ---- nng URLs ------------------------------------------------------------ */

@@ -169,6 +169,41 @@ def migrate_malformed_dsn_exits_2_unreachable_exits_1():
     check_eq(p.returncode, 1, "migrate against nothing exits 1 (%r)" % p.stderr.decode(errors="replace")[-300:])
 
 
+# Options that PQconninfoParse accepts and libpq 15 refuses only when it
+# connects (connectOptions2): retried as an outage they would never succeed.
+CONNECT_TIME_BAD = [
+    ("sslmode=bogus", "sslmode"),
+    ("target_session_attrs=bogus", "target_session_attrs"),
+    ("gssencmode=bogus", "gssencmode"),
+    ("channel_binding=bogus", "channel_binding"),
+    ("ssl_min_protocol_version=TLSv9", "ssl_min_protocol_version"),
+    ("ssl_min_protocol_version=TLSv1.3 ssl_max_protocol_version=TLSv1.2", "ssl_max_protocol_version"),
+]
+
+
+def connect_time_bad_dsns(port):
+    base = "host=127.0.0.1 port=%d dbname=x user=x" % port
+    out = [("%s %s" % (base, opt), needle) for opt, needle in CONNECT_TIME_BAD]
+    out.append(("host=127.0.0.1 port=%d,%d dbname=x" % (port, port), "port"))  # more ports than hosts
+    out.append(("host=127.0.0.1,127.0.0.1 hostaddr=127.0.0.1 port=%d dbname=x" % port, "hostaddr"))
+    return out
+
+
+@t.case
+def connect_time_options_exit_2_without_a_retry():
+    """Each program, the daemon and migrate alike, refuses at start what
+    libpq would refuse at every connect, with one line and no connection."""
+    wire = Tripwire()
+    try:
+        for dsn, needle in connect_time_bad_dsns(wire.port):
+            expect_exit2("broker-writer", writer_args(dsn), ["--pg-dsn: ", needle], forbidden=["retrying"])
+            expect_exit2("broker-writer", ["migrate", "--pg-dsn", dsn], ["--pg-dsn: ", needle])
+            expect_exit2("edge-gateway", edge_args(dsn), ["--pg-dsn: ", needle])
+        check_eq(wire.count(), 0, "connections made to the DSN's address by programs that must not connect")
+    finally:
+        wire.close()
+
+
 @t.case
 def writer_lock_key_range():
     allowed = "must be 1..9223372036854775806 and not 7450000000/7450000001"
