@@ -130,14 +130,19 @@
  * The two database connections (flush and retention).  A statement's
  * client-side deadline is twice the session's statement_timeout
  * (schema_session_sql): past it the server or the path is gone, even if TCP
- * has not noticed yet.  Server notices (DDL chatter) are not logged.
+ * has not noticed yet.  Server notices (DDL chatter) are not logged.  Both
+ * write, so a server in hot standby is passed over (st_pgconn_opts.writes):
+ * after a failover, a host list or a name that still leads to the old
+ * primary, now a standby, is not where they settle.
  */
 #define DB_STATEMENT_DEADLINE_MS 60000u
 static const st_pgconn_opts flush_db = {.name = "flush", .application_name = PROG, .setup_sql = schema_session_sql,
-                                        .query_deadline_ms = DB_STATEMENT_DEADLINE_MS};
+                                        .query_deadline_ms = DB_STATEMENT_DEADLINE_MS,
+                                        .writes = true};
 static const st_pgconn_opts retention_db = {.name = "retention", .application_name = PROG,
                                             .setup_sql = schema_session_sql,
-                                            .query_deadline_ms = DB_STATEMENT_DEADLINE_MS};
+                                            .query_deadline_ms = DB_STATEMENT_DEADLINE_MS,
+                                            .writes = true};
 
 /* A flush or retention key equal to the migration's session lock would wait on it. */
 #define MIGRATION_LOCK_KEY ((int64_t)SCHEMA_MIGRATE_LOCK_KEY)
@@ -466,8 +471,8 @@ flush_failed_permanently(writer *w, const PGresult *res, const char *msg)
 
 	st_counter_inc(w->flush_failures);
 	if (batch_requests(w->fl) > 1) {
-		st_warn("flush %s (%zu requests) failed with data error %s: %s; flushing its requests one at a time",
-		        w->flush_id, batch_requests(w->fl), st, msg);
+		st_warn("flush %s (%zu requests) failed with a data error (%s); flushing its requests one at a time",
+		        w->flush_id, batch_requests(w->fl), msg);
 		/* iso is empty: a split flush holds one request, and never reaches here */
 		batch_take(w->iso, w->fl, BATCH_MAX_EVENTS, BATCH_MAX_BYTES);
 	} else {
@@ -500,9 +505,13 @@ on_flush_result(void *arg, PGresult *res, const char *err)
 	w->flush = FLUSH_WAITING;
 	if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK || !read_result(w, res, &prev)) {
 		char msg[512];
-		snprintf(msg, sizeof(msg), "%s",
-		         res == NULL ? err : PQresultStatus(res) != PGRES_TUPLES_OK ? PQresultErrorMessage(res)
-		                                                                    : "malformed broker_append result");
+		/* the result's primary message only: its DETAIL and CONTEXT can repeat an event's data */
+		if (res == NULL)
+			snprintf(msg, sizeof(msg), "%s", err);
+		else if (PQresultStatus(res) != PGRES_TUPLES_OK)
+			st_pgconn_result_text(res, msg, sizeof(msg));
+		else
+			snprintf(msg, sizeof(msg), "malformed broker_append result");
 		st_one_line(msg);
 		if (res != NULL && PQresultStatus(res) == PGRES_FATAL_ERROR &&
 		    pgerr_permanent(PQresultErrorField(res, PG_DIAG_SQLSTATE)))
@@ -574,7 +583,11 @@ on_tick_result(void *arg, PGresult *res, const char *err)
 	w->flush = FLUSH_IDLE;
 	if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
 	    !parse_u64(PQgetvalue(res, 0, 0), &head)) {
-		st_debug("tick query failed: %s", res == NULL ? err : PQresultErrorMessage(res));
+		char msg[512];
+
+		if (res != NULL)
+			st_pgconn_result_text(res, msg, sizeof(msg));
+		st_debug("tick query failed: %s", res == NULL ? err : msg);
 		db_failed(w);
 	} else {
 		w->fail_since = 0;

@@ -64,7 +64,10 @@ on_result(void *arg, PGresult *res, const char *err)
 		return;
 	}
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-		st_warn("retention: %s", PQresultErrorMessage(res));
+		char msg[512];
+
+		st_pgconn_result_text(res, msg, sizeof(msg));
+		st_warn("retention: %s", msg);
 		round_end(r);
 		return;
 	}

@@ -1,12 +1,22 @@
 /*
  * st_pgconn: the state machine of st_pgconn.h around one non-blocking PGconn.
  *
- * One persistent event watches PQsocket() for what libpq wants; it is made
- * again only when the socket or the wanted conditions change (PQconnectPoll
- * may switch sockets between attempts, and a statement whose output libpq
- * has not flushed needs EV_WRITE too).  One timer serves every state:
- * DOWN, the back-off before the next attempt; RESOLVING, CONNECTING and
- * SETUP, the connect deadline; BUSY, the statement's deadline; IDLE, off.
+ * One persistent event watches PQsocket() for what libpq wants.  While
+ * connecting it is made again after every PQconnectPoll: libpq may close
+ * its socket and open another inside that call (sslmode=prefer falling back
+ * to plain, gssencmode, the next host), the new one often on the same fd
+ * number, and the kernel drops an epoll registration when its socket
+ * closes, so "same fd, same events" does not mean "still watched".  Once
+ * up, it is made again only when the wanted conditions change (a statement
+ * whose output libpq has not flushed needs EV_WRITE too).  One timer serves
+ * every state: DOWN, the back-off before the next round; RESOLVING, the
+ * resolution deadline; CONNECTING and SETUP, the deadline of the attempt at
+ * one address; BUSY, the statement's deadline; IDLE, off.
+ *
+ * A round tries the DSN's addresses one at a time (st_pgdsn.h says why):
+ * an attempt that fails, or outlives its deadline, closes its PGconn and
+ * the next address is tried at once; only when every address of the round
+ * failed is the connection DOWN, with the back-off before the next round.
  *
  * Results are drained as libpq requires: after PQconsumeInput, PQgetResult
  * while PQisBusy is false, until it returns NULL; of several results the
@@ -49,6 +59,9 @@ struct st_pgconn {
 	void *fn_arg;
 	bool flushing;            /* PQflush returned 1: libpq still holds output */
 	bool outage_logged;       /* the current outage was logged at warn */
+	size_t attempt, attempts; /* CONNECTING, SETUP: the address tried, of the round's */
+	size_t failed;            /* attempts of this round that failed */
+	char last_err[400];       /* the last failed attempt's address and reason */
 };
 
 static void on_socket(evutil_socket_t fd, short what, void *arg);
@@ -77,16 +90,13 @@ sock_unwatch(st_pgconn *c)
  * so they may call anything but st_pgconn_free.
  */
 static void
-conn_lost(st_pgconn *c, const char *why)
+conn_down(st_pgconn *c, char *msg)
 {
 	bool was_up = c->st == PC_IDLE || c->st == PC_BUSY;
 	st_pgconn_result_fn fn = c->st == PC_BUSY ? c->fn : NULL;
 	void *fn_arg = c->fn_arg;
-	const char *pq = c->pg != NULL ? PQerrorMessage(c->pg) : "";
 	uint32_t wait = st_backoff_next(&c->backoff);
-	char msg[512];
 
-	snprintf(msg, sizeof(msg), "%s%s%s", why, pq[0] != '\0' ? ": " : "", pq);
 	st_one_line(msg);
 	if (was_up || !c->outage_logged)
 		st_warn("%s: database connection lost: %s (reconnecting in %u ms)", c->opts.name, msg, wait);
@@ -110,6 +120,30 @@ conn_lost(st_pgconn *c, const char *why)
 		c->on_state(c->state_arg, false);
 }
 
+/* conn_down with why and libpq's own message. */
+static void
+conn_lost(st_pgconn *c, const char *why)
+{
+	const char *pq = c->pg != NULL ? PQerrorMessage(c->pg) : "";
+	char msg[512];
+
+	snprintf(msg, sizeof(msg), "%s%s%s", why, pq[0] != '\0' ? ": " : "", pq);
+	conn_down(c, msg);
+}
+
+static void attempt_failed(st_pgconn *c, const char *why);
+
+/* A failure: while connecting, of this address's attempt (the next is
+ * tried); once up, of the session. */
+static void
+conn_fail(st_pgconn *c, const char *why)
+{
+	if (c->st == PC_CONNECTING || c->st == PC_SETUP)
+		attempt_failed(c, why);
+	else
+		conn_lost(c, why);
+}
+
 /* Makes the socket event watch exactly `what`; false (connection lost) when there is no socket. */
 static bool
 sock_watch(st_pgconn *c, short what)
@@ -117,7 +151,7 @@ sock_watch(st_pgconn *c, short what)
 	evutil_socket_t fd = PQsocket(c->pg);
 
 	if (fd < 0) {
-		conn_lost(c, "no socket");
+		conn_fail(c, "no socket");
 		return false;
 	}
 	if (c->ev != NULL && c->ev_fd == fd && c->ev_what == what)
@@ -138,7 +172,7 @@ conn_flush(st_pgconn *c)
 	int r = PQflush(c->pg);
 
 	if (r < 0) {
-		conn_lost(c, "send failed");
+		conn_fail(c, "send failed");
 		return false;
 	}
 	c->flushing = r == 1;
@@ -158,34 +192,90 @@ on_notice(void *arg, const char *message)
 	st_info("%s: server: %s", c->opts.name, msg);
 }
 
-/* Opens the connection by address (addrs from st_resolve; NULL when the DSN names no host). */
-static void
-conn_open(st_pgconn *c, const char *const *addrs)
+/*
+ * Opens the connection to the round's address c->attempt.  false: it failed
+ * at once (recorded in last_err, nothing left open); the caller moves on.
+ */
+static bool
+attempt_open(st_pgconn *c)
 {
-	const char *const xkeys[] = {"application_name", "keepalives", "keepalives_idle", "keepalives_interval",
-	                             "keepalives_count", "tcp_user_timeout", NULL};
-	const char *const xvals[] = {c->opts.application_name, "1", "5", "2", "3", "10000", NULL};
+	const char *const xkeys[] = { "application_name", "keepalives", "keepalives_idle", "keepalives_interval",
+		                      "keepalives_count", "tcp_user_timeout", NULL };
+	const char *const xvals[] = { c->opts.application_name, "1", "5", "2", "3", "10000", NULL };
 	const char *const *keys, *const *vals;
 
-	if (st_pgdsn_params(c->dsn, addrs, xkeys, xvals, &keys, &vals) != ST_OK) {
-		conn_lost(c, "no address to connect to");
-		return;
-	}
+	st_pgdsn_params(c->dsn, c->attempt, xkeys, xvals, &keys, &vals);
 	/* expand_dbname 0: the DSN was parsed already, and dbname is only a name now */
 	c->pg = PQconnectStartParams(keys, vals, 0);
 	if (c->pg == NULL) {
-		conn_lost(c, "out of memory");
-		return;
+		snprintf(c->last_err, sizeof(c->last_err), "%s: out of memory", st_pgdsn_label(c->dsn, c->attempt));
+		return false;
 	}
-	if (PQstatus(c->pg) == CONNECTION_BAD) {
-		conn_lost(c, "connect failed");
-		return;
+	if (PQstatus(c->pg) == CONNECTION_BAD || PQsocket(c->pg) < 0) {
+		snprintf(c->last_err, sizeof(c->last_err), "%s: %s", st_pgdsn_label(c->dsn, c->attempt),
+		         PQerrorMessage(c->pg));
+		st_one_line(c->last_err);
+		st_debug("%s: %s", c->opts.name, c->last_err);
+		PQfinish(c->pg);
+		c->pg = NULL;
+		c->failed++;
+		return false;
 	}
 	PQsetNoticeProcessor(c->pg, on_notice, c);
 	c->st = PC_CONNECTING;
-	timer_arm(c, ST_PGCONN_CONNECT_DEADLINE_MS); /* connect and session setup together */
+	timer_arm(c, st_pgdsn_attempt_ms(c->dsn, ST_PGCONN_CONNECT_DEADLINE_MS)); /* connect and setup together */
 	/* libpq: behave as if PQconnectPoll had returned PGRES_POLLING_WRITING */
 	sock_watch(c, EV_WRITE);
+	return true;
+}
+
+/* From the current attempt on, the first address whose connection starts; DOWN when none is left. */
+static void
+attempts_run(st_pgconn *c)
+{
+	char msg[512];
+
+	for (; c->attempt < c->attempts; c->attempt++)
+		if (attempt_open(c))
+			return;
+	c->st = PC_CONNECTING; /* (for conn_down: a round that failed, not a session) */
+	if (c->attempts > 1)
+		snprintf(msg, sizeof(msg), "no address answered (%zu tried), the last: %s", c->attempts, c->last_err);
+	else
+		snprintf(msg, sizeof(msg), "%s", c->last_err[0] != '\0' ? c->last_err : "no address to connect to");
+	conn_down(c, msg);
+}
+
+/* The attempt at one address failed: close it, try the next. */
+static void
+attempt_failed(st_pgconn *c, const char *why)
+{
+	const char *pq = c->pg != NULL ? PQerrorMessage(c->pg) : "";
+
+	snprintf(c->last_err, sizeof(c->last_err), "%s: %s%s%s", st_pgdsn_label(c->dsn, c->attempt), why,
+	         pq[0] != '\0' ? ": " : "", pq);
+	st_one_line(c->last_err);
+	st_debug("%s: %s", c->opts.name, c->last_err);
+	evtimer_del(c->timer);
+	sock_unwatch(c);
+	PQclear(c->res);
+	c->res = NULL;
+	PQfinish(c->pg);
+	c->pg = NULL;
+	c->flushing = false;
+	c->failed++;
+	c->attempt++;
+	attempts_run(c);
+}
+
+static void
+round_start(st_pgconn *c, const char *const *addrs)
+{
+	c->attempts = st_pgdsn_round(c->dsn, addrs);
+	c->attempt = 0;
+	c->failed = 0;
+	c->last_err[0] = '\0';
+	attempts_run(c);
 }
 
 static void
@@ -200,7 +290,7 @@ on_resolved(void *arg, const char *const *addrs, size_t n, const char *err)
 	if (err != NULL)
 		conn_lost(c, err);
 	else
-		conn_open(c, addrs);
+		round_start(c, addrs);
 }
 
 static void
@@ -211,7 +301,7 @@ conn_start(st_pgconn *c)
 
 	ST_ASSERT(c->st == PC_DOWN);
 	if (n == 0) {
-		conn_open(c, NULL);
+		round_start(c, NULL);
 		return;
 	}
 	if (st_resolver_lookup(c->resolver, names, n, on_resolved, c, &c->lookup) != ST_OK) {
@@ -223,10 +313,23 @@ conn_start(st_pgconn *c)
 	timer_arm(c, ST_PGCONN_CONNECT_DEADLINE_MS);
 }
 
+/* PostgreSQL 14+ reports it at connect; older servers do not (a write then meets 25006). */
+static bool
+in_hot_standby(const PGconn *pg)
+{
+	const char *v = PQparameterStatus(pg, "in_hot_standby");
+
+	return v != NULL && strcmp(v, "on") == 0;
+}
+
 static void
 conn_connect_poll(st_pgconn *c)
 {
-	switch (PQconnectPoll(c->pg)) {
+	PostgresPollingStatusType r = PQconnectPoll(c->pg);
+
+	/* the socket may be another one now, even on the same fd number (at the top) */
+	sock_unwatch(c);
+	switch (r) {
 	case PGRES_POLLING_READING:
 		sock_watch(c, EV_READ);
 		return;
@@ -236,15 +339,31 @@ conn_connect_poll(st_pgconn *c)
 	case PGRES_POLLING_OK:
 		break;
 	default:
-		conn_lost(c, "connect failed");
+		attempt_failed(c, "connect failed");
+		return;
+	}
+	if (c->opts.writes && in_hot_standby(c->pg)) {
+		attempt_failed(c, "the server is a standby (in_hot_standby), and this connection writes");
 		return;
 	}
 	if (PQsetnonblocking(c->pg, 1) != 0 || !PQsendQuery(c->pg, c->opts.setup_sql)) {
-		conn_lost(c, "session setup could not be sent");
+		attempt_failed(c, "session setup could not be sent");
 		return;
 	}
 	c->st = PC_SETUP;
 	conn_flush(c);
+}
+
+void
+st_pgconn_result_text(const PGresult *res, char *buf, size_t cap)
+{
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	const char *primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+
+	if (primary == NULL) /* not an error result (or one libpq made itself, without fields) */
+		primary = PQresultStatus(res) == PGRES_FATAL_ERROR ? "error without a message" : PQresStatus(PQresultStatus(res));
+	snprintf(buf, cap, "SQLSTATE %.5s: %s", state != NULL ? state : "?????", primary);
+	st_one_line(buf);
 }
 
 bool
@@ -253,6 +372,14 @@ st_pgconn_result_ok(const PGresult *res)
 	ExecStatusType s = PQresultStatus(res);
 
 	return s == PGRES_TUPLES_OK || s == PGRES_COMMAND_OK || s == PGRES_EMPTY_QUERY;
+}
+
+static bool
+read_only(const PGresult *res)
+{
+	const char *state = res != NULL ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+	return state != NULL && strcmp(state, "25006") == 0;
 }
 
 /* All results of the session setup or of the statement are in. */
@@ -268,21 +395,34 @@ conn_finished(st_pgconn *c)
 	if (c->st == PC_SETUP) {
 		if (res == NULL || !st_pgconn_result_ok(res)) {
 			PQclear(res);
-			conn_lost(c, "session setup failed"); /* libpq's message (appended) says why */
+			attempt_failed(c, "session setup failed"); /* libpq's message (appended) says why */
 			return;
 		}
 		PQclear(res);
 		c->st = PC_IDLE;
 		st_backoff_reset(&c->backoff);
 		c->outage_logged = false;
-		st_info("%s: connected to the database", c->opts.name);
+		if (c->failed > 0)
+			st_info("%s: connected to the database at %s, after %zu address%s failed (the last: %s)",
+			        c->opts.name, st_pgdsn_label(c->dsn, c->attempt), c->failed, c->failed == 1 ? "" : "es",
+			        c->last_err);
+		else
+			st_info("%s: connected to the database", c->opts.name);
 		if (sock_watch(c, EV_READ) && c->on_state != NULL)
 			c->on_state(c->state_arg, true);
 		return;
 	}
 	c->st = PC_IDLE;
 	c->fn = NULL;
-	sock_watch(c, EV_READ); /* (a connection without a socket is DOWN by now; the result came all the same) */
+	if (read_only(res)) {
+		/* A failover made this session's server a standby (or it was one): no
+		 * retry on it can succeed, so find the read-write server now. */
+		char msg[] = "the server refused a write as read-only (SQLSTATE 25006: a standby, or a primary "
+		             "demoted by a failover); reconnecting";
+		conn_down(c, msg);
+	} else {
+		sock_watch(c, EV_READ); /* (a connection without a socket is DOWN by now; the result came all the same) */
+	}
 	fn(fn_arg, res, NULL);
 	PQclear(res);
 }
@@ -292,7 +432,7 @@ static void
 conn_io(st_pgconn *c, short what)
 {
 	if ((what & EV_READ) && !PQconsumeInput(c->pg)) {
-		conn_lost(c, "connection lost");
+		conn_fail(c, "connection lost");
 		return;
 	}
 	if (c->flushing && !conn_flush(c))
@@ -311,7 +451,7 @@ conn_io(st_pgconn *c, short what)
 		}
 	}
 	if (PQstatus(c->pg) == CONNECTION_BAD)
-		conn_lost(c, "connection lost");
+		conn_fail(c, "connection lost");
 }
 
 /* IDLE: nothing is expected; EOF, an error before the server closes, a notice or a notification. */
@@ -369,7 +509,7 @@ on_timer(evutil_socket_t fd, short what, void *arg)
 		return;
 	case PC_CONNECTING:
 	case PC_SETUP:
-		conn_lost(c, "connect timed out");
+		attempt_failed(c, "no answer within the attempt's deadline (connect_timeout)");
 		return;
 	case PC_BUSY:
 		conn_lost(c, "statement timed out on the client");

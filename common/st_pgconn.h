@@ -7,7 +7,11 @@
  *
  *   DOWN --timer--> RESOLVING --addresses--> CONNECTING --PQconnectPoll OK--> SETUP --result--> IDLE <--> BUSY
  *   DOWN --timer (the DSN names no host)--> CONNECTING
- *   any --error, EOF, deadline, st_pgconn_drop--> DOWN (a BUSY statement ends with res NULL), timer = back-off
+ *   CONNECTING, SETUP --error or the attempt's deadline--> CONNECTING (the round's next address)
+ *   CONNECTING, SETUP --error or deadline at the round's last address--> DOWN, timer = back-off
+ *   IDLE, BUSY --error, EOF, deadline, SQLSTATE 25006--> DOWN (a BUSY statement ends with res NULL,
+ *                                                         or with its 25006 result), timer = back-off
+ *   any --st_pgconn_drop--> DOWN
  *
  * Nothing blocks the loop: the DSN's host names are resolved on a thread
  * (st_resolve, again on every reconnect) and the connection is opened by
@@ -20,16 +24,27 @@
  * deadline): PQfinish closes the socket at once and the server ends the
  * statement at its next write or at the session's statement_timeout.
  *
- * Deadlines: name resolution 10 s, connect plus session setup 10 s, a
- * statement opts.query_deadline_ms (0: none).  Keepalives (5 s idle, 3
+ * A round tries the DSN's addresses one at a time (every host of a
+ * multi-host DSN, every address of a name, in libpq's order; st_pgdsn.h),
+ * each attempt under its own deadline, the next at once when one fails.
+ * A statement refused with SQLSTATE 25006 (read_only_sql_transaction)
+ * means the server is, or has become, a standby: the session is dropped
+ * (the result is still handed to the statement's callback) so that the
+ * next round finds the read-write server instead of failing on the same
+ * session until someone restarts the process.
+ *
+ * Deadlines: name resolution 10 s, connect plus session setup at one
+ * address the DSN's connect_timeout (10 s when unset or 0), a statement
+ * opts.query_deadline_ms (0: none).  Keepalives (5 s idle, 3
  * probes 2 s apart) and tcp_user_timeout 10 s override the DSN's, so a
  * partitioned connection is noticed in about 11 s, not the kernel's hours.
  * While IDLE the socket is watched, so a server that goes away is noticed
  * before the next statement (st_pgconn_up turns false at once).
  * Reconnects wait 100 ms doubling to 5 s, reset once a session is up.  A
  * loss is logged once per outage ("<name>: database connection lost: ...",
- * warn), each later failed attempt at debug, "<name>: connected to the
- * database" (info) when a session is up again.
+ * warn), each later failed round and every failed attempt at debug,
+ * "<name>: connected to the database" (info) when a session is up again,
+ * naming the addresses that failed before it in that round.
  *
  * Memory: one PGconn, its last result, one resolver (a mailbox; a lookup
  * is a short-lived thread).
@@ -59,6 +74,12 @@ typedef struct st_pgconn_opts {
 	const char *setup_sql;        /* the session settings, run before the connection counts as up (same) */
 	uint32_t query_deadline_ms;   /* a statement in flight longer than this drops the connection; 0: none */
 	bool log_notices;             /* server notices logged at info; false: dropped (libpq would print them) */
+	/* The session writes: a server in hot standby (in_hot_standby, which
+	 * PostgreSQL 14 and later report at connect) is passed over like a
+	 * failed address.  Not libpq's target_session_attrs=read-write, which
+	 * also refuses a database whose default_transaction_read_only is on, a
+	 * default the setup SQL may override on purpose. */
+	bool writes;
 } st_pgconn_opts;
 
 /*
@@ -103,6 +124,14 @@ st_err st_pgconn_send(st_pgconn *c, const char *sql, int n_params, const Oid *ty
 
 /* res is a success: PGRES_TUPLES_OK, PGRES_COMMAND_OK or PGRES_EMPTY_QUERY. */
 bool st_pgconn_result_ok(const PGresult *res);
+
+/*
+ * A failed result for a log line or a reply: "SQLSTATE 23514: <primary
+ * message>", one line.  Never the DETAIL or CONTEXT fields, which repeat a
+ * failing row ("Failing row contains (...)") or a value, and so an event's
+ * data, into the logs.
+ */
+void st_pgconn_result_text(const PGresult *res, char *buf, size_t cap);
 
 /* Gives the connection up now (why is logged and handed to a statement in
  * flight, whose callback runs before this returns) and reconnects after

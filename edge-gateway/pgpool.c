@@ -120,8 +120,7 @@ on_slot_result(void *arg, PGresult *res, const char *err)
 		deliver(q, s->deadline_passed ? ST_ETIMEDOUT : ST_EDB, NULL);
 	} else if (!st_pgconn_result_ok(res)) {
 		char msg[512];
-		snprintf(msg, sizeof(msg), "%s", PQresultErrorMessage(res));
-		st_one_line(msg);
+		st_pgconn_result_text(res, msg, sizeof(msg));
 		st_warn("pgpool: query failed: %s", msg);
 		deliver(q, ST_EDB, res);
 	} else {

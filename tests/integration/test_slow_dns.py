@@ -7,7 +7,12 @@ label nosan) makes getaddrinfo of *.slow.test wait SLOW_MS and answer
 127.0.0.1.  Both programs get host=db.slow.test in their DSN; their database
 sessions are terminated again and again, so every round reconnects through a
 slow resolution.  /healthz of both, polled all along, must keep answering
-quickly, and a producer's request of each round must be answered."""
+quickly, and a producer's request of each round must be answered.
+
+The same hook answers *.dual.test with ::1 first and 127.0.0.1 second, as a
+dual-stack name does; the test server listens on IPv4 only, so the first
+address refuses and both daemons must connect through the second
+(dual_stack_name_first_address_refuses)."""
 import os
 import re
 import threading
@@ -113,6 +118,32 @@ def reconnects_through_slow_dns_keep_loops_running():
                     % (name, p.worst, SLOW_MS / 1000.0))
         rows = h.db_events(env.dsn, ["dns"])
         h.check_eq(len(rows), ROUNDS, "events stored")
+        h.check_eq(w.stop(), 0, "writer exit status")
+        h.check_eq(e.stop(), 0, "edge exit status")
+
+
+@t.case
+def dual_stack_name_first_address_refuses():
+    so = os.path.join(h.TOOLS_DIR, "slowdns.so")
+    h.check(os.path.exists(so), "the resolver hook %s is not built (plain builds only)" % so)
+    with h.Env() as env:
+        out, n = re.subn(r"host=[^ ]+", "host=db.dual.test", env.dsn)
+        h.check(n == 1, "cannot put a host name into the DSN %r" % env.dsn)
+        xe = {"LD_PRELOAD": so}
+        w = env.start_writer(pg_dsn=out, extra_env=xe, flush_interval_ms=200).wait_ready(60)
+        e = env.start_edge([w], pg_dsn=out, extra_env=xe, flush_interval_ms=200)
+
+        def ready(url):
+            try:
+                return h.http_get(url, timeout=5)[0] == 200
+            except OSError:
+                return False
+        h.wait_until(lambda: ready(w.http_url + "/readyz"), 60, "writer /readyz 200 through ::1 then 127.0.0.1",
+                     detail=w.logs)
+        h.wait_until(lambda: ready(e.url + "/readyz"), 60, "edge /readyz 200 through ::1 then 127.0.0.1",
+                     detail=e.logs)
+        r = h.request(w, {"topic": "dual", "data": "1"}, timeout_ms=60000)
+        h.check(r.get("ok") is True, "a producer's request through the dual-stack name: %r" % (r,))
         h.check_eq(w.stop(), 0, "writer exit status")
         h.check_eq(e.stop(), 0, "edge exit status")
 

@@ -6,6 +6,10 @@
  * answers as for 127.0.0.1 (the real getaddrinfo builds the answer, so the
  * real freeaddrinfo frees it).  Every other name goes to the real
  * getaddrinfo at once.  Numeric lookups (libpq's hostaddr) never wait.
+ *
+ * A name ending in ".dual.test" answers at once with two addresses, ::1
+ * first and 127.0.0.1 second, as a dual-stack name does: with a server on
+ * IPv4 only, the first address refuses and the second is the one to use.
  * Loaded into a program, it makes any synchronous resolution on an event
  * loop visible as a stall of that length.
  *
@@ -39,6 +43,29 @@ getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
 	if (f == NULL) {
 		f = (gai_fn)dlsym(RTLD_NEXT, "getaddrinfo");
 		__atomic_store_n(&real, f, __ATOMIC_RELEASE);
+	}
+	if (node != NULL && ends_with(node, ".dual.test")) {
+		struct addrinfo h, *v6 = NULL, *v4 = NULL, *last;
+		int rc;
+
+		memset(&h, 0, sizeof(h));
+		if (hints != NULL)
+			h = *hints;
+		h.ai_flags = (h.ai_flags & ~AI_CANONNAME) | AI_NUMERICHOST;
+		h.ai_family = AF_INET6;
+		if ((rc = f("::1", service, &h, &v6)) != 0)
+			return rc;
+		h.ai_family = AF_INET;
+		if ((rc = f("127.0.0.1", service, &h, &v4)) != 0) {
+			freeaddrinfo(v6);
+			return rc;
+		}
+		/* glibc's freeaddrinfo frees node by node, so two answers chain into one */
+		for (last = v6; last->ai_next != NULL; last = last->ai_next)
+			;
+		last->ai_next = v4;
+		*res = v6;
+		return 0;
 	}
 	if (node != NULL && ends_with(node, ".slow.test")) {
 		const char *env = getenv("STUDIO_SLOWDNS_MS");
