@@ -80,6 +80,7 @@
 
 #include "st_clock.h"
 #include "st_log.h"
+#include "st_pgdsn.h"
 #include "st_util.h"
 
 #define STR2(x) #x
@@ -445,13 +446,35 @@ unlock:
 
 /* ---- the retrying driver (the daemon's start and `broker-writer migrate`) ---- */
 
+/*
+ * Blocking (before the loop runs).  libpq walks a host list itself here,
+ * with connect_timeout per address.  Two defaults that the DSN's own values
+ * win over: 5 s per address, and target_session_attrs=primary, so that the
+ * migration, which writes, passes over a hot standby in a host list as the
+ * daemon's connections do (libpq's "primary" asks in_hot_standby, not the
+ * database's default_transaction_read_only, which the session overrides).
+ */
 static PGconn *
 connect_blocking(const char *dsn)
 {
-	const char *const keys[] = { "dbname", "connect_timeout", "keepalives", "keepalives_idle", "tcp_user_timeout",
-		                     "application_name", NULL };
-	const char *const vals[] = { dsn, "5", "1", "5", "10000", "broker-writer", NULL };
+	const char *keys[8] = { "dbname", "keepalives", "keepalives_idle", "tcp_user_timeout", "application_name" };
+	const char *vals[8] = { dsn, "1", "5", "10000", "broker-writer" };
+	size_t n = 5;
+	st_pgdsn *d = NULL;
+	char err[256];
 
+	if (st_pgdsn_parse(dsn, &d, err, sizeof(err)) == ST_OK) { /* checked at start; a failure leaves libpq's say */
+		if (st_pgdsn_option(d, "connect_timeout") == NULL) {
+			keys[n] = "connect_timeout";
+			vals[n++] = "5";
+		}
+		if (st_pgdsn_option(d, "target_session_attrs") == NULL) {
+			keys[n] = "target_session_attrs";
+			vals[n++] = "primary";
+		}
+		st_pgdsn_free(d);
+	}
+	keys[n] = vals[n] = NULL;
 	return PQconnectdbParams(keys, vals, 1);
 }
 

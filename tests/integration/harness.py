@@ -632,9 +632,11 @@ class PgServer:
     command runs as the `postgres` user (PostgreSQL refuses root), like
     scripts/lib.sh.  .dsn (admin DSN), start(), stop(mode="fast"),
     restart(mode="fast") -> seconds it took, running(), logs(tail), close().
+    standby_of=PRIMARY (a started PgServer): a hot standby of it instead of
+    a fresh cluster (pg_basebackup -R, streaming; read-only, in_hot_standby).
     """
 
-    def __init__(self, name="pg", port=None):
+    def __init__(self, name="pg", port=None, standby_of=None):
         bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
                       key=lambda x: int(x.split("/")[4]) if x.split("/")[4].isdigit() else 0)
         if not bins:
@@ -655,8 +657,12 @@ class PgServer:
             pw = pwd.getpwnam("postgres")
             for d in (self.base, self.data, self.sock):
                 os.chown(d, pw.pw_uid, pw.pw_gid)
-        self._run("initdb", "-D", self.data, "-U", "postgres", "--auth=trust", "-E", "UTF8",
-                  "--locale=C.UTF-8", timeout=120)
+        if standby_of is not None:
+            self._run("pg_basebackup", "-D", self.data, "-R", "-X", "stream", "-c", "fast", "-h", "127.0.0.1",
+                      "-p", str(standby_of.port), "-U", "postgres", timeout=120)
+        else:
+            self._run("initdb", "-D", self.data, "-U", "postgres", "--auth=trust", "-E", "UTF8",
+                      "--locale=C.UTF-8", timeout=120)
         conf = ("listen_addresses = '127.0.0.1'\nport = %d\nunix_socket_directories = '%s'\n"
                 "max_connections = 100\nfsync = off\nsynchronous_commit = off\n"
                 "full_page_writes = off\n" % (self.port, self.sock))

@@ -11,6 +11,10 @@ database connection").
 - first_host_silent: the first address accepts TCP and never answers (a
   dead HA node); its attempt must end at connect_timeout and the next
   address be tried, well before the whole round's back-off.
+- first_host_standby: the first address is a hot standby of the second (a
+  host list that still leads to the old primary after a failover): the
+  writer, whose sessions write, passes over it (migration included) and
+  commits on the primary; the edge, which only reads, may use either.
 - failover_to_read_only_reconnects: the writer's session becomes read-only
   (SQLSTATE 25006 on the flush); the writer must drop that session and
   reconnect (to a read-write one), not retry on the same session for the
@@ -126,6 +130,35 @@ def first_host_silent():
             h.log("FIGURE silent first address: %d connections held, ready after %.1f s" % (silent.accepted, took))
     finally:
         silent.close()
+
+
+@t.case
+def first_host_standby():
+    primary = h.PgServer("primary").start()
+    standby = None
+    try:
+        h.psql(primary.dsn, "CREATE DATABASE app")
+        standby = h.PgServer("standby", standby_of=primary).start()
+        h.wait_until(lambda: h.psql_one(standby.dsn, "SELECT pg_is_in_recovery()") == "t", 60,
+                     "the standby in recovery", detail=standby.logs)
+        dsn = "host=127.0.0.1,127.0.0.1 port=%d,%d user=postgres dbname=app" % (standby.port, primary.port)
+        env = h.Env(migrate=False, admin_dsn=primary.dsn)
+        with env:
+            t0 = time.monotonic()
+            w = env.start_writer(pg_dsn=dsn).wait_ready(timeout=READY_S)
+            e = env.start_edge([w], pg_dsn=dsn)
+            wait_ready_both(w, e, t0)
+            seq = h.publish(w, "mh", {"n": 1})
+            h.wait_until(lambda: h.psql_one(h.dsn_with_db(standby.dsn, "app"), "SELECT count(*) FROM broker_event WHERE seq = %d"
+                                            % seq) == "1", 60, "the event replicated to the standby")
+            log = open(w.stderr_path, errors="replace").read()
+            check("standby" in log, "the writer says it passed over the standby (log tail: %r)" % log[-800:])
+            check_eq(w.stop(), 0, "writer exit status")
+            check_eq(e.stop(), 0, "edge exit status")
+    finally:
+        if standby is not None:
+            standby.close()
+        primary.close()
 
 
 @t.case
