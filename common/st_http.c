@@ -18,7 +18,8 @@
  * evbuffer, whose read high watermark is max_header_bytes: a peer can never
  * make us hold more than that, and a full buffer without the blank line is
  * a 431.  Once found, the head (only) is copied into one exactly-sized
- * http_req block, parsed in place and freed when the request is answered;
+ * http_req block, parsed in place (st_http_parse_head, into the
+ * st_http_head inside that block) and freed when the request is answered;
  * pipelined bytes stay in the evbuffer.  An idle stream therefore holds only
  * this struct and the bufferevent (measured by st_http_test).
  *
@@ -42,9 +43,9 @@
  * none was set; either way the handler must not answer it afterwards.
  * Client EOF counts as gone (and, on a stream, as an abrupt close), even a
  * half-close.  Writes after http_stream_end, after abort, or on a HEAD
- * stream are dropped (write_ref cleanups still run, from the loop).  The
- * query is validated whole before fn is first called.  http_server_free
- * must not be called from inside one of this server's callbacks (asserted).
+ * stream are dropped (write_ref cleanups still run, from the loop).
+ * http_server_free must not be called from inside one of this server's
+ * callbacks (asserted).
  *
  * Not done on purpose: SO_SNDBUF is left to the kernel (shrinking it hurts
  * throughput; backlog accounting happens in our evbuffer anyway).  SIGPIPE
@@ -53,15 +54,15 @@
  * header is accepted.  Sockets get TCP_NODELAY because stream frames are
  * small and latency matters more than segment count.
  *
- * SIZE.  Over 800 lines on purpose: it is one server - connections, the
- * head parser, plain responses and the zero-copy stream output path - and
- * every part works on the one connection struct and its four lists.  The
- * pure parsers are reachable on their own (fuzz targets http_head and
- * http_query_each).
+ * SIZE.  Over 800 lines on purpose: it is one server - connections, plain
+ * responses and the zero-copy stream output path - and every part works on
+ * the one connection struct and its four lists.  The head and query parsers
+ * are st_http_parse.c: pure functions, tested and fuzzed without a socket.
  */
 #include "st_http.h"
 
 #include "st_buf.h"
+#include "st_http_parse.h"
 #include "st_clock.h"
 #include "st_dlist.h"
 #include "st_json.h"
@@ -86,8 +87,6 @@
 #include <event2/listener.h>
 #include <event2/util.h>
 
-#define HTTP_MAX_HEADERS 100
-#define HTTP_MAX_METHOD 32
 #define HTTP_HEAD_MIN 128
 #define HTTP_HEAD_MAX (1024 * 1024)
 /* on_writable fires when the backlog is at or below this. */
@@ -97,8 +96,6 @@
 #define HTTP_DRAIN_CAP_MS 5000
 /* An ending stream's output may stand still this long before it is cut. */
 #define HTTP_STREAM_STALL_MS 30000
-#define HTTP_QUERY_ITEM_MAX 1024
-#define HTTP_QUERY_PAIRS_MAX 256
 /* Buffers per writev of http_stream_write_refs (callers batch fewer). */
 #define HTTP_WRITEV_MAX 64
 
@@ -133,19 +130,15 @@ struct http_stream {
 	uint8_t peer_ip[16];     /* the peer's address, IPv4 as ::ffff:a.b.c.d (http_req_peer_ip) */
 };
 
-struct hdr {
-	uint32_t name, value; /* offsets into buf */
-};
-
 struct http_req {
 	http_stream *c;
 	void (*gone)(void *arg);
 	void *gone_arg;
-	const char *method, *path, *query, *cors;
-	uint16_t nh;
-	bool head, options, keep_alive;
-	struct hdr h[HTTP_MAX_HEADERS];
-	char buf[]; /* the head, NUL-split in place */
+	const char *cors;     /* the Origin header when it matches cors_origins, else NULL */
+	bool head, options;   /* the method is HEAD / OPTIONS */
+	bool keep_alive;      /* from the head; cleared when the handler watches for the client going away */
+	st_http_head parsed;  /* points into buf */
+	char buf[];           /* the head, NUL-split in place by st_http_parse_head */
 };
 
 struct http_server {
@@ -632,14 +625,7 @@ conn_fail(http_stream *c, int status, const char *detail)
 	conn_drain(c);
 }
 
-/* ------------------------------------------------------------- parsing */
-
-static bool
-is_tchar(unsigned char ch)
-{
-	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-	       (ch != 0 && strchr("!#$%&'*+-.^_`|~", ch) != NULL);
-}
+/* ------------------------------------------------------------- requests */
 
 static bool
 cors_match(const http_server *s, const char *origin)
@@ -664,214 +650,7 @@ req_free(http_req *r)
 const char *
 http_req_header(const http_req *r, const char *name)
 {
-	for (uint16_t i = 0; i < r->nh; i++)
-		if (strcasecmp(r->buf + r->h[i].name, name) == 0)
-			return r->buf + r->h[i].value;
-	return NULL;
-}
-
-/* Is token tok in the comma list? (Connection: keep-alive, Close) */
-static bool
-list_has_token(const char *v, const char *tok)
-{
-	size_t n = strlen(tok), m;
-	const char *item;
-
-	while (v && st_list_next(&v, &item, &m))
-		if (m == n && strncasecmp(item, tok, n) == 0)
-			return true;
-	return false;
-}
-
-/*
- * The request target (RFC 9112 3.2), already checked for spaces, controls
- * and '#'; sets r->path and r->query (both point into t, or at constants).
- *   origin-form    /path?query                 as is;
- *   absolute-form  http://authority/path?query served as its path and query
- *                  (a server MUST accept it, 3.2.2; the authority is not
- *                  checked against our own: we are no proxy, and the Host
- *                  header is not used either); an empty path is "/";
- *   asterisk-form  *                           OPTIONS only (the server-wide
- *                  OPTIONS, answered like a preflight);
- *   authority-form host:port                   CONNECT only, which is not
- *                  served: 405.
- * Anything else is 400.
- */
-static int
-target_parse(http_req *r, char *t, const char **detail)
-{
-	char *q;
-
-	if (*t == '*' && t[1] == '\0') {
-		if (strcmp(r->method, "OPTIONS") != 0) {
-			*detail = "the request target '*' is only for OPTIONS";
-			return 400;
-		}
-		r->path = t;
-		r->query = "";
-		return 0;
-	}
-	if (strcmp(r->method, "CONNECT") == 0) {
-		*detail = "this server serves GET, HEAD and OPTIONS";
-		return 405;
-	}
-	if (*t != '/') {
-		size_t sl = strncasecmp(t, "http://", 7) == 0 ? 7 : strncasecmp(t, "https://", 8) == 0 ? 8 : 0;
-		char *a = t + sl, *ae = a + strcspn(a, "/?");
-
-		/* RFC 9110 4.2.1: an http(s) URI has a non-empty host; 4.2.4: userinfo is an error. */
-		if (sl == 0 || ae == a || *a == ':' || memchr(a, '@', (size_t)(ae - a)) != NULL) {
-			*detail = "the request target must be a path ('/...'), an absolute http URI, or '*' for OPTIONS";
-			return 400;
-		}
-		if (*ae == '/') {
-			t = ae;
-		} else {
-			/* An empty path is "/" (RFC 9112 3.2.2); the query keeps its place. */
-			r->path = "/";
-			r->query = *ae == '?' ? ae + 1 : "";
-			return 0;
-		}
-	}
-	r->path = t;
-	q = strchr(t, '?');
-	if (q) {
-		*q = '\0';
-		r->query = q + 1;
-	} else {
-		r->query = "";
-	}
-	return 0;
-}
-
-/*
- * Parses r->buf (len bytes, ends with the blank line, NUL-terminated).
- * Returns 0 or the refusal status, with a static detail text.
- */
-static int
-req_parse(http_req *r, size_t len, const char **detail)
-{
-	char *p = r->buf, *end = r->buf + len, *nl, *sp1, *sp2, *q;
-	bool http10;
-	const char *v;
-	int status;
-
-	/* request line */
-	nl = memchr(p, '\n', (size_t)(end - p));
-	ST_ASSERT(nl != NULL);
-	*nl = '\0';
-	if (nl > p && nl[-1] == '\r')
-		nl[-1] = '\0';
-	sp1 = strchr(p, ' ');
-	if (!sp1 || sp1 == p || sp1 - p > HTTP_MAX_METHOD)
-		goto bad_line;
-	*sp1 = '\0';
-	for (q = p; q < sp1; q++)
-		if (!is_tchar((unsigned char)*q))
-			goto bad_line;
-	sp2 = strchr(sp1 + 1, ' ');
-	if (!sp2 || sp2 == sp1 + 1)
-		goto bad_line;
-	*sp2 = '\0';
-	for (q = sp1 + 1; q < sp2; q++)
-		if ((unsigned char)*q <= 0x20 || (unsigned char)*q >= 0x7f || *q == '#')
-			goto bad_line;
-	v = sp2 + 1;
-	if (strcmp(v, "HTTP/1.1") == 0)
-		http10 = false;
-	else if (strcmp(v, "HTTP/1.0") == 0)
-		http10 = true;
-	else if (strncmp(v, "HTTP/", 5) == 0 && v[5] >= '0' && v[5] <= '9' && v[6] == '.' && v[7] >= '0' &&
-	         v[7] <= '9' && v[8] == '\0') {
-		*detail = "only HTTP/1.0 and HTTP/1.1 are served";
-		return 505;
-	} else
-		goto bad_line;
-	r->method = p;
-	if ((status = target_parse(r, sp1 + 1, detail)) != 0)
-		return status;
-
-	/* header lines, up to the blank line */
-	for (p = nl + 1; p < end; p = nl + 1) {
-		char *colon, *vs, *ve;
-
-		nl = memchr(p, '\n', (size_t)(end - p));
-		ST_ASSERT(nl != NULL);
-		ve = nl;
-		if (ve > p && ve[-1] == '\r')
-			ve--;
-		if (ve == p)
-			break; /* the blank line */
-		if (*p == ' ' || *p == '\t') {
-			*detail = "obsolete line folding is not accepted";
-			return 400;
-		}
-		for (colon = p; colon < ve && is_tchar((unsigned char)*colon); colon++)
-			;
-		if (colon == p || colon == ve || *colon != ':') {
-			*detail = "malformed header line";
-			return 400;
-		}
-		for (vs = colon + 1; vs < ve && (*vs == ' ' || *vs == '\t'); vs++)
-			;
-		while (ve > vs && (ve[-1] == ' ' || ve[-1] == '\t'))
-			ve--;
-		for (q = vs; q < ve; q++) {
-			unsigned char ch = (unsigned char)*q;
-
-			if ((ch < 0x20 && ch != '\t') || ch == 0x7f) {
-				*detail = "control character in a header value";
-				return 400;
-			}
-		}
-		if (r->nh == HTTP_MAX_HEADERS) {
-			*detail = "too many header fields";
-			return 431;
-		}
-		*colon = '\0';
-		*ve = '\0';
-		r->h[r->nh].name = (uint32_t)(p - r->buf);
-		r->h[r->nh].value = (uint32_t)(vs - r->buf);
-		r->nh++;
-	}
-
-	/*
-	 * No bodies: any Content-Length > 0 or any Transfer-Encoding.  Only GET,
-	 * HEAD and OPTIONS are served, so a request with a body that uses
-	 * another method gets the more useful 405 (the connection closes either
-	 * way, the body unread).
-	 */
-	for (uint16_t i = 0; i < r->nh; i++) {
-		const char *name = r->buf + r->h[i].name, *val = r->buf + r->h[i].value;
-		bool served = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0 ||
-		              strcmp(r->method, "OPTIONS") == 0;
-		uint64_t n;
-
-		if (strcasecmp(name, "Transfer-Encoding") == 0) {
-			*detail = served ? "request bodies are not accepted" : "this server serves GET, HEAD and OPTIONS";
-			return served ? 413 : 405;
-		}
-		if (strcasecmp(name, "Content-Length") == 0) {
-			if (st_parse_u64(val, strlen(val), &n) != ST_OK) {
-				*detail = "malformed Content-Length";
-				return 400;
-			}
-			if (n > 0) {
-				*detail = served ? "request bodies are not accepted" :
-				                   "this server serves GET, HEAD and OPTIONS";
-				return served ? 413 : 405;
-			}
-		}
-	}
-	r->keep_alive = !http10 && !list_has_token(http_req_header(r, "Connection"), "close");
-	r->head = strcmp(r->method, "HEAD") == 0;
-	r->options = strcmp(r->method, "OPTIONS") == 0;
-	v = http_req_header(r, "Origin");
-	r->cors = cors_match(r->c->srv, v) ? v : NULL;
-	return 0;
-bad_line:
-	*detail = "malformed request line";
-	return 400;
+	return st_http_parse_field_get(&r->parsed, name);
 }
 
 static void conn_after_reply(http_stream *c, bool keep);
@@ -893,27 +672,6 @@ conn_preflight(http_stream *c, http_req *r)
 	conn_after_reply(c, keep);
 }
 
-/* Where the end of the head is: index just past the blank line, or 0. */
-static size_t
-head_end(const unsigned char *p, size_t from, size_t n)
-{
-	size_t i = from;
-
-	while (i < n) {
-		const unsigned char *nl = memchr(p + i, '\n', n - i);
-
-		if (!nl)
-			return 0;
-		i = (size_t)(nl - p);
-		if (i >= 1 && p[i - 1] == '\n')
-			return i + 1;
-		if (i >= 2 && p[i - 1] == '\r' && p[i - 2] == '\n')
-			return i + 1;
-		i++;
-	}
-	return 0;
-}
-
 /*
  * Parses and dispatches every complete head in the input, one at a time:
  * it stops as soon as a request is left unanswered (HANDLER), the
@@ -931,8 +689,7 @@ conn_parse(http_stream *c)
 		size_t n = evbuffer_get_length(in), lim, hl, skip = 0;
 		unsigned char *p;
 		http_req *r;
-		const char *detail = NULL;
-		int status;
+		const char *origin;
 
 		if (n == 0)
 			break;
@@ -947,15 +704,11 @@ conn_parse(http_stream *c)
 			break;
 		}
 		/* Empty lines before a request line are ignored (RFC 9112 2.2). */
-		if (c->scanned == 0) {
-			while (skip < lim && (p[skip] == '\r' || p[skip] == '\n'))
-				skip++;
-			if (skip) {
-				evbuffer_drain(in, skip);
-				continue;
-			}
+		if (c->scanned == 0 && (skip = st_http_parse_empty_lines(p, lim)) > 0) {
+			evbuffer_drain(in, skip);
+			continue;
 		}
-		hl = head_end(p, c->scanned >= 2 ? c->scanned - 2 : 0, lim);
+		hl = st_http_parse_head_end(p, c->scanned >= 2 ? c->scanned - 2 : 0, lim);
 		if (hl == 0) {
 			c->scanned = (uint32_t)lim;
 			if (lim >= s->max_head)
@@ -969,11 +722,19 @@ conn_parse(http_stream *c)
 		r->c = c;
 		evbuffer_remove(in, r->buf, hl);
 		r->buf[hl] = '\0';
-		if ((status = req_parse(r, hl, &detail)) != 0) {
+		if (st_http_parse_head(&r->parsed, r->buf, hl) != ST_OK) {
+			int status = r->parsed.status;
+			const char *detail = r->parsed.detail; /* static text */
+
 			req_free(r);
 			conn_fail(c, status, detail);
 			break;
 		}
+		r->keep_alive = r->parsed.keep_alive;
+		r->head = strcmp(r->parsed.method, "HEAD") == 0;
+		r->options = strcmp(r->parsed.method, "OPTIONS") == 0;
+		origin = st_http_parse_field_get(&r->parsed, "Origin");
+		r->cors = cors_match(s, origin) ? origin : NULL;
 		if (r->options) {
 			conn_preflight(c, r);
 			continue;
@@ -1426,19 +1187,19 @@ http_server_port(const http_server *s)
 const char *
 http_req_method(const http_req *r)
 {
-	return r->method;
+	return r->parsed.method;
 }
 
 const char *
 http_req_path(const http_req *r)
 {
-	return r->path;
+	return r->parsed.path;
 }
 
 const char *
 http_req_query(const http_req *r)
 {
-	return r->query;
+	return r->parsed.query;
 }
 
 void
@@ -1451,87 +1212,6 @@ http_req_set_gone_cb(http_req *r, void (*gone)(void *arg), void *arg)
 	/* What is already buffered would keep the read side stopped. */
 	evbuffer_drain(bufferevent_get_input(r->c->bev), evbuffer_get_length(bufferevent_get_input(r->c->bev)));
 	bufferevent_enable(r->c->bev, EV_READ);
-}
-
-/* Decodes [p, e) into out (HTTP_QUERY_ITEM_MAX + 1 bytes); ST_EINVAL on a bad escape or overflow. */
-static st_err
-query_decode(const char *p, const char *e, char *out, size_t *outlen)
-{
-	size_t n = 0;
-
-	while (p < e) {
-		int ch = (unsigned char)*p;
-
-		if (ch == '%') {
-			int hi, lo;
-
-			if (e - p < 3 || (hi = st_hex_digit((unsigned char)p[1])) < 0 || (lo = st_hex_digit((unsigned char)p[2])) < 0)
-				return ST_EINVAL;
-			ch = hi * 16 + lo;
-			p += 3;
-		} else {
-			if (ch == '+')
-				ch = ' ';
-			p++;
-		}
-		if (n == HTTP_QUERY_ITEM_MAX)
-			return ST_EINVAL;
-		out[n++] = (char)ch;
-	}
-	out[n] = '\0';
-	*outlen = n;
-	return ST_OK;
-}
-
-/* One pass over the query; fn NULL only validates. */
-static st_err
-query_walk(const char *q, http_query_fn fn, void *arg)
-{
-	char key[HTTP_QUERY_ITEM_MAX + 1], val[HTTP_QUERY_ITEM_MAX + 1];
-	unsigned pairs = 0;
-	st_err rv;
-
-	while (*q) {
-		const char *e = strchr(q, '&'), *eq;
-		size_t kl, vl;
-
-		if (!e)
-			e = q + strlen(q);
-		if (e == q) {
-			q++;
-			continue; /* empty item: "a=1&&b=2" */
-		}
-		if (++pairs > HTTP_QUERY_PAIRS_MAX)
-			return ST_EINVAL;
-		eq = memchr(q, '=', (size_t)(e - q));
-		if ((rv = query_decode(q, eq ? eq : e, key, &kl)) != ST_OK)
-			return rv;
-		if (eq) {
-			if ((rv = query_decode(eq + 1, e, val, &vl)) != ST_OK)
-				return rv;
-		} else {
-			val[0] = '\0';
-			vl = 0;
-		}
-		if (fn && (rv = fn(key, kl, val, vl, arg)) != ST_OK)
-			return rv;
-		q = *e ? e + 1 : e;
-	}
-	return ST_OK;
-}
-
-/* The whole query is validated before fn is first called, so a malformed
- * query never leaves a caller with half of its pairs applied. */
-st_err
-http_query_each(const char *query, http_query_fn fn, void *arg)
-{
-	st_err rv;
-
-	if (!query)
-		return ST_OK;
-	if ((rv = query_walk(query, NULL, NULL)) != ST_OK)
-		return rv;
-	return query_walk(query, fn, arg);
 }
 
 /* ------------------------------------------------------------ responses */

@@ -6,7 +6,9 @@
  * never bounds its output buffer, and costs more memory per connection.
  * Here a connection is one struct plus one bufferevent, the request head is
  * parsed from a bounded buffer that is freed once the head is parsed, and
- * the output side reports its backlog so callers keep it small.
+ * the output side reports its backlog so callers keep it small.  The
+ * parsing itself is st_http_parse (pure functions, no I/O); this module is
+ * the server around it.
  *
  * Limits (refusals answer with a problem document and close):
  *   - request head (request line + headers) at most max_header_bytes: 431;
@@ -43,6 +45,7 @@
 #include <stdint.h>
 
 #include "st_err.h"
+#include "st_http_parse.h"
 
 struct event_base;
 typedef struct http_server http_server;
@@ -147,15 +150,8 @@ const char *http_req_header(const http_req *r, const char *name);
  */
 void http_req_set_gone_cb(http_req *r, void (*gone)(void *arg), void *arg);
 
-/*
- * Iterates the query string: fn gets each key and value percent-decoded
- * ('+' as space) into bounded buffers (each at most 1024 bytes decoded,
- * at most 256 pairs).  A malformed escape, an over-long item or too many
- * pairs returns ST_EINVAL without calling fn further.  fn returns ST_OK to
- * go on, anything else to stop (returned as is).
- */
-typedef st_err (*http_query_fn)(const char *key, size_t klen, const char *val, size_t vlen, void *arg);
-st_err http_query_each(const char *query, http_query_fn fn, void *arg);
+/* http_query_each (the query string, percent-decoded, pair by pair) is
+ * declared in st_http_parse.h, included above: it is part of the parser. */
 
 /* ---- complete responses ---- */
 /*

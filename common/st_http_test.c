@@ -856,81 +856,6 @@ t_header_timeout(void)
 	http_server_free(s);
 }
 
-typedef struct qrec {
-	st_buf out;
-	int calls;
-} qrec;
-
-static st_err
-q_collect(const char *k, size_t kl, const char *v, size_t vl, void *arg)
-{
-	qrec *q = arg;
-
-	q->calls++;
-	st_buf_append(&q->out, k, kl);
-	st_buf_putc(&q->out, '=');
-	st_buf_append(&q->out, v, vl);
-	st_buf_putc(&q->out, ';');
-	return strcmp(k, "stop") == 0 ? ST_EBUSY : ST_OK;
-}
-
-static void
-t_query(void)
-{
-	static const struct {
-		const char *q;
-		st_err rv;
-		const char *want;
-	} tab[] = {
-		{ "", ST_OK, "" },
-		{ "a=1", ST_OK, "a=1;" },
-		{ "topic=a&topic=b%2Fc&format=sse", ST_OK, "topic=a;topic=b/c;format=sse;" },
-		{ "x=a+b%20c&&y", ST_OK, "x=a b c;y=;" },
-		{ "%41%62=%7e%7E", ST_OK, "Ab=~~;" },
-		{ "k==v", ST_OK, "k==v;" },
-		{ "a=%", ST_EINVAL, "" },
-		{ "a=%4", ST_EINVAL, "" },
-		{ "a=%zz", ST_EINVAL, "" },
-		{ "ok=1&bad=%g0", ST_EINVAL, "" }, /* validated before fn runs */
-		{ "a=1&stop=1&b=2", ST_EBUSY, "a=1;stop=1;" },
-	};
-	qrec q;
-	st_buf big;
-
-	st_buf_init(&q.out);
-	for (size_t i = 0; i < ST_ARRAY_LEN(tab); i++) {
-		st_err rv;
-
-		st_buf_reset(&q.out);
-		rv = http_query_each(tab[i].q, q_collect, &q);
-		if (rv != tab[i].rv)
-			fprintf(stderr, "  query \"%s\": %d\n", tab[i].q, rv);
-		ST_CHECK(rv == tab[i].rv);
-		ST_CHECK_MEM(q.out.p ? q.out.p : "", q.out.len, tab[i].want);
-	}
-	/* 1024 decoded bytes fit, 1025 do not (even when written as escapes) */
-	st_buf_init(&big);
-	st_buf_puts(&big, "k=");
-	for (int i = 0; i < 1024; i++)
-		st_buf_puts(&big, "%41");
-	q.calls = 0;
-	ST_CHECK(http_query_each(big.p, q_collect, &q) == ST_OK && q.calls == 1);
-	st_buf_puts(&big, "A");
-	q.calls = 0;
-	ST_CHECK(http_query_each(big.p, q_collect, &q) == ST_EINVAL && q.calls == 0);
-	/* 256 pairs fit, 257 do not */
-	st_buf_reset(&big);
-	for (int i = 0; i < 256; i++)
-		st_buf_puts(&big, "a=1&");
-	q.calls = 0;
-	ST_CHECK(http_query_each(big.p, q_collect, &q) == ST_OK && q.calls == 256);
-	st_buf_puts(&big, "b");
-	q.calls = 0;
-	ST_CHECK(http_query_each(big.p, q_collect, &q) == ST_EINVAL && q.calls == 0);
-	st_buf_fini(&big);
-	st_buf_fini(&q.out);
-}
-
 static void
 t_stream_big(void)
 {
@@ -1326,7 +1251,6 @@ main(void)
 		ST_RUN(fn);                       \
 	} while (0)
 	RUN(t_bad_listen);
-	RUN(t_query);
 	RUN(t_get_plain);
 	RUN(t_keepalive_and_close);
 	RUN(t_pipelined);

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "st_http.h"
+#include "st_http_parse.h" /* http_query_each: the only part of st_http used here */
 #include "st_util.h"
 #include "wire.h"
 
