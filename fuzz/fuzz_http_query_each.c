@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "fuzz_check.h"
-#include "st_http.h"
+#include "st_http_parse.h"
 
 #define ITEM_MAX 1024
 #define PAIRS_MAX 256
