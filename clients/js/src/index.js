@@ -155,6 +155,8 @@ export class StudioStream {
   #resolveDone;
   #signal = null;
   #onAbort = null;
+  #stats;
+  #done;
 
   constructor(options) {
     const o = options || {};
@@ -185,8 +187,8 @@ export class StudioStream {
     this.#connectMs = o.connectTimeoutMs === undefined ? CONNECT_TIMEOUT_MS : o.connectTimeoutMs;
     this.#maxFrame = o.maxFrameChars || 20 * 1024 * 1024;
     this.#lastEventId = idOption(o.lastEventId);
-    this.stats = { connects: 0, items: 0, resyncs: 0, duplicatesDropped: 0, callbackErrors: 0 };
-    this.done = new Promise((resolve) => {
+    this.#stats = { connects: 0, items: 0, resyncs: 0, duplicatesDropped: 0, callbackErrors: 0 };
+    this.#done = new Promise((resolve) => {
       this.#resolveDone = resolve;
     });
     if (o.signal != null) {
@@ -217,6 +219,16 @@ export class StudioStream {
     return this.#state;
   }
 
+  /** Counters: connects, items, resyncs, duplicatesDropped, callbackErrors. */
+  get stats() {
+    return this.#stats;
+  }
+
+  /** Settles when the subscription ends (complete, failure, close()); never rejects. */
+  get done() {
+    return this.#done;
+  }
+
   /** Ends the subscription for good: no more callbacks, no reconnection. */
   close() {
     if (this.#closed) return;
@@ -239,7 +251,7 @@ export class StudioStream {
   // An application callback's error: reported, never thrown on (it would
   // end Node with status 1, or stop the browser's reconnections for good).
   #report(error, callback) {
-    this.stats.callbackErrors++;
+    this.#stats.callbackErrors++;
     try {
       if (typeof this.#o.onError === "function") {
         this.#o.onError(error, { callback });
@@ -286,7 +298,7 @@ export class StudioStream {
     if (this.#closed) return;
     this.#state = "connecting";
     const base = this.#urls[this.#next % this.#urls.length];
-    this.stats.connects++;
+    this.#stats.connects++;
     this.#delivered = false;
     let out;
     try {
@@ -346,7 +358,7 @@ export class StudioStream {
       case "item": {
         const id = String(env.id);
         if (!idAfter(id, this.#lastEventId)) {
-          this.stats.duplicatesDropped++;
+          this.#stats.duplicatesDropped++;
           return null;
         }
         if (typeof o.onItem === "function") {
@@ -357,11 +369,11 @@ export class StudioStream {
             return { kind: "callback", callback: "onItem", id, error: errText(e), cause: e };
           }
         }
-        if (this.#closed) return { kind: "closed" };
+        // Handed over: delivered, even if the callback closed the subscription.
         if (idAfter(id, this.#lastEventId)) this.#lastEventId = id;
-        this.stats.items++;
+        this.#stats.items++;
         this.#delivered = true;
-        return null;
+        return this.#closed ? { kind: "closed" } : null;
       }
       case "resync": {
         const id = env.id == null ? null : String(env.id);
@@ -373,11 +385,10 @@ export class StudioStream {
             return { kind: "callback", callback: "onResync", id, error: errText(e), cause: e };
           }
         }
-        if (this.#closed) return { kind: "closed" };
         if (id !== null && idAfter(id, this.#lastEventId)) this.#lastEventId = id;
-        this.stats.resyncs++;
+        this.#stats.resyncs++;
         this.#delivered = true;
-        return null;
+        return this.#closed ? { kind: "closed" } : null;
       }
       case "heartbeat":
         if (env.id != null) this.#position(String(env.id));
@@ -599,7 +610,7 @@ export class StudioStream {
           opened = false;
           selfRetry = true;
           this.#state = "connecting";
-          this.stats.connects++;
+          this.#stats.connects++;
           this.#outcome = { kind: "cut", error: "cut before the first event; EventSource resumes from the stream position" };
           this.#notify("onOutcome", this.#outcome);
           waitEvent();

@@ -305,9 +305,11 @@ test("an AbortSignal ends the subscription", async () => {
   const srv = await scripted([(res) => ndjson(res, item(1), false)]);
   const ac = new AbortController();
   const s = subscribe({ ...base, url: srv.url, signal: ac.signal, onItem: () => ac.abort() });
-  assert.deepEqual(await s.done, { kind: "closed" });
-  assert.equal(s.state, "closed");
+  assert.deepEqual(await s.done, { kind: "closed" }); // settles at the abort, inside onItem
   srv.close();
+  assert.equal(s.state, "closed");
+  await new Promise((r) => setImmediate(r)); // onItem has returned
+  assert.equal(s.lastEventId, "1", "the item whose onItem returned counts as delivered");
   const pre = new AbortController();
   pre.abort();
   const s2 = subscribe({ ...base, url: srv.url, signal: pre.signal });
