@@ -554,7 +554,9 @@ export class StudioStream {
         clear();
         this.#esEnd = null;
         es.close(); // before EventSource reconnects by itself
-        resolve(out);
+        // After the callback running now (queued ones are dropped): the next
+        // connection starts from the id it delivers, never beside it.
+        resolve(chain.then(() => out, () => out));
       };
       const waitHeaders = () => {
         clear();
@@ -589,8 +591,14 @@ export class StudioStream {
           return;
         }
         if (env === null || typeof env !== "object") return;
+        const esId = typeof e.lastEventId === "string" ? e.lastEventId : "";
         chain = chain.then(async () => {
           if (finished) return;
+          if (esId !== "" && env.type !== "item" && env.type !== "resync") {
+            // EventSource's last event id: the stream position it kept
+            // (or the last item's id, which is ours already).
+            this.#position(esId);
+          }
           const out = await this.#envelope(env);
           if (out) end(out);
         });

@@ -196,6 +196,7 @@ function fakeEventSource() {
     constructor(url) {
       this.url = url;
       this.readyState = 0;
+      this.lastId = "";
       this.listeners = {};
       made.push(this);
       this.ac = new AbortController();
@@ -217,11 +218,14 @@ function fakeEventSource() {
             while ((k = buf.indexOf("\n\n")) >= 0) {
               const block = buf.slice(0, k);
               buf = buf.slice(k + 2);
+              const idLine = block.split("\n").find((l) => l.startsWith("id: "));
+              if (idLine) this.lastId = idLine.slice(4);
               const data = block.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
               const ev = (block.split("\n").find((l) => l.startsWith("event: ")) || "event: message").slice(7);
               if (!data) continue;
-              if (ev === "message") this.onmessage?.({ data });
-              else (this.listeners[ev] || []).forEach((f) => f({ data }));
+              const me = { data, lastEventId: this.lastId };
+              if (ev === "message") this.onmessage?.(me);
+              else (this.listeners[ev] || []).forEach((f) => f(me));
             }
           }
         } catch {
@@ -288,6 +292,24 @@ test("EventSource path: an idle timer cuts a silent connection; callbacks wait i
   assert.deepEqual(outs, ["cut", "complete"]);
   assert.deepEqual(got, ["1", "2"]);
   assert.match(made[1].url, /last_event_id=1/);
+});
+
+test("EventSource path: the position it kept comes with a reconnect envelope, and the next connection sends it", async () => {
+  const sse = (body) => (res) => {
+    res.writeHead(200, { "Content-Type": "text/event-stream" });
+    res.end(body);
+  };
+  const srv = await scripted([
+    sse('id: 70\n\nevent: reconnect\ndata: {"type":"reconnect","retry_ms":0,"reason":"draining"}\n\n'),
+    sse('id: 71\ndata: {"type":"item","id":"71","topic":"t","about":[]}\n\nevent: complete\ndata: {"type":"complete"}\n\n'),
+  ]);
+  const { FakeES, made } = fakeEventSource();
+  const s = subscribe({ ...base, url: srv.url, format: "sse", transport: "eventsource", EventSource: FakeES });
+  assert.equal((await s.done).kind, "complete");
+  srv.close();
+  assert.doesNotMatch(made[0].url, /last_event_id/);
+  assert.match(made[1].url, /last_event_id=70/);
+  assert.equal(s.lastEventId, "71");
 });
 
 // 10: the smaller ones.
