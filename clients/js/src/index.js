@@ -625,7 +625,10 @@ export class StudioStream {
           return;
         }
         if (opened) {
-          // What was dispatched before the cut is delivered first.
+          // What was dispatched before the cut is delivered first; the
+          // EventSource must not reconnect by itself meanwhile.
+          es.close();
+          clear();
           chain = chain.then(() => end({ kind: "cut", error: "the stream ended without reconnect, complete or failure" }));
           return;
         }
