@@ -13,7 +13,10 @@
  * *before* the envelope; its bytes are allocated on first use and cached.
  * SSE is the default format (browsers' EventSource), so most frames never
  * allocate again.  A heartbeat's SSE form is the comment ": heartbeat\n\n",
- * a static string.
+ * a static string.  A stream position is a heartbeat with an id: its SSE
+ * prefix is the whole SSE form ("id: P\n\n", a field with no data, so an
+ * EventSource records P and dispatches nothing), and the envelope after it
+ * serves the two other formats.
  *
  * The whole envelope is sized exactly before anything is written (escaped
  * lengths are counted first), so building it never reallocates; the buffer
@@ -51,6 +54,7 @@ struct frame {
 	atomic_uint refs;
 	uint8_t type;     /* enum frame_type */
 	uint8_t env_off;  /* length of the SSE prefix: buf + env_off is the envelope */
+	bool position;    /* a stream position: its SSE form is the prefix alone ("id: P\n\n") */
 	uint32_t env_len; /* envelope bytes, without newline */
 	uint32_t res_off; /* coalescing slice, relative to the envelope (items) */
 	uint32_t res_len;
@@ -129,6 +133,7 @@ build_end(st_buf *b, enum frame_type type, uint64_t seq, size_t env, const char 
 	f->env_off = (uint8_t)(env - hdr);
 	f->env_len = (uint32_t)env_len;
 	f->seq = seq;
+	f->position = false;
 	atomic_init(&f->jsonseq, NULL);
 	f->res_off = f->res_len = 0;
 	f->topic_off = f->topic_len = 0;
@@ -216,6 +221,28 @@ frame_heartbeat_new(void)
 	env = build_begin(&b, FRAME_HEARTBEAT, 0, false, -1, 24);
 	st_buf_puts(&b, "{\"type\":\"heartbeat\"}");
 	return control_end(&b, FRAME_HEARTBEAT, 0, env);
+}
+
+frame *
+frame_position_new(uint64_t pos)
+{
+	size_t hdr = offsetof(struct frame, buf), env;
+	st_buf b;
+	frame *f;
+
+	st_buf_init(&b);
+	env = build_begin(&b, FRAME_HEARTBEAT, 0, false, -1, 2 * 25 + 40);
+	st_buf_puts(&b, "id: ");
+	st_buf_put_u64(&b, pos);
+	st_buf_puts(&b, "\n\n");
+	env = b.len;
+	st_buf_puts(&b, "{\"type\":\"heartbeat\",\"id\":\"");
+	st_buf_put_u64(&b, pos);
+	st_buf_puts(&b, "\"}");
+	f = control_end(&b, FRAME_HEARTBEAT, pos, env);
+	ST_ASSERT(f->env_off == env - hdr);
+	f->position = true;
+	return f;
 }
 
 frame *
@@ -364,6 +391,10 @@ frame_bytes(frame *f, enum frame_format fmt, size_t *len)
 
 	switch (fmt) {
 	case FRAME_SSE:
+		if (f->position) {
+			*len = f->env_off;
+			return f->buf;
+		}
 		if (f->type == FRAME_HEARTBEAT) {
 			*len = sizeof(sse_heartbeat) - 1;
 			return sse_heartbeat;

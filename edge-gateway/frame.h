@@ -11,7 +11,7 @@
  * Envelopes (docs/api.md):
  *   item      {"type":"item","id":"42","topic":"t","about":["a"],"data":DATA}   (no "data" for a signal)
  *   resync    {"type":"resync","id":"57","reason":"overflow"}
- *   heartbeat {"type":"heartbeat"}
+ *   heartbeat {"type":"heartbeat"}   (a stream position: {"type":"heartbeat","id":"P"})
  *   reconnect {"type":"reconnect","retry_ms":N,"reason":"draining"}
  *   complete  {"type":"complete"}
  *   failure   {"type":"failure","problem":{"type":"about:blank","title":T,"status":S,"detail":D}}
@@ -53,6 +53,14 @@ frame *frame_item_new(uint64_t seq, const char *topic, size_t topic_len, const p
                       uint32_t n_about, const char *data, size_t data_len);
 frame *frame_resync_new(uint64_t id, const char *reason);    /* overflow|replay_cap|cursor_expired|gap */
 frame *frame_heartbeat_new(void);
+/*
+ * A stream's position P (docs/api.md "Stream position"), the first frame of
+ * a stream opened without a last event id: a heartbeat with an id.  SSE
+ * "id: P\n\n" (no data: nothing dispatched, EventSource keeps P as its last
+ * event id); NDJSON/json-seq {"type":"heartbeat","id":"P"}.  frame_seq is P;
+ * never queued, so no id guard or coalescing ever sees it.
+ */
+frame *frame_position_new(uint64_t pos);
 frame *frame_reconnect_new(uint32_t retry_ms, const char *reason); /* slow_consumer|blocked|draining */
 frame *frame_complete_new(void);
 frame *frame_failure_new(int status, const char *title, const char *detail);
@@ -71,7 +79,7 @@ void frame_unref(frame *f);   /* NULL-safe; frees at zero */
 
 enum frame_type frame_type(const frame *f);
 bool frame_is_terminal(const frame *f);   /* reconnect, complete, failure */
-uint64_t frame_seq(const frame *f);       /* the id of an item or resync; 0 otherwise */
+uint64_t frame_seq(const frame *f);       /* the id of an item, resync or position; 0 otherwise */
 bool frame_is_signal(const frame *f);     /* an item without data */
 /* Items; NULL otherwise.  Not NUL-terminated; valid while a reference is held. */
 const char *frame_topic(const frame *f, size_t *len);

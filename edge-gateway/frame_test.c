@@ -87,6 +87,25 @@ t_heartbeat(void)
 	frame_unref(f);
 }
 
+/* The stream position: SSE is an id field alone (no event dispatched), the others a heartbeat with an id. */
+static void
+t_position(void)
+{
+	frame *f = frame_position_new(18446744073709551615u);
+	frame *z = frame_position_new(0);
+
+	CHECK_FMT(f, FRAME_SSE, "id: 18446744073709551615\n\n");
+	CHECK_FMT(f, FRAME_NDJSON, "{\"type\":\"heartbeat\",\"id\":\"18446744073709551615\"}\n");
+	CHECK_FMT(f, FRAME_JSONSEQ, "\x1e{\"type\":\"heartbeat\",\"id\":\"18446744073709551615\"}\n");
+	CHECK_FMT(z, FRAME_SSE, "id: 0\n\n");
+	CHECK_FMT(z, FRAME_NDJSON, "{\"type\":\"heartbeat\",\"id\":\"0\"}\n");
+	ST_CHECK(frame_type(f) == FRAME_HEARTBEAT);
+	ST_CHECK_EQ_U64(frame_seq(f), 18446744073709551615u);
+	ST_CHECK(!frame_is_terminal(f));
+	frame_unref(f);
+	frame_unref(z);
+}
+
 static void
 t_reconnect(void)
 {
@@ -232,6 +251,7 @@ main(void)
 	ST_RUN(t_signal);
 	ST_RUN(t_resync);
 	ST_RUN(t_heartbeat);
+	ST_RUN(t_position);
 	ST_RUN(t_reconnect);
 	ST_RUN(t_complete);
 	ST_RUN(t_failure);

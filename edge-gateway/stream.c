@@ -21,7 +21,7 @@
  *
  * Events and transitions:
  *
- *   admitted, live only ............................... -> LIVE
+ *   admitted, live only (the position written) ........ -> LIVE
  *   admitted, Last-Event-ID or until .................. -> CHECKING
  *   CHECKING  check answered (ok, cursor_expired,
  *             replay_cap: the response starts) ........ -> REPLAYING
@@ -971,10 +971,24 @@ stream_open(streams *ss, http_req *req, streamreq *rq, uint64_t exp_ms, const ui
 	streams_link(ss, &s->reg);
 	s->sub = hub_subscribe(s->env->hub, s, (const char *const *)s->topics, s->topic_lens, s->n_topics);
 	if (!s->has_after && !s->has_until) {
-		/* Live only: nothing to check, the first byte goes out now. */
+		/*
+		 * Live only: nothing to check, the first byte goes out now, and it
+		 * is the stream's position (docs/api.md "Stream position"): h0,
+		 * this loop's head when the stream joined the hub.  Every frame
+		 * the hub hands us from now on is newer than h0 (the sequencer
+		 * emits in seq order, and this loop learns a head only with or
+		 * after its frames), and a client cut before its first item
+		 * resumes with Last-Event-ID h0, whose replay covers (h0, D]: no
+		 * item on its topics is lost.  h0 is committed (the hub sees only
+		 * committed events, and a head without frames is a filled hole),
+		 * so that resume is never refused as beyond the head.  h0 counts
+		 * as the last id written: nothing at or below it goes out.
+		 */
 		stream_start_in(s, ST_LIVE);
 		stream_free_topics(s);
 		stream_start_response(s);
+		s->last_id = s->h0;
+		stream_write_frame(s, frame_position_new(s->h0));
 		return;
 	}
 	/* until without an id reads the retained history from its start. */

@@ -22,6 +22,10 @@ t0=$(date +%s)
 st_install "${ST_BUILD_PKGS[@]}" "${ST_DEPLOY_PKGS[@]}" chromium clang libclang-rt-14-dev valgrind
 st_need_cmd kubectl kubernetes-client
 st_need_cmd npm npm
+# TypeScript (clients/js devDependency, pinned by its package-lock.json) for
+# js_client_unit's tsc --noEmit --strict over the client's README examples.
+st_log "npm ci in clients/js"
+(cd "$ST_ROOT/clients/js" && npm ci --no-audit --no-fund)
 st_build "$ST_ROOT/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTUDIO_WERROR=ON
 # -O2 without -g finds warnings (format-truncation, maybe-uninitialized) that
 # the other builds do not; nothing runs from it.

@@ -814,10 +814,22 @@ def check_envelopes(c, fmt="sse"):
     errors."""
     errs = []
     last = None
+    seen = 0
     for f in c.frames:
         t = f["type"]
         env = f["env"]
         if t in ("comment",):
+            continue
+        seen += 1
+        if t == "heartbeat" and isinstance(env, dict) and "id" in env:
+            # The stream position (NDJSON/json-seq; SSE's "id: P" dispatches
+            # no frame): first, and the id every later one must exceed.
+            if seen != 1:
+                errs.append("stream position %r is not the first frame" % env)
+            if not isinstance(env["id"], str) or not env["id"].isdigit():
+                errs.append("stream position id %r is not a decimal string" % env["id"])
+            else:
+                last = int(env["id"])
             continue
         if t == "heartbeat" and env is None:
             if fmt != "sse":

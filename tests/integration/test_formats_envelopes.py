@@ -154,6 +154,33 @@ with harness.Env() as env:
     port2 = sc.edge_port(edge2)
 
     @t.case
+    def stream_position_each_format():
+        # A stream without a last id starts with its position P, the edge's
+        # head (contract: Stream position); a client cut before its first
+        # item resumes from P and gets everything published meanwhile.
+        head = sc.db_head(env.dsn)
+        want = {"sse": b"id: %d\n\n" % head, "ndjson": b'{"type":"heartbeat","id":"%d"}\n' % head,
+                "json-seq": b'\x1e{"type":"heartbeat","id":"%d"}\n' % head}
+        cs = {fmt: sc.StreamClient(port2, stream_path([TOPIC], fmt), keep_raw=True) for fmt in FORMATS}
+        sc.run_clients(cs.values(), 10, until=lambda: all(len(c.raw) >= len(want[f]) for f, c in cs.items()))
+        for fmt, c in cs.items():
+            c.close()
+            check_eq(bytes(c.raw[:len(want[fmt])]), want[fmt], "%s: the first bytes are the position" % fmt)
+            check_eq(errs_of(c, fmt), [], "%s envelopes" % fmt)
+            if fmt == "sse":
+                check_eq(c.parser.last_id, str(head), "sse: the event stream's last event id is P")
+                check_eq([f for f in c.frames if f["type"] not in ("heartbeat", "comment")], [],
+                         "sse: the position dispatches no event")
+            else:
+                check_eq(c.frames[0]["env"], {"type": "heartbeat", "id": str(head)}, "%s first envelope" % fmt)
+        new = sc.publish_batch(writer, events(TOPIC, 3))
+        for fmt in FORMATS:
+            c = sc.fetch(port2, stream_path([TOPIC], fmt, until="head"), timeout=15,
+                         headers={"Last-Event-ID": str(head)})
+            check_eq([int(f["env"]["id"]) for f in c.items()], new, "%s: resumed from P, every item" % fmt)
+            check_eq(c.outcome, "complete", "%s outcome" % fmt)
+
+    @t.case
     def negotiation_format_and_accept():
         cases = [({}, None, "sse"), ({"Accept": "*/*"}, None, "sse"),
                  ({"Accept": "text/event-stream"}, None, "sse"),

@@ -23,6 +23,20 @@ table's rows.
 - resync_calls_back_once: a last id 30 events back on an edge with
   --replay-cap 5 gives one `resync replay_cap`; the callback runs once and
   the live items after its id follow without a gap.
+- fresh_subscription_cut_before_first_item_loses_nothing (issue 22, 8):
+  clients without a last id open on an edge, which tells them its position
+  P (the fetch clients report it as their lastEventId; EventSource keeps it
+  to itself); the edge is SIGKILLed before any item, events are published
+  while it is down, it comes back on the same address: every client gets
+  every event after P.  A Node and a Chromium client whose onItem throws
+  once (6) and whose onOpen/onOutcome always throw (7) lose and repeat
+  nothing either.
+- stopped_edge_is_cut_by_the_headers_timeout (9): an edge SIGSTOPped
+  before the clients connect (the kernel accepts, nothing answers): each
+  client leaves `connecting` with outcome cut "no response headers".
+- complete_and_failure_end_for_good also has an EventSource client whose
+  last id is beyond the head: the GET is a 400 (a HEAD answered 200 and the
+  client looped), and onFailure gets the problem's detail.
 """
 
 import http.server
@@ -352,6 +366,7 @@ with harness.Env() as env:
         done = dict(topics=[TOPIC], lastEventId=start, until="head", observeMs=obs)
         bad = dict(topics=["no spaces allowed"], observeMs=obs)
         scope = dict(topics=["elsewhere/1"], observeMs=obs)
+        future = dict(topics=[TOPIC], lastEventId=sc.db_head(env.dsn) + 1000, observeMs=obs)
         nodes = [dict(done, name="node-complete", urls=u5, format="ndjson"),
                  dict(bad, name="node-400", urls=u5, format="ndjson"),
                  dict(scope, name="node-403", urls=u6, format="ndjson", tokenUrl=page.origin + "/token")]
@@ -359,6 +374,7 @@ with harness.Env() as env:
                     dict(done, name="chromium-es-complete", urls=u5, transport="eventsource"),
                     dict(bad, name="chromium-400", urls=u5, transport="fetch"),
                     dict(bad, name="chromium-es-400", urls=u5, transport="eventsource"),
+                    dict(future, name="chromium-es-future-400", urls=u5, transport="eventsource"),
                     dict(scope, name="chromium-403", urls=u6, transport="fetch", tokenUrl="/token")]
         cl = Clients(env, page, reports, nodes, browsers)
         try:
@@ -376,6 +392,9 @@ with harness.Env() as env:
             outs = reports.of(n, "outcome")
             if want == "failure":
                 check_eq(outs[-1]["status"], 403 if n.endswith("403") else 400, "%s failure status" % n)
+                if "future" in n:
+                    check_eq(outs[-1]["detail"], "Last-Event-ID is beyond the newest committed event",
+                             "%s: the problem document reached onFailure" % n)
             else:
                 check_ids_equal_rows(reports, n, rows, start)
         e5.stop()
@@ -407,6 +426,81 @@ with harness.Env() as env:
                 n, after, head))
             check_ids_equal_rows(reports, n, rows, after)
         e4.stop()
+
+    @t.case
+    def fresh_subscription_cut_before_first_item_loses_nothing():
+        e7 = edge()
+        head = start_after()
+        harness.wait_until(lambda: (sc.metric(sc.get_metrics(sc.edge_port(e7)), "studio_history_head") or 0) >= head,
+                           30, "the edge's history reached the database head %d" % head)
+        base = {"urls": [stream_url(e7)], "topics": [TOPIC]}
+        nodes = [dict(base, name="node-fresh", format="ndjson"),
+                 dict(base, name="node-fresh-throws", format="ndjson", throwOnce=3, throwAlways=True)]
+        browsers = [dict(base, name="chromium-fresh-fetch", format="sse", transport="fetch"),
+                    dict(base, name="chromium-fresh-throws", format="sse", transport="fetch", throwOnce=3,
+                         throwAlways=True),
+                    dict(base, name="chromium-fresh-eventsource", format="sse", transport="eventsource")]
+        cl = Clients(env, page, reports, nodes, browsers)
+        fetchers = [c["name"] for c in nodes + browsers if c.get("transport") != "eventsource"]
+        last = lambda n: [r["id"] for r in reports.of(n, "last")]  # noqa: E731
+        try:
+            cl.wait(lambda n: reports.of(n, "open"), 60, "every client open")
+            harness.wait_until(lambda: all(last(n) for n in fetchers), 30,
+                               "every fetch client holds a position", detail=cl.detail)
+            pos = {n: last(n)[0] for n in fetchers}
+            log("positions %s, database head %d" % (pos, head))
+            for n in fetchers:
+                check_eq(int(pos[n]), head, "%s: its lastEventId before any item is the position" % n)
+                check_eq(reports.ids(n), [], "%s: no item before the cut" % n)
+            e7.kill()
+            cl.wait(lambda n: reports.of(n, "outcome"), 60, "every client saw the cut")
+            sc.publish_batch(writer, [{"topic": TOPIC, "data": {"n": i}} for i in range(10)])
+            sc.publish_batch(writer, [{"topic": "js.other", "data": {"n": 0}}])
+            e7b = env.start_edge([writer], listen=e7.listen, cors_origins=page.origin, heartbeat_s=1)
+            e7b.wait_ready()
+            rows = sc.table_rows(env.dsn, [TOPIC], after=head)
+            cl.set_target(rows[-1][0])
+            cl.wait(lambda n: reports.end(n), 60, "every client reached the last row")
+        finally:
+            cl.close()
+        for n in cl.names:
+            check_ids_equal_rows(reports, n, rows, head)
+            opens = reports.of(n, "open")
+            check(len(opens) >= 1, "%s opened" % n)
+        for n in ("node-fresh-throws", "chromium-fresh-throws"):
+            errs = [(r["callback"]) for r in reports.of(n, "error")]
+            check_eq(errs.count("onItem"), 1, "%s: onItem threw once, reported: %s" % (n, errs[:6]))
+            check("onOutcome" in errs and "onOpen" in errs, "%s: onOpen/onOutcome errors reported" % n)
+            kinds = [r["kind"] for r in reports.of(n, "outcome")]
+            check("callback" in kinds, "%s: the throw ended a connection: %s" % (n, kinds))
+        e7b.stop()
+
+    @t.case
+    def stopped_edge_is_cut_by_the_headers_timeout():
+        e8 = edge()
+        e8.signal(signal.SIGSTOP)
+        limit = 1500
+        base = {"urls": [stream_url(e8)], "topics": [TOPIC], "connectTimeoutMs": limit}
+        cl = Clients(env, page, reports, [dict(base, name="node-stopped", format="ndjson")],
+                     [dict(base, name="chromium-stopped-fetch", transport="fetch"),
+                      dict(base, name="chromium-stopped-es", transport="eventsource")])
+        t0 = time.monotonic()
+        cut = lambda n: [r for r in reports.of(n, "outcome")  # noqa: E731
+                         if r["kind"] == "cut" and "no response headers" in (r["error"] or "")]
+        try:
+            cl.wait(lambda n: cut(n), 60, "every client cut by its headers timeout")
+            took = time.monotonic() - t0
+            # Read while the edge is still stopped: after SIGCONT they open.
+            opened = {n: reports.of(n, "open") for n in cl.names}
+        finally:
+            e8.signal(signal.SIGCONT)
+            cl.close()
+        for n in cl.names:
+            check_eq(cut(n)[0]["error"], "no response headers within %d ms" % limit, "%s outcome" % n)
+            check_eq(opened[n], [], "%s never opened while the edge was stopped" % n)
+        log("FIGURE js headers timeout %d ms: every client cut within %.1f s of starting "
+            "(Chromium start included)" % (limit, took))
+        e8.stop()
 
     try:
         t.main()

@@ -214,6 +214,22 @@ dispatch(struct stream *s)
 	char type[32], reason[32];
 
 	if (s->data.len == 0) {
+		/*
+		 * An id without data: the stream position (docs/api.md), the
+		 * first thing a stream without Last-Event-ID sends.  Every item
+		 * after it must be above it.
+		 */
+		if (s->has_id) {
+			char *end;
+			uint64_t id = strtoull(s->id, &end, 10);
+
+			if (*end != '\0' || end == s->id)
+				s->parse_error++;
+			else if (s->last_id != 0 && id <= s->last_id)
+				s->regressions++;
+			else
+				s->last_id = id;
+		}
 		s->event[0] = '\0';
 		s->has_id = 0;
 		return;

@@ -13,6 +13,11 @@ export const BACKOFF_DEFAULTS = Object.freeze({ baseMs: 500, capMs: 30000 });
 // a retry_ms of 0 must not become a loop.
 export const RECONNECT_FLOOR_MS = 100;
 
+// The longest wait a `reconnect` envelope can ask for: a broken or hostile
+// hint (retry_ms of a day) must not park a client for good.  The edge's own
+// hints stay far below it (a drain spreads over its grace, 25 s by default).
+export const RECONNECT_CAP_MS = 120000;
+
 // attempt 1 is the first retry after a failed or cut connection.
 export function backoffDelay(attempt, random, baseMs = BACKOFF_DEFAULTS.baseMs, capMs = BACKOFF_DEFAULTS.capMs) {
   const n = Math.max(1, Math.min(attempt, 30));
@@ -22,9 +27,10 @@ export function backoffDelay(attempt, random, baseMs = BACKOFF_DEFAULTS.baseMs, 
 
 // The wait asked for by a `reconnect` envelope: retry_ms spread by +-25 %
 // (the edge already spreads its hints when it drains; this spreads clients
-// that were told the same number), never below RECONNECT_FLOOR_MS.
+// that were told the same number), never below RECONNECT_FLOOR_MS, never
+// above RECONNECT_CAP_MS.
 export function reconnectDelay(retryMs, random) {
-  const base = Number.isFinite(retryMs) ? retryMs : 0;
+  const base = Number.isFinite(retryMs) ? Math.min(Math.max(retryMs, 0), RECONNECT_CAP_MS / 1.25) : 0;
   return Math.max(RECONNECT_FLOOR_MS, Math.round(base * (0.75 + random * 0.5)));
 }
 

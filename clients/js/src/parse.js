@@ -9,7 +9,10 @@
 //
 // push(text) returns the parsed events in order: {kind: "envelope", value}
 // for each JSON envelope, {kind: "beat"} for an SSE comment (the edge's
-// heartbeat) so the caller can reset its idle timer.  A frame that is not JSON
+// heartbeat) so the caller can reset its idle timer, and {kind: "beat", id}
+// for an SSE event with an id and no data (the edge's stream position,
+// "id: P" then an empty line: EventSource dispatches nothing for it, but
+// keeps P as its last event id, and so does this client).  A frame that is not JSON
 // throws BadFrame: the connection is broken, the caller reconnects.
 
 export class FrameTooLarge extends Error {
@@ -47,6 +50,7 @@ class SseParser {
     this.max = maxFrameChars;
     this.buf = "";
     this.data = null; // data lines of the event being read, joined
+    this.id = null; // the id field of the event being read
     this.skipLf = false; // the previous chunk ended in CR: a leading LF belongs to it
   }
 
@@ -82,7 +86,9 @@ class SseParser {
   line(line, out) {
     if (line === "") {
       if (this.data !== null) out.push(envelope(this.data));
+      else if (this.id !== null) out.push({ kind: "beat", id: this.id });
       this.data = null;
+      this.id = null;
       return;
     }
     if (line.charCodeAt(0) === 58) {
@@ -91,9 +97,13 @@ class SseParser {
     }
     const colon = line.indexOf(":");
     const field = colon < 0 ? line : line.slice(0, colon);
-    if (field !== "data") return; // id, event, retry: the envelope says it all
     let value = colon < 0 ? "" : line.slice(colon + 1);
     if (value.charCodeAt(0) === 32) value = value.slice(1);
+    if (field === "id") {
+      if (!value.includes("\0")) this.id = value.slice(0, 40); // an id is a decimal seq
+      return;
+    }
+    if (field !== "data") return; // event, retry: the envelope says it all
     this.data = this.data === null ? value : this.data + "\n" + value;
     if (this.data.length > this.max) throw new FrameTooLarge(this.max);
   }

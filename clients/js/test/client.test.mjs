@@ -9,7 +9,7 @@ import { subscribe } from "../src/index.js";
 const item = (id) => JSON.stringify({ type: "item", id: String(id), topic: "t", about: [], data: { n: id } }) + "\n";
 const env = (o) => JSON.stringify(o) + "\n";
 
-async function scripted(handlers) {
+export async function scripted(handlers) {
   const seen = [];
   const server = http.createServer((req, res) => {
     seen.push({ url: req.url, lastEventId: req.headers["last-event-id"] ?? null,
@@ -54,7 +54,7 @@ test("complete ends the subscription: one connection, no timer left", async () =
   assert.deepEqual(got.items, [1, 2]);
   assert.equal(got.completes, 1);
   assert.equal(s.state, "closed");
-  assert.equal(s._timer, null, "no reconnection scheduled");
+  assert.equal(s.outcome.kind, "complete");
   assert.equal(srv.seen.length, 1);
   assert.equal(srv.seen[0].accept, "application/x-ndjson");
   assert.match(srv.seen[0].url, /topic=t&format=ndjson$/);
@@ -161,6 +161,7 @@ test("close() stops a waiting client: no further request", async () => {
   while (s.state !== "waiting") await new Promise((r) => setTimeout(r, 5));
   s.close();
   assert.deepEqual(await s.done, { kind: "closed" });
+  assert.deepEqual(s.outcome, { kind: "closed" }, "outcome after close()");
   srv.close();
   assert.equal(srv.seen.length, 1);
 });

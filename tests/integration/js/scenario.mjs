@@ -3,7 +3,9 @@
 // saw to the Python test (test_js_client.py) through `report(obj)`.
 //
 // cfg: {name, urls, topics, lastEventId, until, format, transport,
-//       tokenUrl, withCredentials, observeMs}
+//       tokenUrl, withCredentials, observeMs, connectTimeoutMs,
+//       throwOnce (onItem throws once, on its n-th call), throwAlways
+//       (onOpen and onOutcome throw after reporting)}
 // host: {report(obj), target(): Promise<number|null>, fetch}
 //
 // It runs until the subscription ends by itself (complete, failure) or the
@@ -16,8 +18,13 @@ export async function runScenario(mod, cfg, host) {
     if (batch.length) host.report({ name: cfg.name, ev: "items", ids: batch });
     batch = [];
   };
+  let calls = 0;
+  const boom = (what) => {
+    if (cfg.throwAlways) throw new Error(`${what} throws (test)`);
+  };
   const opts = {
     url: cfg.urls,
+    connectTimeoutMs: cfg.connectTimeoutMs,
     topics: cfg.topics,
     lastEventId: cfg.lastEventId ?? null,
     until: cfg.until ?? undefined,
@@ -25,16 +32,25 @@ export async function runScenario(mod, cfg, host) {
     transport: cfg.transport || "auto",
     withCredentials: !!cfg.withCredentials,
     backoff: { baseMs: 200, capMs: 2000 },
-    onItem: (i) => batch.push(Number(i.id)),
+    onItem: (i) => {
+      if (++calls === cfg.throwOnce) throw new Error(`onItem throws once, at ${i.id} (test)`);
+      batch.push(Number(i.id));
+    },
+    onError: (e, info) => host.report({ name: cfg.name, ev: "error", callback: info.callback, error: String(e) }),
     onResync: (id, reason) => {
       flush();
       host.report({ name: cfg.name, ev: "resync", id, reason });
     },
-    onOpen: (o) => host.report({ name: cfg.name, ev: "open", url: o.url, lastEventId: o.lastEventId }),
+    onOpen: (o) => {
+      host.report({ name: cfg.name, ev: "open", url: o.url, lastEventId: o.lastEventId });
+      boom("onOpen");
+    },
     onOutcome: (o) => {
       flush();
       host.report({ name: cfg.name, ev: "outcome", kind: o.kind, reason: o.reason ?? null,
-        status: o.status ?? null, title: (o.problem && o.problem.title) || null, error: o.error ?? null });
+        status: o.status ?? null, title: (o.problem && o.problem.title) || null,
+        detail: (o.problem && o.problem.detail) || null, error: o.error ?? null });
+      boom("onOutcome");
     },
   };
   if (cfg.tokenUrl) {
@@ -44,7 +60,15 @@ export async function runScenario(mod, cfg, host) {
     };
   }
   const s = mod.subscribe(opts);
-  const ticker = setInterval(flush, 100);
+  // lastEventId as it moves (the stream position shows here before any item).
+  let told = s.lastEventId;
+  const ticker = setInterval(() => {
+    flush();
+    if (s.lastEventId !== told) {
+      told = s.lastEventId;
+      host.report({ name: cfg.name, ev: "last", id: told, state: s.state });
+    }
+  }, 100);
   let why = null;
   const reached = (async () => {
     while (why === null) {
