@@ -95,18 +95,27 @@
 #include "subq.h"
 
 #define STREAM_REPLAY_CHUNK 1000
-/* Queued frames at which delivery writes to the connection before the batch ends. */
+/*
+ * Queued frames or bytes at which delivery writes to the connection (and
+ * looks whether the stream is behind) before the batch ends.  Bytes too:
+ * five frames of 200 KB fill ADR-0197's 1 MiB long before 64 frames queue.
+ */
 #define STREAM_PUMP_AT 64
+#define STREAM_PUMP_BYTES (64u * 1024)
 /*
  * Flow control (see streams_backpressure): a live stream is "behind" with
- * this much queued, caught up again under STREAM_CAUGHT_UP frames; it holds
- * the edge's intake back only while its socket keeps taking bytes (none for
+ * this much queued (frames or bytes, whichever comes first), caught up again
+ * under STREAM_CAUGHT_UP frames and STREAM_CAUGHT_UP_BYTES; it holds the
+ * edge's intake back only while its socket keeps taking bytes (none for
  * STREAM_STALL_MS: stalled, no longer honoured).  The registry bounds how
- * long one stream may hold it.
+ * long one stream may hold it.  Lag is judged in bytes as well as frames
+ * because ADR-0197's queue bound is both: a stream of large frames is at
+ * its 1 MiB with a handful of them queued.
  */
 #define STREAM_BEHIND_FRAMES 256
 #define STREAM_BEHIND_BYTES (256u * 1024)
 #define STREAM_CAUGHT_UP 64
+#define STREAM_CAUGHT_UP_BYTES (64u * 1024)
 #define STREAM_STALL_MS 50
 
 
@@ -414,7 +423,8 @@ stream_burst_queued(const stream *s)
 bool
 stream_holds_intake(const stream *s, uint64_t now)
 {
-	return stream_is_live(s) && s->hs != NULL && subq_count(s->q) >= STREAM_CAUGHT_UP &&
+	return stream_is_live(s) && s->hs != NULL &&
+	       (subq_count(s->q) >= STREAM_CAUGHT_UP || subq_bytes(s->q) >= STREAM_CAUGHT_UP_BYTES) &&
 	       http_stream_blocked_ms(s->hs, now) <= STREAM_STALL_MS;
 }
 
@@ -466,7 +476,7 @@ stream_hub_deliver(void *arg, frame *f)
 		}
 		stream_push_live(s, f);
 		/* A message carries many frames: write as they come, not only at the batch's end. */
-		if (subq_count(s->q) >= STREAM_PUMP_AT) {
+		if (subq_count(s->q) >= STREAM_PUMP_AT || subq_bytes(s->q) >= STREAM_PUMP_BYTES) {
 			stream_pump(s);
 			streams_behind_check(s->ss, &s->reg);
 		}

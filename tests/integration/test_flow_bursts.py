@@ -1,0 +1,170 @@
+"""Flow control for bursts of large frames (issue 21, items 5 and 6;
+docs/edge.md "Flow control", docs/architecture.md "Flow control").
+
+5. A fast reader of large frames is not overflowed.  The behind check ran
+   only once 64 frames were queued, so 60 events of 200 KB each (one
+   published message each; 5 of them fill the 1 MiB queue of ADR-0197) to a
+   client reading 6 MB/s gave `resync overflow`, where 12,000 events of
+   1 KB paused the intake and lost nothing.  Lag is now judged in bytes as
+   well as frames: the client gets every event, no resync.
+
+6. /readyz does not flap while the edge pauses its own intake.  The
+   writers-fresh rule (a tick or batch within 3 flush intervals) looked at
+   the last message read, and a pause reads nothing: at --flush-interval-ms
+   20 a pause over 60 ms made /readyz answer 503 and refused new streams
+   as not_ready.  A pause of the edge's own is not a stale writer: /readyz,
+   polled all through bursts that make the edge pause, answers 200 every
+   time, and the pause counter shows the bursts did pause the intake.  (A
+   second, idle writer keeps ticking: the bursting one is silent while it
+   inserts 12 MB, which is a real silence, not the edge's.)
+
+Runs with --threads 1 and (it_threads_flow_bursts) --threads 2.
+"""
+
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import check, check_eq, log  # noqa: E402
+import sse_client as sc  # noqa: E402
+
+t = harness.Tests()
+THREADS = int(os.environ.get("STUDIO_THREADS", "1") or 1)
+N_LARGE = 60
+LARGE = 200 * 1000          # bytes of data per event (the report: 60 x 200 KB)
+RATE = 6 * 1000 * 1000      # the reader's pace, bytes per second (the report: 6 MB/s)
+FLUSH_MS = 20               # the report's --flush-interval-ms
+READY_RATE = int(os.environ.get("FB_READY_RATE", str(RATE)))
+READY_RCVBUF = int(os.environ.get("FB_READY_RCVBUF", "65536"))   # kernel buffers do not absorb the burst: longer pauses
+
+
+def large_events(topic, n, start=0):
+    # about 200 KB of JSON text each: {"i":N,"p":"xxx..."}
+    return [{"topic": topic, "about": ["a"], "data": '{"i":%d,"p":"%s"}' % (start + i, "x" * (LARGE - 20))}
+            for i in range(n)]
+
+
+def metrics(port):
+    m = sc.get_metrics(port)
+    return {"paused": sc.metric(m, "studio_edge_intake_paused_ms_total") or 0,
+            "overflow": sc.metric(m, "studio_sse_dropped_total", reason="overflow") or 0}
+
+
+def burst_to_paced_reader(writer, port, topic, start, rate=RATE, rcvbuf=None):
+    """Publishes N_LARGE x 200 KB in one request while a client reads topic at rate (B/s); returns
+    (client, seqs, seconds until the client had the last one)."""
+    c = sc.StreamClient(port, "/v1/stream?topic=%s" % topic, read_rate=rate, rcvbuf=rcvbuf, name="paced")
+    if not sc.run_clients([c], 30, until=lambda: c.status is not None):
+        raise harness.TestFailure("the paced client got no headers: %s %s" % (c.outcome, c.error))
+    check_eq(c.status, 200, "the paced client's status")
+    out = {}
+
+    def pub():
+        try:
+            out["seqs"] = sc.publish_batch(writer, large_events(topic, N_LARGE, start))
+        except Exception as e:  # reported below
+            out["error"] = repr(e)
+    p = threading.Thread(target=pub, daemon=True)
+    t0 = time.monotonic()
+    p.start()
+    # 12 MB at 6 MB/s is 2 s; wait generously (the machine is busy)
+    sc.run_clients([c], 120, until=lambda: (not p.is_alive() and "seqs" in out and
+                                            (c.last_id or 0) >= out["seqs"][-1]) or c.done
+                   or c.of_type("resync"))
+    took = time.monotonic() - t0
+    p.join(60)
+    check("error" not in out, "publisher: %s" % out.get("error"))
+    return c, out.get("seqs", []), took
+
+
+@t.case
+def large_frames_to_a_fast_reader_do_not_overflow():
+    with harness.Env() as env:
+        writer = env.start_writer(flush_interval_ms=50)
+        writer.wait_ready()
+        edge = env.start_edge([writer], flush_interval_ms=50, threads=THREADS)
+        edge.wait_ready()
+        port = sc.edge_port(edge)
+        m0 = metrics(port)
+        c, seqs, took = burst_to_paced_reader(writer, port, "fb.large", 0)
+        m1 = metrics(port)
+        resyncs = [f["env"] for f in c.of_type("resync")]
+        got = c.ids()
+        c.close()
+        log("FIGURE large_burst threads=%d events=%d x %d B reader=%d B/s took_s=%.2f items=%d resyncs=%s "
+            "intake_paused_ms=%d dropped_overflow=%d"
+            % (THREADS, N_LARGE, LARGE, RATE, took, len(got), resyncs, m1["paused"] - m0["paused"],
+               m1["overflow"] - m0["overflow"]))
+        check_eq(resyncs, [], "the 6 MB/s reader of 60 x 200 KB got no resync")
+        check_eq(c.outcome, "client_closed", "the stream was still open (%s)" % c.error)
+        check_eq(got, seqs, "the reader got every event, in order")
+        check_eq(m1["overflow"] - m0["overflow"], 0, "frames dropped for overflow")
+        check(m1["paused"] > m0["paused"], "the intake paused for the burst (%d ms)" % (m1["paused"] - m0["paused"]))
+        check_eq(edge.stop(), 0, "edge exit status")
+
+
+class ReadyPoller(threading.Thread):
+    """GET /readyz back to back; counts answers by status."""
+
+    def __init__(self, port):
+        super().__init__(daemon=True)
+        self.port = port
+        self.halt = threading.Event()
+        self.status = {}
+        self.first_bad = None
+
+    def run(self):
+        while not self.halt.is_set():
+            r = sc.fetch(self.port, "/readyz", timeout=5)
+            key = r.status if r.status is not None else (r.outcome or "none")
+            self.status[key] = self.status.get(key, 0) + 1
+            if key != 200 and self.first_bad is None:
+                self.first_bad = (key, bytes(r.raw)[:200])
+            time.sleep(0.002)
+
+
+@t.case
+def readyz_stays_200_while_the_edge_pauses_its_intake():
+    with harness.Env() as env:
+        # The bursts go to one writer; a second one only ticks.  A writer
+        # inserting 12 MB sends no tick while it does (its own, real,
+        # silence), so the idle one's ticks are what keeps the rule met,
+        # and only the edge's pause can hold them back.
+        writer = env.start_writer(flush_interval_ms=FLUSH_MS)
+        idle = env.start_writer(flush_interval_ms=FLUSH_MS)
+        writer.wait_ready()
+        idle.wait_ready()
+        edge = env.start_edge([writer, idle], flush_interval_ms=FLUSH_MS, threads=THREADS)
+        edge.wait_ready()
+        port = sc.edge_port(edge)
+        m0 = metrics(port)
+        poll = ReadyPoller(port)
+        poll.start()
+        harness.wait_until(lambda: sum(poll.status.values()) >= 5, 30, "/readyz polled")
+        rounds = []
+        try:
+            for k in range(3):
+                c, seqs, took = burst_to_paced_reader(writer, port, "fb.ready%d" % k, k * N_LARGE,
+                                                      rate=READY_RATE, rcvbuf=READY_RCVBUF)
+                rounds.append((len(c.ids()), len(seqs), round(took, 2)))
+                c.close()
+        finally:
+            poll.halt.set()
+            poll.join(30)
+        m1 = metrics(port)
+        paused = m1["paused"] - m0["paused"]
+        polls = sum(poll.status.values())
+        log("FIGURE readyz_during_pauses threads=%d flush_ms=%d rounds(items,events,s)=%s intake_paused_ms=%d "
+            "readyz=%s first_bad=%r" % (THREADS, FLUSH_MS, rounds, paused, poll.status, poll.first_bad))
+        check(paused >= 3 * FLUSH_MS, "precondition: the bursts paused the intake longer than 3 flush intervals "
+              "(%d ms, want >= %d)" % (paused, 3 * FLUSH_MS))
+        check(polls >= 20, "precondition: /readyz polled during the bursts (%d times)" % polls)
+        check_eq({k: v for k, v in poll.status.items() if k != 200}, {},
+                 "/readyz answers other than 200 while the edge paused its own intake (of %d polls)" % polls)
+        check_eq(edge.stop(), 0, "edge exit status")
+
+
+t.main()
