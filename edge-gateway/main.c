@@ -374,7 +374,8 @@ http_cb(http_req *req, fanout_worker *w, void *arg)
 		return;
 	}
 	if (!st_ops_refuse_method(req))
-		streams_handle(fanout_worker_streams(w), req, edge_ready(c.e, w, &why));
+		streams_handle(fanout_worker_streams(w), req, edge_ready(c.e, w, &why),
+		               atomic_load(&c.e->draining_flag));
 }
 
 /* ---- drain, control, signals ------------------------------------------ */
