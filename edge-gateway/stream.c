@@ -146,6 +146,7 @@ struct stream {
 	uint64_t h0;             /* hub head when registered */
 	uint64_t d;              /* database head of the replay snapshot */
 	uint64_t seam;           /* live: items at or below it were covered at release (overlap) */
+	uint64_t check_held;     /* items put in the hold while CHECKING (bounds what a hold overflow adds) */
 	uint32_t fetch_limit;    /* rows asked of the next replay chunk */
 	uint64_t cursor;         /* last seq the replay fetched */
 	uint64_t last_id;        /* last id written (items and resyncs) */
@@ -459,6 +460,8 @@ stream_hub_deliver(void *arg, frame *f)
 			st_counter_inc(s->env->m_seam_overlap);
 			break;
 		}
+		if (s->state == ST_CHECKING && frame_type(f) == FRAME_ITEM)
+			s->check_held++;
 		(void)subq_push(s->hold, f, 0);
 		break;
 	case ST_LIVE:
@@ -864,20 +867,31 @@ stream_release(stream *s)
  *    commit order is seq order), so the replay reads them too: its bound
  *    becomes the newest seq dropped, and every frame held after that
  *    overflow is newer.  This adds only what arrived during the check.
+ *    That raise is bounded by --replay-cap like the rest: the events it adds
+ *    are at most the items held while checking and at most the seqs
+ *    between (neither is exact, the database was not asked), and when
+ *    count plus that bound passes the cap the answer is resync replay_cap
+ *    at the new d instead of a replay (returns false), as a check that
+ *    counted them would have said.  So a replay never sends more than the
+ *    cap; at worst a resume that would just have fitted gets the resync.
  * A hold that overflows during the replay itself is ADR-0197's case (the
  * client reads slower than the live traffic): resync at release.
  */
-static void
-stream_hold_settle(stream *s)
+static bool
+stream_hold_settle(stream *s, uint64_t count)
 {
+	uint64_t added;
 	frame *f;
 
 	while ((f = subq_peek(s->hold)) != NULL && frame_type(f) == FRAME_ITEM && frame_seq(f) <= s->d) {
 		st_counter_inc(s->env->m_seam_overlap);
 		frame_unref(subq_pop(s->hold));
 	}
-	if (subq_hold_overflowed(s->hold) && subq_overflow_seq(s->hold) > s->d)
-		s->d = subq_overflow_seq(s->hold);
+	if (!subq_hold_overflowed(s->hold) || subq_overflow_seq(s->hold) <= s->d)
+		return true;
+	added = ST_MIN(subq_overflow_seq(s->hold) - s->d, s->check_held);
+	s->d = subq_overflow_seq(s->hold);
+	return count + added <= s->env->replay_cap;
 }
 
 /* CHECKING -> REPLAYING (the response starts), or the end before the first byte. */
@@ -924,8 +938,16 @@ on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
 		stream_pump(s);
 		return;
 	}
+	if (!stream_hold_settle(s, count)) {
+		/* The hold overflowed while checking: what it dropped would take the replay past the cap. */
+		st_counter_inc(s->env->m_replay[RR_CAP]);
+		stream_write_frame(s, frame_resync_new(s->d, "replay_cap"));
+		s->chunk_done = true;
+		stream_goto(s, ST_REPLAYING);
+		stream_pump(s);
+		return;
+	}
 	st_counter_inc(s->env->m_replay[RR_OK]);
-	stream_hold_settle(s);
 	stream_goto(s, ST_REPLAYING);
 	s->chunk_done = (count == 0 && s->d == d);
 	stream_pump(s);
