@@ -18,8 +18,10 @@
  * Readiness (/readyz, answered by whichever worker accepted the
  * connection): main's pool has a connection and so has the worker's, the
  * worker's registry knows the head, a writer's tick or batch arrived within
- * three flush intervals, and the edge is not draining.  What main owns
- * (database up, draining, last message time) is read through atomics.
+ * three flush intervals (read, or waiting unread in nng's queue: the edge's
+ * own pauses are not a stale writer), and the edge is not draining.  What
+ * main owns (database up, draining, last message time) is read through
+ * atomics; the queue through a poll of its descriptor.
  * Liveness (/healthz) is just "the loop answers".
  *
  * Flow control: a pause asked by the workers (fanout_flow_look) is granted
@@ -91,8 +93,7 @@ struct edge {
 	flow_budget *flow;         /* the pause budget of the intake (flow.h) */
 	bool held;                 /* the intake is paused (the last flow decision) */
 	uint64_t paused_exported;  /* flow_budget_paused_ms already counted */
-	_Atomic uint64_t last_msg_ms; /* monotonic ms of the last batch or tick, 0 = never; moved on by our own pauses */
-	_Atomic uint64_t held_since_ms; /* monotonic ms the intake pause began, 0 = not paused */
+	_Atomic uint64_t last_msg_ms; /* monotonic ms of the last batch or tick read, 0 = never */
 	atomic_bool db_up;         /* main's pool is up (updated on the tick); read by every loop */
 	atomic_bool draining_flag; /* set once by main; read by every loop */
 	bool draining;
@@ -169,33 +170,6 @@ on_pub(void *arg, const void *data, size_t len)
 }
 
 /*
- * The writers-fresh rule (edge_writers_fresh) must not count the edge's own
- * pause as a writer gone quiet: while the intake is held nothing is read,
- * though the writers' ticks wait in nng's queue.  So the pause is kept out
- * of the reckoning: while held, freshness is judged as of the pause's start,
- * and at its end the last message's time moves on by the pause's length
- * (the ticks that waited are read right after).  Stored before the pause
- * mark is cleared, so a reader on another loop that sees "not held" sees
- * the moved time (seq_cst).
- */
-static void
-edge_held_mark(edge *e, bool held)
-{
-	uint64_t now = st_clock_now(st_clock_system());
-	uint64_t since, last;
-
-	if (held) {
-		atomic_store(&e->held_since_ms, now ? now : 1);
-		return;
-	}
-	since = atomic_load(&e->held_since_ms);
-	last = atomic_load(&e->last_msg_ms);
-	if (since != 0 && last != 0 && now > since)
-		atomic_store(&e->last_msg_ms, last + (now - since));
-	atomic_store(&e->held_since_ms, 0);
-}
-
-/*
  * Flow control: while a stream catches up on a burst, published messages
  * wait in nng's queue; re-checked every FANOUT_FLOW_MS while paused.  What
  * the streams (and the workers behind on fan-out) ask for is granted under
@@ -208,14 +182,11 @@ static void
 edge_flow_check(edge *e)
 {
 	struct timeval tv = st_timeval_ms(FANOUT_FLOW_MS);
-	bool want, must, was;
+	bool want, must;
 	uint64_t paused;
 
 	fanout_flow_look(e->fan, &want, &must);
-	was = e->held;
 	e->held = flow_budget_decide(e->flow, want, must);
-	if (e->held != was)
-		edge_held_mark(e, e->held);
 	if (!e->held)
 		fanout_flow_settled(e->fan);
 	sub_pause(e->sub, e->held);
@@ -307,18 +278,23 @@ head_retry_cb(evutil_socket_t fd, short what, void *arg)
 /* ---- HTTP ------------------------------------------------------------- */
 
 /*
- * A writer's tick or batch arrived within three flush intervals, not
- * counting the time the edge itself held its intake (edge_held_mark): a
- * pause of our own is not a stale writer.  Any thread.
+ * A writer's tick or batch arrived within three flush intervals.  Arrived,
+ * not read: while the edge pauses its intake (flow control) or is still
+ * reading a burst, the writers' ticks wait in nng's queue behind it, and a
+ * delay of our own is not a stale writer.  So a message waiting to be read
+ * counts as fresh; a writer that went quiet leaves nothing waiting.  (A
+ * rule that only looked at the last message read made /readyz flap during
+ * every pause at --flush-interval-ms 20.)  Any thread.
  */
 static bool
 edge_writers_fresh(edge *e)
 {
-	uint64_t since = atomic_load(&e->held_since_ms);
+	uint64_t now = st_clock_now(st_clock_system());
 	uint64_t last = atomic_load(&e->last_msg_ms);
-	uint64_t now = since != 0 ? since : st_clock_now(st_clock_system());
 
-	return last != 0 && (last >= now || now - last <= 3 * e->flush_interval_ms);
+	if (last != 0 && now - last <= 3 * e->flush_interval_ms)
+		return true;
+	return last != 0 && e->sub != NULL && sub_msg_waiting(e->sub);
 }
 
 /* On w's loop.  What main owns is read through atomics. */

@@ -27,6 +27,7 @@
 #include "sub.h"
 
 #include <arpa/inet.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -81,6 +82,7 @@ struct sub {
 	st_resolver *res;        /* NULL: no DNS URL */
 	struct event *ev_resolve; /* every SUB_RESOLVE_MS: resolve again */
 	bool paused;
+	int recv_fd;             /* NNG_OPT_RECVFD: readable while a message is queued; never read */
 
 	atomic_ullong received;
 	atomic_ullong errors;
@@ -362,6 +364,7 @@ sub_new(struct event_base *base, const char *const *urls, size_t n, sub_fn fn, v
 	    (rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, pipe_cb, s)) != 0 ||
 	    (rv = nng_socket_get_int(s->sock, NNG_OPT_RECVFD, &fd)) != 0)
 		goto nng_fail;
+	s->recv_fd = fd;
 	s->ev = event_new(base, fd, EV_READ | EV_PERSIST, on_recv, s);
 	if (s->ev == NULL || event_add(s->ev, NULL) != 0) {
 		st_error("sub: libevent failed");
@@ -443,6 +446,14 @@ bool
 sub_paused(const sub *s)
 {
 	return s->paused;
+}
+
+bool
+sub_msg_waiting(const sub *s)
+{
+	struct pollfd p = { .fd = s->recv_fd, .events = POLLIN };
+
+	return s->ev != NULL && poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
 }
 
 size_t

@@ -76,6 +76,12 @@ void sub_free(sub *s);
  */
 void sub_pause(sub *s, bool paused);
 bool sub_paused(const sub *s);
+/*
+ * A published message is queued in nng, not read yet (the edge paused its
+ * intake, or is still reading a burst ahead of it).  A poll of the receive
+ * descriptor, which is never read.  Any thread, while s lives.
+ */
+bool sub_msg_waiting(const sub *s);
 size_t sub_url_pipes(const sub *s, size_t i);
 size_t sub_pipes(const sub *s);
 /* Messages received, and receive errors other than EAGAIN. */
