@@ -78,11 +78,11 @@ struct sub {
 	void *arg;
 	url *urls;
 	size_t n;
-	slot *slots; /* n * SUB_MAX_ADDRS */
-	st_resolver *res;        /* NULL: no DNS URL */
-	struct event *ev_resolve; /* every SUB_RESOLVE_MS: resolve again */
+	slot *slots;              /* n * SUB_MAX_ADDRS */
+	st_resolver *res;         /* owned; NULL: no DNS URL */
+	struct event *ev_resolve; /* owned: every SUB_RESOLVE_MS, resolve again */
 	bool paused;
-	int recv_fd;             /* NNG_OPT_RECVFD: readable while a message is queued; never read */
+	int recv_fd;              /* NNG_OPT_RECVFD: readable while a message is queued; never read */
 
 	atomic_ullong received;
 	atomic_ullong errors;
