@@ -41,6 +41,7 @@ typedef struct hub {
 
 struct st_resolver {
 	hub *h;
+	size_t max_addrs;    /* distinct addresses kept per name */
 };
 
 struct st_resolve_req {
@@ -49,6 +50,7 @@ struct st_resolve_req {
 	void *arg;
 	bool cancelled;                          /* loop only */
 	size_t n;
+	size_t max_addrs;                        /* set before the thread starts */
 	char *names[ST_RESOLVE_MAX_NAMES];       /* thread reads, loop frees */
 	char *addrs[ST_RESOLVE_MAX_NAMES];       /* thread writes */
 	char err[160];                           /* thread writes */
@@ -99,7 +101,7 @@ on_answer(void *item, void *arg)
 
 /* Resolves one name into a comma-separated list of distinct numeric addresses. */
 static char *
-resolve_one(const char *name, char *err, size_t errlen)
+resolve_one(const char *name, size_t max, char *err, size_t errlen)
 {
 	struct addrinfo hints, *res = NULL;
 	char *out;
@@ -114,8 +116,8 @@ resolve_one(const char *name, char *err, size_t errlen)
 			snprintf(err, errlen, "cannot resolve %s: %s", name, gai_strerror(rc));
 		return NULL;
 	}
-	out = st_xcalloc(ST_RESOLVE_MAX_ADDRS, ADDR_TEXT);
-	for (struct addrinfo *ai = res; ai != NULL && n < ST_RESOLVE_MAX_ADDRS; ai = ai->ai_next) {
+	out = st_xcalloc(max, ADDR_TEXT);
+	for (struct addrinfo *ai = res; ai != NULL && n < max; ai = ai->ai_next) {
 		char text[ADDR_TEXT];
 
 		if (getnameinfo(ai->ai_addr, ai->ai_addrlen, text, sizeof(text), NULL, 0, NI_NUMERICHOST) != 0)
@@ -129,7 +131,7 @@ resolve_one(const char *name, char *err, size_t errlen)
 		}
 		if (seen)
 			continue;
-		len += (size_t)snprintf(out + len, ST_RESOLVE_MAX_ADDRS * ADDR_TEXT - len, "%s%s", n ? "," : "", text);
+		len += (size_t)snprintf(out + len, max * ADDR_TEXT - len, "%s%s", n ? "," : "", text);
 		n++;
 	}
 	freeaddrinfo(res);
@@ -149,7 +151,7 @@ lookup_thread(void *arg)
 	hub *h = q->h;
 
 	for (size_t i = 0; i < q->n; i++)
-		q->addrs[i] = resolve_one(q->names[i], q->err, sizeof(q->err));
+		q->addrs[i] = resolve_one(q->names[i], q->max_addrs, q->err, sizeof(q->err));
 	pthread_mutex_lock(&h->mu);
 	h->inflight--;
 	if (!h->closed) {
@@ -178,8 +180,15 @@ st_resolver_new(struct event_base *base, st_resolver **out)
 		return ST_ESYS;
 	}
 	r->h = h;
+	r->max_addrs = ST_RESOLVE_MAX_ADDRS;
 	*out = r;
 	return ST_OK;
+}
+
+void
+st_resolver_set_max_addrs(st_resolver *r, size_t n)
+{
+	r->max_addrs = ST_MAX(1u, ST_MIN(n, ST_RESOLVE_ADDRS_CAP));
 }
 
 void
@@ -229,6 +238,7 @@ st_resolver_lookup(st_resolver *r, const char *const *names, size_t n, st_resolv
 	q->fn = fn;
 	q->arg = arg;
 	q->n = n;
+	q->max_addrs = r->max_addrs;
 	for (size_t i = 0; i < n; i++)
 		q->names[i] = st_xstrdup(names[i]);
 	pthread_attr_init(&attr);

@@ -10,7 +10,8 @@
  * there or on the loop: nothing waits for it.
  *
  * Bounds: at most ST_RESOLVE_MAX_NAMES names per lookup, the first
- * ST_RESOLVE_MAX_ADDRS distinct addresses of each, and at most
+ * ST_RESOLVE_MAX_ADDRS distinct addresses of each (a resolver may be set to
+ * keep more, up to ST_RESOLVE_ADDRS_CAP), and at most
  * ST_RESOLVE_MAX_INFLIGHT lookups (threads) per resolver at a time.
  *
  * Thread: every function and callback on the loop thread of base.
@@ -24,6 +25,7 @@
 
 #define ST_RESOLVE_MAX_NAMES 16u
 #define ST_RESOLVE_MAX_ADDRS 8u
+#define ST_RESOLVE_ADDRS_CAP 64u
 #define ST_RESOLVE_MAX_INFLIGHT 16u
 
 struct event_base;
@@ -41,6 +43,13 @@ typedef void (*st_resolve_fn)(void *arg, const char *const *addrs, size_t n, con
 
 /* Loop thread; evthread_use_pthreads() must have been called. */
 st_err st_resolver_new(struct event_base *base, st_resolver **out);
+
+/*
+ * Loop thread.  Lookups started afterwards keep the first n distinct
+ * addresses of each name (1 <= n <= ST_RESOLVE_ADDRS_CAP, clamped) instead
+ * of ST_RESOLVE_MAX_ADDRS: the edge dials every writer behind one name.
+ */
+void st_resolver_set_max_addrs(st_resolver *r, size_t n);
 
 /* Loop thread.  Lookups still running are discarded without callbacks
  * (their threads end by themselves).  NULL-safe. */

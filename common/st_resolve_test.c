@@ -65,6 +65,25 @@ t_resolves(void)
 	event_base_free(g.base);
 }
 
+/* A resolver set to keep one address per name keeps one (the edge sets 32 for writer names). */
+static void
+t_max_addrs(void)
+{
+	struct got g = { .base = event_base_new() };
+	st_resolver *r = NULL;
+	st_resolve_req *q = NULL;
+	const char *names[] = { "localhost" };
+
+	ST_CHECK(st_resolver_new(g.base, &r) == ST_OK);
+	st_resolver_set_max_addrs(r, 1);
+	ST_CHECK(st_resolver_lookup(r, names, 1, on_answer, &g, &q) == ST_OK);
+	run(g.base, 10000);
+	ST_CHECK_EQ_U64(g.calls, 1);
+	ST_CHECK(g.addrs[0][0] != '\0' && strchr(g.addrs[0], ',') == NULL);
+	st_resolver_free(r);
+	event_base_free(g.base);
+}
+
 static void
 t_fails(void)
 {
@@ -116,6 +135,7 @@ main(void)
 {
 	evthread_use_pthreads();
 	ST_RUN(t_resolves);
+	ST_RUN(t_max_addrs);
 	ST_RUN(t_fails);
 	ST_RUN(t_cancel_and_free);
 	return st_test_done();

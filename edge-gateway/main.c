@@ -18,8 +18,10 @@
  * Readiness (/readyz, answered by whichever worker accepted the
  * connection): main's pool has a connection and so has the worker's, the
  * worker's registry knows the head, a writer's tick or batch arrived within
- * three flush intervals, and the edge is not draining.  What main owns
- * (database up, draining, last message time) is read through atomics.
+ * three flush intervals (read, or waiting unread in nng's queue: the edge's
+ * own pauses are not a stale writer), and the edge is not draining.  What
+ * main owns (database up, draining, last message time) is read through
+ * atomics; the queue through a poll of its descriptor.
  * Liveness (/healthz) is just "the loop answers".
  *
  * Flow control: a pause asked by the workers (fanout_flow_look) is granted
@@ -91,7 +93,7 @@ struct edge {
 	flow_budget *flow;         /* the pause budget of the intake (flow.h) */
 	bool held;                 /* the intake is paused (the last flow decision) */
 	uint64_t paused_exported;  /* flow_budget_paused_ms already counted */
-	_Atomic uint64_t last_msg_ms; /* monotonic ms of the last batch or tick, 0 = never */
+	_Atomic uint64_t last_msg_ms; /* monotonic ms of the last batch or tick read, 0 = never */
 	atomic_bool db_up;         /* main's pool is up (updated on the tick); read by every loop */
 	atomic_bool draining_flag; /* set once by main; read by every loop */
 	bool draining;
@@ -160,7 +162,7 @@ on_pub(void *arg, const void *data, size_t len)
 		return;
 	}
 	st_counter_inc(e->m_msgs);
-	atomic_store_explicit(&e->last_msg_ms, st_clock_now(st_clock_system()), memory_order_relaxed);
+	atomic_store(&e->last_msg_ms, st_clock_now(st_clock_system()));
 	(void)sequencer_push(e->seq, m, arrival_ns);
 	proto_pub_free(m);
 	edge_set_head(e);
@@ -275,14 +277,24 @@ head_retry_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- HTTP ------------------------------------------------------------- */
 
-/* A writer's tick or batch arrived within three flush intervals.  Any thread. */
+/*
+ * A writer's tick or batch arrived within three flush intervals.  Arrived,
+ * not read: while the edge pauses its intake (flow control) or is still
+ * reading a burst, the writers' ticks wait in nng's queue behind it, and a
+ * delay of our own is not a stale writer.  So a message waiting to be read
+ * counts as fresh; a writer that went quiet leaves nothing waiting.  (A
+ * rule that only looked at the last message read made /readyz flap during
+ * every pause at --flush-interval-ms 20.)  Any thread.
+ */
 static bool
 edge_writers_fresh(edge *e)
 {
 	uint64_t now = st_clock_now(st_clock_system());
-	uint64_t last = atomic_load_explicit(&e->last_msg_ms, memory_order_relaxed);
+	uint64_t last = atomic_load(&e->last_msg_ms);
 
-	return last != 0 && now - last <= 3 * e->flush_interval_ms;
+	if (last != 0 && now - last <= 3 * e->flush_interval_ms)
+		return true;
+	return last != 0 && e->sub != NULL && sub_msg_waiting(e->sub);
 }
 
 /* On w's loop.  What main owns is read through atomics. */
@@ -338,7 +350,8 @@ http_cb(http_req *req, fanout_worker *w, void *arg)
 		return;
 	}
 	if (!st_ops_refuse_method(req))
-		streams_handle(fanout_worker_streams(w), req, edge_ready(c.e, w, &why));
+		streams_handle(fanout_worker_streams(w), req, edge_ready(c.e, w, &why),
+		               atomic_load(&c.e->draining_flag));
 }
 
 /* ---- drain, control, signals ------------------------------------------ */

@@ -95,18 +95,27 @@
 #include "subq.h"
 
 #define STREAM_REPLAY_CHUNK 1000
-/* Queued frames at which delivery writes to the connection before the batch ends. */
+/*
+ * Queued frames or bytes at which delivery writes to the connection (and
+ * looks whether the stream is behind) before the batch ends.  Bytes too:
+ * five frames of 200 KB fill ADR-0197's 1 MiB long before 64 frames queue.
+ */
 #define STREAM_PUMP_AT 64
+#define STREAM_PUMP_BYTES (64u * 1024)
 /*
  * Flow control (see streams_backpressure): a live stream is "behind" with
- * this much queued, caught up again under STREAM_CAUGHT_UP frames; it holds
- * the edge's intake back only while its socket keeps taking bytes (none for
+ * this much queued (frames or bytes, whichever comes first), caught up again
+ * under STREAM_CAUGHT_UP frames and STREAM_CAUGHT_UP_BYTES; it holds the
+ * edge's intake back only while its socket keeps taking bytes (none for
  * STREAM_STALL_MS: stalled, no longer honoured).  The registry bounds how
- * long one stream may hold it.
+ * long one stream may hold it.  Lag is judged in bytes as well as frames
+ * because ADR-0197's queue bound is both: a stream of large frames is at
+ * its 1 MiB with a handful of them queued.
  */
 #define STREAM_BEHIND_FRAMES 256
 #define STREAM_BEHIND_BYTES (256u * 1024)
 #define STREAM_CAUGHT_UP 64
+#define STREAM_CAUGHT_UP_BYTES (64u * 1024)
 #define STREAM_STALL_MS 50
 
 
@@ -137,6 +146,7 @@ struct stream {
 	uint64_t h0;             /* hub head when registered */
 	uint64_t d;              /* database head of the replay snapshot */
 	uint64_t seam;           /* live: items at or below it were covered at release (overlap) */
+	uint64_t check_held;     /* items put in the hold while CHECKING (bounds what a hold overflow adds) */
 	uint32_t fetch_limit;    /* rows asked of the next replay chunk */
 	uint64_t cursor;         /* last seq the replay fetched */
 	uint64_t last_id;        /* last id written (items and resyncs) */
@@ -414,7 +424,8 @@ stream_burst_queued(const stream *s)
 bool
 stream_holds_intake(const stream *s, uint64_t now)
 {
-	return stream_is_live(s) && s->hs != NULL && subq_count(s->q) >= STREAM_CAUGHT_UP &&
+	return stream_is_live(s) && s->hs != NULL &&
+	       (subq_count(s->q) >= STREAM_CAUGHT_UP || subq_bytes(s->q) >= STREAM_CAUGHT_UP_BYTES) &&
 	       http_stream_blocked_ms(s->hs, now) <= STREAM_STALL_MS;
 }
 
@@ -449,6 +460,8 @@ stream_hub_deliver(void *arg, frame *f)
 			st_counter_inc(s->env->m_seam_overlap);
 			break;
 		}
+		if (s->state == ST_CHECKING && frame_type(f) == FRAME_ITEM)
+			s->check_held++;
 		(void)subq_push(s->hold, f, 0);
 		break;
 	case ST_LIVE:
@@ -466,7 +479,7 @@ stream_hub_deliver(void *arg, frame *f)
 		}
 		stream_push_live(s, f);
 		/* A message carries many frames: write as they come, not only at the batch's end. */
-		if (subq_count(s->q) >= STREAM_PUMP_AT) {
+		if (subq_count(s->q) >= STREAM_PUMP_AT || subq_bytes(s->q) >= STREAM_PUMP_BYTES) {
 			stream_pump(s);
 			streams_behind_check(s->ss, &s->reg);
 		}
@@ -854,20 +867,31 @@ stream_release(stream *s)
  *    commit order is seq order), so the replay reads them too: its bound
  *    becomes the newest seq dropped, and every frame held after that
  *    overflow is newer.  This adds only what arrived during the check.
+ *    That raise is bounded by --replay-cap like the rest: the events it adds
+ *    are at most the items held while checking and at most the seqs
+ *    between (neither is exact, the database was not asked), and when
+ *    count plus that bound passes the cap the answer is resync replay_cap
+ *    at the new d instead of a replay (returns false), as a check that
+ *    counted them would have said.  So a replay never sends more than the
+ *    cap; at worst a resume that would just have fitted gets the resync.
  * A hold that overflows during the replay itself is ADR-0197's case (the
  * client reads slower than the live traffic): resync at release.
  */
-static void
-stream_hold_settle(stream *s)
+static bool
+stream_hold_settle(stream *s, uint64_t count)
 {
+	uint64_t added;
 	frame *f;
 
 	while ((f = subq_peek(s->hold)) != NULL && frame_type(f) == FRAME_ITEM && frame_seq(f) <= s->d) {
 		st_counter_inc(s->env->m_seam_overlap);
 		frame_unref(subq_pop(s->hold));
 	}
-	if (subq_hold_overflowed(s->hold) && subq_overflow_seq(s->hold) > s->d)
-		s->d = subq_overflow_seq(s->hold);
+	if (!subq_hold_overflowed(s->hold) || subq_overflow_seq(s->hold) <= s->d)
+		return true;
+	added = ST_MIN(subq_overflow_seq(s->hold) - s->d, s->check_held);
+	s->d = subq_overflow_seq(s->hold);
+	return count + added <= s->env->replay_cap;
 }
 
 /* CHECKING -> REPLAYING (the response starts), or the end before the first byte. */
@@ -914,8 +938,16 @@ on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
 		stream_pump(s);
 		return;
 	}
+	if (!stream_hold_settle(s, count)) {
+		/* The hold overflowed while checking: what it dropped would take the replay past the cap. */
+		st_counter_inc(s->env->m_replay[RR_CAP]);
+		stream_write_frame(s, frame_resync_new(s->d, "replay_cap"));
+		s->chunk_done = true;
+		stream_goto(s, ST_REPLAYING);
+		stream_pump(s);
+		return;
+	}
 	st_counter_inc(s->env->m_replay[RR_OK]);
-	stream_hold_settle(s);
 	stream_goto(s, ST_REPLAYING);
 	s->chunk_done = (count == 0 && s->d == d);
 	stream_pump(s);

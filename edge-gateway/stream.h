@@ -86,11 +86,14 @@ void streams_free(streams *ss);
  * ready: what /readyz would say apart from draining (database up, history
  * head known, a writer tick within 3 flush intervals); a request that is
  * not refused for its own sake gets the retryable not_ready refusal without
- * it.  Retryable refusals (draining, not_ready, overloaded, unavailable)
- * are 200 + one reconnect envelope to SSE clients, 503/429 problems with
+ * it.  draining: the edge began draining, though this registry may not
+ * have been told yet (streams_drain reaches it through its worker's
+ * mailbox); such a request is refused as draining, never as not_ready.
+ * Retryable refusals (draining, not_ready, overloaded, unavailable) are
+ * 200 + one reconnect envelope to SSE clients, 503/429 problems with
  * Retry-After to the other formats.
  */
-void streams_handle(streams *ss, http_req *req, bool ready);
+void streams_handle(streams *ss, http_req *req, bool ready, bool draining);
 
 /*
  * One contiguous batch of the ordered history (from the sequencer): fans

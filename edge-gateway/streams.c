@@ -339,7 +339,7 @@ streams_authorize(streams *ss, http_req *req, const streamreq *rq, uint64_t *exp
 }
 
 void
-streams_handle(streams *ss, http_req *req, bool ready)
+streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 {
 	streamreq rq = { 0 };
 	streamreq_problem why;
@@ -361,7 +361,7 @@ streams_handle(streams *ss, http_req *req, bool ready)
 	 * gets depends on the format it asked for, and a request that retrying
 	 * cannot fix (400, 406) says so even while the edge drains.
 	 */
-	if (ss->draining) {
+	if (ss->draining || draining) {
 		streams_refuse(ss, req, rq.fmt, RF_DRAINING, "this edge is draining; reconnect");
 		goto out;
 	}

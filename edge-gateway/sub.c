@@ -14,31 +14,33 @@
  * owned by the loop thread.  A dialer is created, its id published in the
  * slot, and only then started, so no notification can precede the id.
  *
- * Names are resolved off the loop: the resolver thread calls getaddrinfo
- * for each DNS URL at start and every SUB_RESOLVE_MS (sleeping on a
- * condition variable so sub_free wakes it at once) and posts each
- * successful address set through an st_mailbox; the loop dials the new
- * addresses and closes the dialers of vanished ones.  A failed lookup
- * changes nothing: a DNS hiccup must not disconnect a working writer.
+ * Names are resolved off the loop by st_resolve (a short-lived thread per
+ * lookup, its answer posted back to the loop) for each DNS URL at start and
+ * every SUB_RESOLVE_MS (a URL whose lookup is still out is skipped); the
+ * loop dials the new addresses and closes the dialers of vanished ones.  A
+ * failed lookup changes nothing: a DNS hiccup must not disconnect a working
+ * writer.  Nothing waits for a lookup: sub_free discards those still
+ * running (their threads end by themselves), so a slow DNS server cannot
+ * hold the edge's shutdown (it used to join a resolver thread stuck in
+ * getaddrinfo until the 5 s exit watchdog fired).
  */
 #include "sub.h"
 
 #include <arpa/inet.h>
-#include <netdb.h>
-#include <pthread.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 
 #include <event2/event.h>
 #include <nng/nng.h>
 #include <nng/protocol/pubsub0/sub.h>
 
+#include "st_clock.h"
 #include "st_log.h"
-#include "st_mailbox.h"
+#include "st_resolve.h"
 #include "st_tls.h"
 #include "st_util.h"
 #include "wire.h"
@@ -51,6 +53,8 @@ typedef struct slot {
 } slot;
 
 typedef struct url {
+	sub *owner;              /* the sub it is part of (lookup callbacks) */
+	st_resolve_req *lookup;  /* the lookup out, or NULL; the resolver's */
 	char text[SUB_URL_MAX];
 	char scheme[8];          /* "tcp" or "tls+tcp": what resolved addresses are dialed with */
 	bool dns;
@@ -58,7 +62,7 @@ typedef struct url {
 	char port[16];
 } url;
 
-/* One resolution, posted by the resolver thread. */
+/* One resolution's addresses, as dialed. */
 typedef struct resolved {
 	size_t url;
 	size_t n;
@@ -74,16 +78,11 @@ struct sub {
 	void *arg;
 	url *urls;
 	size_t n;
-	slot *slots; /* n * SUB_MAX_ADDRS */
-	st_mailbox *mb;
-	bool closing;
+	slot *slots;              /* n * SUB_MAX_ADDRS */
+	st_resolver *res;         /* owned; NULL: no DNS URL */
+	struct event *ev_resolve; /* owned: every SUB_RESOLVE_MS, resolve again */
 	bool paused;
-
-	pthread_t thr;
-	bool thr_started;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	bool stop;
+	int recv_fd;              /* NNG_OPT_RECVFD: readable while a message is queued; never read */
 
 	atomic_ullong received;
 	atomic_ullong errors;
@@ -202,16 +201,12 @@ undial(slot *sl)
 	sl->addr[0] = 0;
 }
 
+/* The loop: dial what is new, close what vanished. */
 static void
-on_resolved(void *item, void *arg)
+apply_resolved(sub *s, const resolved *r)
 {
-	sub *s = arg;
-	resolved *r = item;
-	slot *base;
+	slot *base = &s->slots[r->url * SUB_MAX_ADDRS];
 
-	if (s->closing || r->n == 0)
-		goto done;
-	base = &s->slots[r->url * SUB_MAX_ADDRS];
 	for (size_t k = 0; k < SUB_MAX_ADDRS; k++) {
 		bool keep = false;
 		if (atomic_load(&base[k].dialer_id) == 0)
@@ -228,8 +223,6 @@ on_resolved(void *item, void *arg)
 		if (!have)
 			(void)dial(s, r->url, r->addr[i]);
 	}
-done:
-	free(r);
 }
 
 static int
@@ -238,76 +231,67 @@ addr_cmp(const void *a, const void *b)
 	return strcmp(a, b);
 }
 
-static resolved *
-resolve(const sub *s, size_t ui)
+/* st_resolve's answer for one URL's host (addrs[0]: numeric addresses, comma-separated).  Loop thread. */
+static void
+on_lookup(void *arg, const char *const *addrs, size_t n, const char *err)
 {
-	const url *u = &s->urls[ui];
-	struct addrinfo hints, *res = NULL;
+	url *u = arg;
+	sub *s = u->owner;
 	resolved *r;
-	int rv;
+	const char *p;
 
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	if ((rv = getaddrinfo(u->host, u->port, &hints, &res)) != 0) {
-		st_warn("sub: resolving %s: %s", u->host, gai_strerror(rv));
-		return NULL;
+	u->lookup = NULL;
+	if (err != NULL || n != 1) {
+		st_warn("sub: resolving %s: %s", u->host, err ? err : "no answer");
+		return;
 	}
 	r = st_xcalloc(1, sizeof(*r));
-	r->url = ui;
-	for (struct addrinfo *ai = res; ai != NULL && r->n < SUB_MAX_ADDRS; ai = ai->ai_next) {
-		char ip[INET6_ADDRSTRLEN];
-		if (ai->ai_family == AF_INET) {
-			inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, ip, sizeof(ip));
-			snprintf(r->addr[r->n], SUB_URL_MAX, "%s://%s:%s", u->scheme, ip, u->port);
-		} else if (ai->ai_family == AF_INET6) {
-			inet_ntop(AF_INET6, &((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr, ip, sizeof(ip));
-			snprintf(r->addr[r->n], SUB_URL_MAX, "%s://[%s]:%s", u->scheme, ip, u->port);
-		} else {
-			continue;
-		}
-		r->n++;
+	r->url = (size_t)(u - s->urls);
+	for (p = addrs[0]; *p != 0 && r->n < SUB_MAX_ADDRS;) {
+		size_t l = strcspn(p, ",");
+
+		if (l > 0 && memchr(p, ':', l) != NULL) /* IPv6 */
+			snprintf(r->addr[r->n++], SUB_URL_MAX, "%s://[%.*s]:%s", u->scheme, (int)l, p, u->port);
+		else if (l > 0)
+			snprintf(r->addr[r->n++], SUB_URL_MAX, "%s://%.*s:%s", u->scheme, (int)l, p, u->port);
+		p += l + (p[l] == ',');
 	}
-	freeaddrinfo(res);
-	/* Sorted and unique: getaddrinfo repeats addresses and varies their order. */
+	/* Sorted and unique, so a new answer in another order changes nothing. */
 	qsort(r->addr, r->n, SUB_URL_MAX, addr_cmp);
 	size_t w = 0;
 	for (size_t i = 0; i < r->n; i++)
 		if (w == 0 || strcmp(r->addr[w - 1], r->addr[i]) != 0)
 			memmove(r->addr[w++], r->addr[i], SUB_URL_MAX);
 	r->n = w;
-	if (r->n == 0) {
-		free(r);
-		return NULL;
-	}
-	return r;
+	if (r->n > 0)
+		apply_resolved(s, r);
+	free(r);
 }
 
-static void *
-resolver_main(void *arg)
+/* Starts a lookup for every DNS URL that has none out.  Loop thread. */
+static void
+resolve_round(sub *s)
 {
-	sub *s = arg;
+	for (size_t i = 0; i < s->n; i++) {
+		url *u = &s->urls[i];
+		const char *name = u->host;
+		st_err err;
 
-	pthread_mutex_lock(&s->mu);
-	while (!s->stop) {
-		pthread_mutex_unlock(&s->mu);
-		for (size_t i = 0; i < s->n; i++) {
-			resolved *r;
-			if (!s->urls[i].dns || (r = resolve(s, i)) == NULL)
-				continue;
-			st_mailbox_post(s->mb, r);
-		}
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_sec += SUB_RESOLVE_MS / 1000;
-		pthread_mutex_lock(&s->mu);
-		while (!s->stop) {
-			if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) != 0)
-				break; /* ETIMEDOUT: resolve again */
+		if (!u->dns || u->lookup != NULL)
+			continue;
+		if ((err = st_resolver_lookup(s->res, &name, 1, on_lookup, u, &u->lookup)) != ST_OK) {
+			u->lookup = NULL;
+			st_warn("sub: resolving %s: %s; trying again in %u ms", u->host, st_err_str(err), SUB_RESOLVE_MS);
 		}
 	}
-	pthread_mutex_unlock(&s->mu);
-	return NULL;
+}
+
+static void
+resolve_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	resolve_round(arg);
 }
 
 static void
@@ -359,20 +343,13 @@ sub_new(struct event_base *base, const char *const *urls, size_t n, sub_fn fn, v
 	s->n = n;
 	s->urls = st_xcalloc(n, sizeof(url));
 	s->slots = st_xcalloc(n * SUB_MAX_ADDRS, sizeof(slot));
-	pthread_mutex_init(&s->mu, NULL);
-	{
-		pthread_condattr_t ca;
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&s->cv, &ca);
-		pthread_condattr_destroy(&ca);
-	}
 	for (size_t i = 0; i < n; i++) {
 		if (url_parse(urls[i], &s->urls[i]) != ST_OK) {
 			st_error("sub: bad writer URL: %s", urls[i]);
 			err = ST_EINVAL;
 			goto fail;
 		}
+		s->urls[i].owner = s;
 		any_dns |= s->urls[i].dns;
 	}
 	if ((rv = nng_sub0_open(&s->sock)) != 0)
@@ -387,6 +364,7 @@ sub_new(struct event_base *base, const char *const *urls, size_t n, sub_fn fn, v
 	    (rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, pipe_cb, s)) != 0 ||
 	    (rv = nng_socket_get_int(s->sock, NNG_OPT_RECVFD, &fd)) != 0)
 		goto nng_fail;
+	s->recv_fd = fd;
 	s->ev = event_new(base, fd, EV_READ | EV_PERSIST, on_recv, s);
 	if (s->ev == NULL || event_add(s->ev, NULL) != 0) {
 		st_error("sub: libevent failed");
@@ -399,15 +377,16 @@ sub_new(struct event_base *base, const char *const *urls, size_t n, sub_fn fn, v
 		}
 	}
 	if (any_dns) {
-		if ((s->mb = st_mailbox_new(base, on_resolved, s)) == NULL) {
-			st_error("sub: mailbox failed");
+		struct timeval tv = st_timeval_ms(SUB_RESOLVE_MS);
+
+		if (st_resolver_new(base, &s->res) != ST_OK ||
+		    (s->ev_resolve = event_new(base, -1, EV_PERSIST, resolve_cb, s)) == NULL ||
+		    event_add(s->ev_resolve, &tv) != 0) {
+			st_error("sub: cannot set up name resolution");
 			goto fail;
 		}
-		if (pthread_create(&s->thr, NULL, resolver_main, s) != 0) {
-			st_error("sub: cannot start the resolver thread");
-			goto fail;
-		}
-		s->thr_started = true;
+		st_resolver_set_max_addrs(s->res, SUB_MAX_ADDRS);
+		resolve_round(s);
 	}
 	*out = s;
 	return ST_OK;
@@ -423,21 +402,14 @@ sub_free(sub *s)
 {
 	if (s == NULL)
 		return;
-	if (s->thr_started) {
-		pthread_mutex_lock(&s->mu);
-		s->stop = true;
-		pthread_cond_signal(&s->cv);
-		pthread_mutex_unlock(&s->mu);
-		pthread_join(s->thr, NULL);
-	}
-	s->closing = true;
-	st_mailbox_free(s->mb); /* frees what the resolver left */
+	/* Lookups still out are discarded, not waited for: their threads end by themselves. */
+	st_resolver_free(s->res);
+	if (s->ev_resolve != NULL)
+		event_free(s->ev_resolve);
 	if (s->ev != NULL)
 		event_free(s->ev);
 	if (s->sock_open)
 		nng_close(s->sock); /* closes every dialer; no pipe notification runs after it */
-	pthread_cond_destroy(&s->cv);
-	pthread_mutex_destroy(&s->mu);
 	free(s->slots);
 	free(s->urls);
 	free(s);
@@ -474,6 +446,14 @@ bool
 sub_paused(const sub *s)
 {
 	return s->paused;
+}
+
+bool
+sub_msg_waiting(const sub *s)
+{
+	struct pollfd p = { .fd = s->recv_fd, .events = POLLIN };
+
+	return s->ev != NULL && poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
 }
 
 size_t

@@ -9,8 +9,8 @@
  * connections x 512 KiB); past the queue SUB
  * drops the oldest and the sequencer fills the hole from PostgreSQL.  Each URL
  * is dialed with NNG_FLAG_NONBLOCK (so a writer that is down at start is
- * retried).  A tcp:// URL whose host is a DNS name is resolved by a
- * resolver thread every SUB_RESOLVE_MS; every address is dialed as
+ * retried).  A tcp:// URL whose host is a DNS name is resolved off the loop
+ * (st_resolve) at start and every SUB_RESOLVE_MS; every address is dialed as
  * tcp://IP:PORT, dialers of addresses that disappeared are closed (a failed
  * resolution keeps the current set).
  *
@@ -18,8 +18,8 @@
  * libevent and drained with NNG_FLAG_NONBLOCK, at most SUB_BATCH messages
  * per callback, so nng threads never touch the loop.
  *
- * Requires evthread_use_pthreads() before event_base_new() (the resolver
- * hands its results over through an st_mailbox).
+ * Requires evthread_use_pthreads() before event_base_new() (st_resolve
+ * hands its answers over through an st_mailbox).
  */
 #ifndef EDGE_SUB_H
 #define EDGE_SUB_H
@@ -61,8 +61,9 @@ typedef void (*sub_fn)(void *arg, const void *data, size_t len);
  */
 st_err sub_new(struct event_base *base, const char *const *urls, size_t n, sub_fn fn, void *arg, sub **out);
 
-/* Stops and joins the resolver thread, closes the socket.  Loop thread,
- * outside sub callbacks.  NULL-safe. */
+/* Discards the lookups still out (never waits for one: a slow DNS server
+ * cannot hold a shutdown), closes the socket.  Loop thread, outside sub
+ * callbacks.  NULL-safe. */
 void sub_free(sub *s);
 
 /* Pipes (connections) currently up for URL i (all its addresses), and in total.
@@ -75,6 +76,12 @@ void sub_free(sub *s);
  */
 void sub_pause(sub *s, bool paused);
 bool sub_paused(const sub *s);
+/*
+ * A published message is queued in nng, not read yet (the edge paused its
+ * intake, or is still reading a burst ahead of it).  A poll of the receive
+ * descriptor, which is never read.  Any thread, while s lives.
+ */
+bool sub_msg_waiting(const sub *s);
 size_t sub_url_pipes(const sub *s, size_t i);
 size_t sub_pipes(const sub *s);
 /* Messages received, and receive errors other than EAGAIN. */

@@ -361,19 +361,21 @@ class StreamClient:
 
     Options: headers (dict or list of pairs), method, rcvbuf (SO_RCVBUF set
     before connect), stall (send the request, then never read until
-    unstall()), read_rate (bytes per second after the headers), keep_raw
+    unstall()), read_rate (bytes per second after the headers, read in
+    slices of read_slice_s seconds' worth, default 0.05), keep_raw
     (keep the decoded body), parser (force one), stop (callable(client) ->
     True to close the stream from the client side), on_frame (callable).
     """
 
     def __init__(self, port, target, host="127.0.0.1", headers=None,
-                 method="GET", rcvbuf=None, stall=False, read_rate=None,
+                 method="GET", rcvbuf=None, stall=False, read_rate=None, read_slice_s=0.05,
                  keep_raw=False, parser=None, stop=None, on_frame=None,
                  name="", body=None, raw_request=None):
         self.host, self.port, self.target = host, port, target
         self.method = method
         self.headers = list(headers.items()) if isinstance(headers, dict) else list(headers or [])
         self.rcvbuf, self.stalled, self.read_rate = rcvbuf, stall, read_rate
+        self.read_slice_s = read_slice_s
         self.keep_raw = keep_raw
         self.force_parser = parser
         self.stop, self.on_frame = stop, on_frame
@@ -511,7 +513,7 @@ class StreamClient:
     def _read(self, now):
         size = 65536
         if self.read_rate and self.state == "body":
-            size = max(1, min(size, int(self.read_rate / 20) or 1))
+            size = max(1, min(size, int(self.read_rate * self.read_slice_s) or 1))
         try:
             b = self.sock.recv(size)
         except (BlockingIOError, InterruptedError):

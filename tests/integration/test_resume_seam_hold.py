@@ -14,6 +14,8 @@ Both cases make the timing deterministic with real parts only:
   check waiting (the check reads broker_meta; the writers' flushes do not);
 - a TCP relay between the edge and PostgreSQL holds back the server's
   answer to the check after the server has run it (its snapshot is taken).
+The third case is the second with a --replay-cap the dropped frames pass:
+the answer is resync replay_cap, never a replay past the cap.
 Deliveries to the hub are observed through a live client on the same edge
 (--threads 1: one hub, which delivers a batch to every subscriber in one
 callback), so nothing here waits for a fixed time.
@@ -148,6 +150,59 @@ with harness.Env() as env:
             dropped = replay_metric(edge, "studio_sse_dropped_total", reason="replay")
             log("FIGURE held frames dropped while checking: %d (replayed from PostgreSQL instead)" % dropped)
             check_stream(c, env.dsn, "s.b", L, after[-1])
+        finally:
+            relay.close()
+
+    @t.case
+    def a_hold_overflow_while_checking_never_replays_past_the_cap():
+        # The case above with --replay-cap 500: the check counts 100 events
+        # (within the cap), then 1,200 more reach the hold while the answer
+        # is held back and overflow it.  Replaying what the hold dropped
+        # would send some 1,100 events: more than the cap.  ADR-0197 and
+        # docs/edge.md: more than --replay-cap events to replay gives one
+        # resync replay_cap instead, then the live events after its id.
+        cap = 500
+        relay = harness.TcpRelay(*harness.dsn_params(env.dsn))
+        t0 = harness.psql_one(env.admin_dsn, "SELECT now()")
+        try:
+            edge = env.start_edge([writer], replay_cap=cap, threads=1,
+                                  pg_dsn=harness.dsn_with(env.dsn, host="127.0.0.1", port=relay.port)).wait_ready()
+            port = sc.edge_port(edge)
+            first = sc.publish_batch(writer, evs("s.c", 100, 10))
+            L = first[0] - 1
+            live = sc.StreamClient(port, path("s.c"))
+            drive([live], "the live stream's headers", lambda: live.status is not None)
+            relay.pause_down()
+            c = sc.StreamClient(port, path("s.c"), headers={"Last-Event-ID": str(L)})
+            drive([c], "the resumed request sent", lambda: c.state in ("headers", "done"))
+            harness.wait_until(lambda: int(harness.psql_one(
+                env.admin_dsn, "SELECT count(*) FROM pg_stat_activity WHERE datname = '%s' AND "
+                "state = 'idle' AND query LIKE '%%count(*)%%' AND backend_start >= '%s'"
+                % (env.dbname, t0))) >= 1,
+                30, "the resume check answered by the server")
+            after = sc.publish_batch(writer, evs("s.c", 1200, 10, start=10**6))
+            drive([live], "the live client at %d" % after[-1], lambda: (live.last_id or 0) >= after[-1])
+            relay.resume_down()
+            drive([c, live], "the resumed client at %d" % after[-1], lambda: (c.last_id or 0) >= after[-1])
+            c.close()
+            live.close()
+            resyncs = [f["env"] for f in c.of_type("resync")]
+            ids = c.ids()
+            cut = int(resyncs[0]["id"]) if resyncs else None
+            replayed = [i for i in ids if cut is None or i <= cut]
+            dropped = replay_metric(edge, "studio_sse_dropped_total", reason="replay")
+            capped = replay_metric(edge, "studio_replay_total", result="replay_cap")
+            log("FIGURE hold overflow while checking, --replay-cap %d: %d counted by the check, %d held frames "
+                "dropped, items %d (%d replayed before/at the cut), resyncs %s, replay_cap results %d"
+                % (cap, len(first), dropped, len(ids), len(replayed), resyncs, capped))
+            check(dropped > 0, "precondition: the hold overflowed while checking (dropped %d)" % dropped)
+            check(len(replayed) <= cap, "the resume sent %d events at or below its cut (no resync: every event "
+                  "counts), more than --replay-cap %d" % (len(replayed), cap))
+            check_eq([(r["reason"]) for r in resyncs], ["replay_cap"], "one resync, reason replay_cap")
+            check_eq(sc.check_envelopes(c), [], "stream well formed")
+            rows = sc.table_rows(env.dsn, ["s.c"], after=cut, upto=after[-1])
+            check_eq(ids, [r[0] for r in rows], "after the resync, every event above its id once, in order")
+            check_eq(capped, 1, "studio_replay_total{result=replay_cap}")
         finally:
             relay.close()
 

@@ -15,6 +15,7 @@ address refuses and both daemons must connect through the second
 (dual_stack_name_first_address_refuses)."""
 import os
 import re
+import signal
 import threading
 import time
 
@@ -146,6 +147,35 @@ def dual_stack_name_first_address_refuses():
         h.check(r.get("ok") is True, "a producer's request through the dual-stack name: %r" % (r,))
         h.check_eq(w.stop(), 0, "writer exit status")
         h.check_eq(e.stop(), 0, "edge exit status")
+
+
+@t.case
+def sigterm_does_not_wait_for_a_slow_writer_lookup():
+    """Issue 21, item 7: the edge resolves writer names too (sub.c); its shutdown joined the resolver
+    thread, so a SIGTERM during a slow lookup waited for getaddrinfo until the 5 s exit watchdog.
+    A writer name that resolves in 30 s, SIGTERM once the edge serves: the exit is prompt and clean."""
+    so = os.path.join(h.TOOLS_DIR, "slowdns.so")
+    h.check(os.path.exists(so), "the resolver hook %s is not built (plain builds only)" % so)
+    watchdog_s, bound_s = 5.0, 2.5
+    with h.Env() as env:
+        xe = {"LD_PRELOAD": so, "STUDIO_SLOWDNS_MS": 30000}
+        e = env.start_edge(["tcp://writer.slow.test:%d" % h.free_port()], extra_env=xe, drain_grace_s=1)
+        # the lookup starts before the loop runs, so once /healthz answers it is out (for 30 s)
+        def serving():
+            try:
+                return h.http_get(e.url + "/healthz", timeout=2)[0] == 200
+            except OSError:
+                return False
+        h.wait_until(serving, 30, "the edge serving")
+        t0 = time.monotonic()
+        e.signal(signal.SIGTERM)
+        code = e.wait_exit(60)
+        took = time.monotonic() - t0
+        h.log("FIGURE slow_dns sigterm_exit_s=%.2f code=%s (writer lookup 30 s, exit watchdog %.0f s)"
+              % (took, code, watchdog_s))
+        h.check_eq(code, 0, "edge exit status")
+        h.check(took < bound_s, "the edge took %.2f s to exit after SIGTERM, waiting on a writer name's lookup "
+                "(want well under the %.0f s watchdog: < %.1f s)" % (took, watchdog_s, bound_s))
 
 
 t.main()
