@@ -79,6 +79,23 @@ static const char FETCH_SQL[] =
 	"  WHERE w.before < $5::int8) AS z ON true"
 	" ORDER BY z.seq";
 
+/*
+ * The same for a single topic (most streams): the (topic, seq) index gives
+ * the rows in seq order, so neither the per-topic merge nor its sort is
+ * needed.
+ */
+static const char FETCH1_SQL[] =
+	"SELECT z.seq, z.topic, z.about, z.data, h.horizon, z.next"
+	" FROM (SELECT coalesce((SELECT horizon FROM broker_meta WHERE id = 1), 0)::int8 AS horizon) AS h"
+	" LEFT JOIN LATERAL (SELECT w.seq, w.topic, w.about, w.data, w.next FROM"
+	"  (SELECT x.seq, x.topic, x.about, x.data, lead(x.seq) OVER o AS next,"
+	"    sum(x.cost) OVER o - x.cost AS before"
+	"   FROM (SELECT e.seq, e.topic, e.about, e.data, " COST("e") " FROM broker_event e"
+	"     WHERE e.topic = ($1::text[])[1] AND e.seq > $2::int8 AND e.seq <= $3::int8"
+	"     ORDER BY e.seq LIMIT $4::int8) AS x WINDOW o AS (ORDER BY x.seq)) AS w"
+	"  WHERE w.before < $5::int8) AS z ON true"
+	" ORDER BY z.seq";
+
 static const char FILL_SQL[] =
 	"SELECT w.seq, w.topic, w.about, w.data, w.next FROM"
 	" (SELECT e.seq, e.topic, e.about, e.data, lead(e.seq) OVER o AS next, sum(e.cost) OVER o - e.cost AS before"
@@ -332,7 +349,7 @@ replay_fetch(pgpool *p, const char *const *topics, const size_t *lens, size_t n,
 		j->upto = upto;
 		j->rows_fn = fn;
 		j->arg = arg;
-		j = job_submit(p, PGPOOL_PRIO_REPLAY, FETCH_SQL, j, arr.p, (int)arr.len, ints, 4);
+		j = job_submit(p, PGPOOL_PRIO_REPLAY, n == 1 ? FETCH1_SQL : FETCH_SQL, j, arr.p, (int)arr.len, ints, 4);
 	}
 	st_buf_fini(&arr);
 	return j;
