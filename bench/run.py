@@ -478,7 +478,8 @@ def replay(args, tmp):
         pg.wait(120)
         fill = pg.json()
         runs, copies = [], []
-        for i in range(3):
+        # Best of 5: on a shared machine one run in three is slowed by a neighbour.
+        for i in range(5):
             lg = Loadgen(tmp, "replay-%d" % i, s.addr, "/v1/stream?topic=replay&until=head", 1,
                          until_close=True, max_seconds=120)
             lg.tool.wait(130)
@@ -525,7 +526,7 @@ def replay_large(args, tmp):
         mib = float(harness.psql_one(s.env.dsn, "SELECT sum(octet_length(data::text)) / 1048576.0 "
                                                 "FROM broker_event WHERE topic = 'big'"))
         runs, copies = [], []
-        for i in range(3):
+        for i in range(5):
             t0 = time.monotonic()
             p = subprocess.run(["curl", "-sS", "-N", "--max-time", "300", "-o", "/dev/null",
                                 "-w", "%{size_download}", "-H", "Last-Event-ID: %d" % (seqs[0] - 1),
