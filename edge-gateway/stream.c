@@ -541,10 +541,12 @@ stream_pump(stream *s)
 
 		if (s->state == ST_REPLAYING) {
 			/* The older chunk is written: read the next one while this one goes out. */
-			if (s->chunk_i == s->chunk_mark && s->chunk_i < s->chunk_n && s->job == NULL && !s->chunk_done)
+			if (s->chunk_i == s->chunk_mark && s->chunk_i < s->chunk_n && s->job == NULL && !s->chunk_done) {
+				batch_flush(s, &b); /* a fetch that cannot start writes a frame: ours go first */
 				stream_fetch(s);
-			if (s->state != ST_REPLAYING)
-				continue; /* the fetch could not start: the stream ends */
+				if (s->state != ST_REPLAYING)
+					return;
+			}
 			if (s->chunk_i < s->chunk_n) {
 				f = s->chunk[s->chunk_i++];
 				s->cursor = frame_seq(f);
