@@ -478,7 +478,8 @@ def replay(args, tmp):
         pg.wait(120)
         fill = pg.json()
         runs, copies = [], []
-        for i in range(3):
+        # Best of 5: on a shared machine one run in three is slowed by a neighbour.
+        for i in range(5):
             lg = Loadgen(tmp, "replay-%d" % i, s.addr, "/v1/stream?topic=replay&until=head", 1,
                          until_close=True, max_seconds=120)
             lg.tool.wait(130)
@@ -493,6 +494,111 @@ def replay(args, tmp):
         csec = min(copies)
         return {"events": n, "filled": fill["ok"], "runs": runs, "rate": best["rate"],
                 "items": best["items"], "copy_s": csec, "copy_rate": fill["ok"] / csec}
+    finally:
+        s.close()
+
+
+def big_json(size):
+    """A JSON string of random base64 (incompressible: stored out of line,
+    uncompressed, in the TOAST relation), size bytes of JSON text at most."""
+    import base64
+    return json.dumps(base64.b64encode(os.urandom((size - 2) // 4 * 3)).decode())
+
+
+def publish_big(writer, topic, n, size, batch=50):
+    """n events of size bytes of incompressible JSON text on topic, batch per request."""
+    seqs = []
+    for b in range(0, n, batch):
+        evs = [{"topic": topic, "data": big_json(size)} for _ in range(min(batch, n - b))]
+        rep = harness.request(writer, evs, timeout_ms=120000)
+        if not (isinstance(rep, dict) and rep.get("ok") is True):
+            raise RuntimeError("publish of %d large events refused: %r" % (len(evs), rep))
+        seqs += [int(x) for x in rep["seqs"]]
+    return seqs
+
+
+def replay_large(args, tmp):
+    """A resume over large incompressible rows (MiB/s of data) beside COPY TO of the same rows."""
+    n, size = args.replay_large_n, 256 * 1024
+    s = Studio(replay_cap=max(200000, n * 2), flush_ms=100)
+    try:
+        seqs = publish_big(s.writers[0], "big", n, size)
+        mib = float(harness.psql_one(s.env.dsn, "SELECT sum(octet_length(data::text)) / 1048576.0 "
+                                                "FROM broker_event WHERE topic = 'big'"))
+        runs, copies = [], []
+        for i in range(5):
+            t0 = time.monotonic()
+            p = subprocess.run(["curl", "-sS", "-N", "--max-time", "300", "-o", "/dev/null",
+                                "-w", "%{size_download}", "-H", "Last-Event-ID: %d" % (seqs[0] - 1),
+                                "http://%s/v1/stream?topic=big&format=ndjson&until=head" % s.addr],
+                               capture_output=True, text=True, timeout=320)
+            secs = time.monotonic() - t0
+            runs.append({"s": secs, "bytes": int(p.stdout or 0), "rc": p.returncode, "mib_s": mib / secs})
+            copies.append(psql_time(s.env.dsn, "COPY (SELECT seq, topic, about, data FROM broker_event "
+                                    "WHERE topic = 'big' AND seq > 0 ORDER BY seq) TO STDOUT"))
+        best = max(runs, key=lambda r: r["mib_s"])
+        csec = min(copies)
+        return {"events": n, "size": size, "data_mib": mib, "runs": runs, "mib_s": best["mib_s"],
+                "copy_s": csec, "copy_mib_s": mib / csec}
+    finally:
+        s.close()
+
+
+class _Ndjson:
+    """A live NDJSON stream read on a thread: arrival time per item id."""
+
+    def __init__(self, addr, query):
+        import http.client
+        import threading
+        host, port = addr.split(":")
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=300)
+        self.conn.request("GET", "/v1/stream?format=ndjson&" + query)
+        self.resp = self.conn.getresponse()
+        self.arrivals, self.types = [], []
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        try:
+            for line in iter(self.resp.readline, b""):
+                env = json.loads(line)
+                self.types.append(env["type"])
+                if env["type"] == "item":
+                    self.arrivals.append((int(env["id"]), time.monotonic()))
+        except Exception:
+            pass
+
+    def close(self):
+        self.conn.close()
+
+
+def gap_fill(args, tmp):
+    """A gap of large incompressible rows filled from PostgreSQL: the edge
+    dials one writer (stopped meanwhile), another commits the rows; from the
+    first writer's release (its next tick reveals the head) to the last
+    event on a live stream."""
+    n, size = args.fill_n, 256 * 1024
+    s = Studio(flush_ms=100)
+    try:
+        # A second edge with a long flush interval: it stays ready while its writer is stopped.
+        edge = s.env.start_edge([s.writers[0]], flush_interval_ms=20000)
+        edge.wait_ready(30)
+        st = _Ndjson(edge.listen, "topic=big")
+        harness.wait_until(lambda: "heartbeat" in st.types, 30, "the stream's position")
+        hidden = s.env.start_writer(flush_interval_ms=100, retention="0")
+        hidden.wait_ready(30)
+        os.kill(s.writers[0].pid, signal.SIGSTOP)
+        try:
+            seqs = publish_big(hidden, "big", n, size)
+        finally:
+            t0 = time.monotonic()
+            os.kill(s.writers[0].pid, signal.SIGCONT)
+        harness.wait_until(lambda: len(st.arrivals) >= n, 300, "the filled events")
+        arr = list(st.arrivals)
+        st.close()
+        fills = harness.metric(edge.url, "studio_gap_fills_total")
+        return {"events": n, "size": size, "received": len(arr), "in_order": [i for i, _ in arr] == seqs,
+                "release_to_last_s": arr[-1][1] - t0, "first_to_last_s": arr[-1][1] - arr[0][1],
+                "fill_chunks": fills}
     finally:
         s.close()
 
@@ -599,9 +705,19 @@ def table(R, quick):
             tgt, met))
     rp = R.get("replay")
     if rp:
-        met = "yes" if rp["rate"] >= 200000 and rp["rate"] >= 0.5 * rp["copy_rate"] else "no"
-        L.append("| replay %d events, 1 stream | rows/s | %s | - | - | %s (COPY TO STDOUT) | %s | >= 200,000/s and >= 50%% of COPY | %s |" % (
+        met = "yes" if rp["rate"] >= 200000 and rp["rate"] >= 0.6 * rp["copy_rate"] else "no"
+        L.append("| replay %d events, 1 stream | rows/s | %s | - | - | %s (COPY TO STDOUT) | %s | >= 200,000/s and >= 60%% of COPY | %s |" % (
             rp["events"], fmt(rp["rate"]), fmt(rp["copy_rate"]), ratio(rp["rate"], rp["copy_rate"]), met))
+    rl = R.get("replay_large")
+    if rl:
+        L.append("| replay %d x %d KiB incompressible events, 1 stream | MiB/s of data | %s | - | - | %s (COPY TO STDOUT) | %s | - | - |" % (
+            rl["events"], rl["size"] // 1024, fmt(rl["mib_s"], "%.1f"), fmt(rl["copy_mib_s"], "%.1f"),
+            ratio(rl["mib_s"], rl["copy_mib_s"])))
+    gf = R.get("gap_fill")
+    if gf:
+        L.append("| gap fill of %d x %d KiB incompressible events | s, writer's release -> last event (first filled -> last) | %s (%s) | - | - | | | - | - |" % (
+            gf["events"], gf["size"] // 1024, fmt(gf["release_to_last_s"], "%.2f"),
+            fmt(gf["first_to_last_s"], "%.2f")))
     return "\n".join(L)
 
 
@@ -634,6 +750,8 @@ def main():
     args.ingest_s = 5 if args.quick else 12
     args.ingest_flush_ms = 1000
     args.replay_n = 100000
+    args.replay_large_n = 200 if args.quick else 400
+    args.fill_n = 100
     args.connect_rate = 5000
     only = set(args.only.split(","))
     systems = ["studio"] + (["nchan"] if NGINX else [])
@@ -689,6 +807,12 @@ def main():
             log("replay")
             R["replay"] = replay(args, tmp)
             log(json.dumps(R["replay"]))
+            log("replay of large rows")
+            R["replay_large"] = replay_large(args, tmp)
+            log(json.dumps(R["replay_large"]))
+            log("gap fill of large rows")
+            R["gap_fill"] = gap_fill(args, tmp)
+            log(json.dumps(R["gap_fill"]))
     finally:
         R["elapsed_s"] = time.monotonic() - t_start
         t = table(R, args.quick)

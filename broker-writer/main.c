@@ -12,7 +12,7 @@
  * oldest requests of cur, at most FLUSH_MAX_EVENTS / FLUSH_MAX_BYTES (at
  * least one request), into an empty fl, names the flush
  * "<instance>:<counter>", encodes the binary text[] parameters once and
- * sends one broker_append3 statement.  When requests that were already due
+ * sends one broker_append4 statement.  When requests that were already due
  * are left in cur (the bound split them off, or a tick found the previous
  * flush in flight), the next flush starts as soon as this one committed,
  * not at the next tick: a backlog drains as back-to-back flushes, still one
@@ -204,7 +204,7 @@ enum flush_state {
 	FLUSH_IDLE,    /* fl empty, nothing in flight */
 	FLUSH_TICK,    /* fl empty, the head query in flight */
 	FLUSH_WAITING, /* fl holds a flush not on the wire: retry timer, or the connection down or busy */
-	FLUSH_SENT,    /* broker_append3 for fl in flight */
+	FLUSH_SENT,    /* broker_append4 for fl in flight */
 };
 
 /* Ordered: each state refuses what the ones before it refuse. */
@@ -554,7 +554,7 @@ flush_send(writer *w)
 	w->flush_start_ms = now_ms(w);
 	w->flush = FLUSH_SENT; /* before the call: a broken connection calls back from inside it */
 	if (st_pgconn_send(w->db,
-	                   "SELECT prev, first_seq, n_fresh, dup_ords, dup_seqs FROM broker_append3($1, $2, $3, $4, $5, $6)",
+	                   "SELECT prev, first_seq, n_fresh, dup_ords, dup_seqs FROM broker_append4($1, $2, $3, $4, $5, $6)",
 	                   6, types, vals, lens, fmts, 0, on_flush_result, w) != ST_OK &&
 	    w->flush == FLUSH_SENT) { /* else the callback ran from inside and moved on */
 		w->flush = FLUSH_WAITING;

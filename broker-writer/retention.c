@@ -1,7 +1,7 @@
 /*
  * retention: a timer and a chain of statements.
  *
- * The work is in SQL (broker_retain3) so that the horizon update and the
+ * The work is in SQL (broker_retain4) so that the horizon update and the
  * chunk's delete are one transaction: an edge that reads the horizon never
  * sees a missing seq above it.  This module only paces the chunks: the next
  * chunk is sent from the previous one's result callback, so one statement
@@ -31,7 +31,7 @@ struct retention {
 	uint64_t round_deleted;
 };
 
-static const char retain_sql[] = "SELECT broker_retain3($1::bigint, $2::interval, $3::int)";
+static const char retain_sql[] = "SELECT broker_retain4($1::bigint, $2::interval, $3::int)";
 
 static void
 arm(retention *r, int ms)

@@ -4,7 +4,7 @@
  * delete never delays a flush).
  *
  * A round starts 1 s after retention_new and then 10 s after the previous
- * round ended.  It calls broker_retain3(lock_key, older_than, 5000) (see
+ * round ended.  It calls broker_retain4(lock_key, older_than, 5000) (see
  * schema.c, docs/writer.md "Retention") as separate statements until one
  * deletes nothing: each call is its own transaction, takes
  * pg_try_advisory_xact_lock(lock_key + 1) (a replica that does not get it

@@ -26,10 +26,21 @@
  *   created_at never decreases along seq) and broker_retain3 (work bounded
  *   by a window of seqs, broker_flush records kept 24 hours); functions
  *   only, so the daemon may upgrade version 2 itself.
+ * - 4: broker_event.data_bytes (the octet length of data's JSON text, taken
+ *   by the flush from the text it inserts: a replay or a gap fill cuts its
+ *   chunks by bytes on this column instead of octet_length(data::text),
+ *   which json has no binary cast for, so it detoasted and copied every
+ *   row of a chunk's window to measure it); NULL on rows stored before
+ *   version 4 (the edge measures those as before: docs/writer.md).  An
+ *   index on broker_flush (created_at), which broker_retain4's trim walks
+ *   in bounded chunks instead of reading the whole table.  broker_append4
+ *   and broker_retain4; the version-3 names become wrappers of them.  The
+ *   ALTER TABLE takes an AccessExclusiveLock on broker_event: `broker-writer
+ *   migrate` only, as from version 1.
  *
- * broker_append3 is the whole flush (docs/writer.md).
+ * broker_append4 is the whole flush (docs/writer.md).
  *
- * Why broker_append3 is fast (each step checked with EXPLAIN ANALYZE, see
+ * Why broker_append4 is fast (each step checked with EXPLAIN ANALYZE, see
  * docs/performance.md):
  *
  * - O(1) sequence work.  Under pg_advisory_xact_lock(lock_key) the flush is
@@ -90,7 +101,8 @@
  * Steps of the migration, by the locks they take (docs/writer.md "Schema and
  * migration").
  *
- * tables_sql creates what is missing and upgrades version 1's broker_flush.
+ * tables_sql creates what is missing, upgrades version 1's broker_flush and
+ * adds version 4's column and index.
  * On an existing table it takes exclusive locks even when it changes
  * nothing (CREATE INDEX IF NOT EXISTS a ShareLock on broker_event, ALTER
  * TABLE an AccessExclusiveLock on broker_flush): queued behind a reader's
@@ -128,7 +140,9 @@ static const char tables_sql[] =
     "  about text[] NOT NULL DEFAULT '{}',\n"
     "  data json,\n"
     "  key text,\n"
-    "  created_at timestamptz NOT NULL DEFAULT now());\n"
+    "  created_at timestamptz NOT NULL DEFAULT now(),\n"
+    "  data_bytes int);\n"
+    "ALTER TABLE broker_event ADD COLUMN IF NOT EXISTS data_bytes int;\n"
     "CREATE UNIQUE INDEX IF NOT EXISTS broker_event_key ON broker_event (key) WHERE key IS NOT NULL;\n"
     "CREATE INDEX IF NOT EXISTS broker_event_topic_seq ON broker_event (topic, seq);\n"
     "CREATE TABLE IF NOT EXISTS broker_meta (id int PRIMARY KEY CHECK (id = 1),\n"
@@ -138,7 +152,8 @@ static const char tables_sql[] =
     "  seqs bigint[] NOT NULL DEFAULT '{}', created_at timestamptz NOT NULL DEFAULT now());\n"
     "ALTER TABLE broker_flush ALTER COLUMN seqs SET DEFAULT '{}';\n"
     "ALTER TABLE broker_flush ADD COLUMN IF NOT EXISTS dup_ords int[];\n"
-    "ALTER TABLE broker_flush ADD COLUMN IF NOT EXISTS dup_seqs bigint[];\n";
+    "ALTER TABLE broker_flush ADD COLUMN IF NOT EXISTS dup_seqs bigint[];\n"
+    "CREATE INDEX IF NOT EXISTS broker_flush_created_at ON broker_flush (created_at);\n";
 
 /*
  * functions_sql: CREATE OR REPLACE FUNCTION only.  It updates pg_proc rows
@@ -147,18 +162,19 @@ static const char tables_sql[] =
  * wrappers' bodies are analysed with at most an AccessShareLock.  So it is
  * safe while readers and flushes run: the daemon may run it.
  *
- * Version 3's functions have new names (broker_append3, broker_retain3): a
+ * Version 3's functions had new names (broker_append3, broker_retain3), and
+ * so do version 4's (broker_append4, broker_retain4), for this reason: a
  * version-2 writer that restarts during a rolling upgrade re-creates
  * broker_append2 and broker_retain with its own bodies, and the schema
  * recorded as current is never migrated again, so replacing the functions
  * version 3 calls in place would let that restart revert them for good.
- * The version-2 names become wrappers of the version-3 functions, so a
- * version-2 writer still running gets the same answers with version 3's
+ * The older names become wrappers of the newest functions, so a writer of
+ * an older version still running gets the same answers with the newest
  * behaviour (created_at under the lock, bounded retention, 24 h of flush
- * records) until it restarts.
+ * records, data_bytes recorded) until it restarts.
  */
 static const char functions_sql[] =
-    "CREATE OR REPLACE FUNCTION broker_append3(lock_key bigint, flush_id text, topics text[],\n"
+    "CREATE OR REPLACE FUNCTION broker_append4(lock_key bigint, flush_id text, topics text[],\n"
     "    abouts text[], datas text[], keys text[])\n"
     "  RETURNS TABLE(prev bigint, first_seq bigint, n_fresh int, dup_ords int[], dup_seqs bigint[])\n"
     "  LANGUAGE plpgsql SET jit = off SET work_mem = '64MB' AS $fn$\n"
@@ -196,18 +212,19 @@ static const char functions_sql[] =
     "      PERFORM setval(v_seq, v_first + v_n - 1);\n"
     "    END IF;\n"
     "    IF cardinality(v_do) = 0 THEN\n"
-    "      INSERT INTO broker_event (seq, topic, about, data, key, created_at) OVERRIDING SYSTEM VALUE\n"
-    "      SELECT v_first - 1 + i.o, i.t, i.a::text[], i.d::json, i.k, v_now\n"
+    "      INSERT INTO broker_event (seq, topic, about, data, key, created_at, data_bytes) OVERRIDING SYSTEM VALUE\n"
+    "      SELECT v_first - 1 + i.o, i.t, i.a::text[], i.d::json, i.k, v_now, octet_length(i.d)\n"
     "        FROM unnest(topics, abouts, datas, keys) WITH ORDINALITY AS i(t, a, d, k, o);\n"
     "    ELSE\n"
-    "      INSERT INTO broker_event (seq, topic, about, data, key, created_at) OVERRIDING SYSTEM VALUE\n"
-    "      SELECT v_first - 1 + row_number() OVER (ORDER BY i.o), i.t, i.a::text[], i.d::json, i.k, v_now\n"
+    "      INSERT INTO broker_event (seq, topic, about, data, key, created_at, data_bytes) OVERRIDING SYSTEM VALUE\n"
+    "      SELECT v_first - 1 + row_number() OVER (ORDER BY i.o), i.t, i.a::text[], i.d::json, i.k, v_now,\n"
+    "             octet_length(i.d)\n"
     "        FROM unnest(topics, abouts, datas, keys) WITH ORDINALITY AS i(t, a, d, k, o)\n"
     "       WHERE NOT EXISTS (SELECT 1 FROM unnest(v_do) AS s(o) WHERE s.o = i.o);\n"
     "    END IF;\n"
     "    GET DIAGNOSTICS v_ins = ROW_COUNT;\n"
     "    IF v_ins <> v_n THEN\n"
-    "      RAISE EXCEPTION 'broker_append3: % rows inserted, % expected (a key repeated in one call?)',\n"
+    "      RAISE EXCEPTION 'broker_append4: % rows inserted, % expected (a key repeated in one call?)',\n"
     "        v_ins, v_n;\n"
     "    END IF;\n"
     "  END IF;\n"
@@ -218,7 +235,7 @@ static const char functions_sql[] =
     "END\n"
     "$fn$;\n"
     "\n"
-    "CREATE OR REPLACE FUNCTION broker_retain3(lock_key bigint, older_than interval, chunk int)\n"
+    "CREATE OR REPLACE FUNCTION broker_retain4(lock_key bigint, older_than interval, chunk int)\n"
     "  RETURNS int LANGUAGE plpgsql AS $fn$\n"
     "DECLARE\n"
     "  v_horizon bigint;\n"
@@ -249,19 +266,29 @@ static const char functions_sql[] =
     "    END IF;\n"
     "  END IF;\n"
     "  IF v_n = 0 THEN\n"
-    "    DELETE FROM broker_flush WHERE created_at < now() - interval '" STR(SCHEMA_FLUSH_KEEP_HOURS) " hours';\n"
+    "    DELETE FROM broker_flush WHERE ctid = ANY(ARRAY(SELECT f.ctid FROM broker_flush f\n"
+    "      WHERE f.created_at < now() - interval '" STR(SCHEMA_FLUSH_KEEP_HOURS) " hours'\n"
+    "      ORDER BY f.created_at LIMIT greatest(chunk, 1)));\n"
     "  END IF;\n"
     "  RETURN v_n;\n"
     "END\n"
     "$fn$;\n"
     "\n"
+    "CREATE OR REPLACE FUNCTION broker_append3(lock_key bigint, flush_id text, topics text[],\n"
+    "    abouts text[], datas text[], keys text[])\n"
+    "  RETURNS TABLE(prev bigint, first_seq bigint, n_fresh int, dup_ords int[], dup_seqs bigint[])\n"
+    "  LANGUAGE sql AS $fn$ SELECT * FROM broker_append4(lock_key, flush_id, topics, abouts, datas, keys) $fn$;\n"
+    "\n"
+    "CREATE OR REPLACE FUNCTION broker_retain3(lock_key bigint, older_than interval, chunk int)\n"
+    "  RETURNS int LANGUAGE sql AS $fn$ SELECT broker_retain4(lock_key, older_than, chunk) $fn$;\n"
+    "\n"
     "CREATE OR REPLACE FUNCTION broker_append2(lock_key bigint, flush_id text, topics text[],\n"
     "    abouts text[], datas text[], keys text[])\n"
     "  RETURNS TABLE(prev bigint, first_seq bigint, n_fresh int, dup_ords int[], dup_seqs bigint[])\n"
-    "  LANGUAGE sql AS $fn$ SELECT * FROM broker_append3(lock_key, flush_id, topics, abouts, datas, keys) $fn$;\n"
+    "  LANGUAGE sql AS $fn$ SELECT * FROM broker_append4(lock_key, flush_id, topics, abouts, datas, keys) $fn$;\n"
     "\n"
     "CREATE OR REPLACE FUNCTION broker_retain(lock_key bigint, older_than interval, chunk int)\n"
-    "  RETURNS int LANGUAGE sql AS $fn$ SELECT broker_retain3(lock_key, older_than, chunk) $fn$;\n";
+    "  RETURNS int LANGUAGE sql AS $fn$ SELECT broker_retain4(lock_key, older_than, chunk) $fn$;\n";
 
 /* Takes a row lock on broker_meta's one row; never lowers the version. */
 static const char version_sql[] =
@@ -269,8 +296,10 @@ static const char version_sql[] =
 
 /* The signatures this program calls: a newer schema must still have them. */
 static const char functions_present_sql[] =
-    "SELECT to_regprocedure('broker_append3(bigint,text,text[],text[],text[],text[])') IS NOT NULL"
-    " AND to_regprocedure('broker_retain3(bigint,interval,integer)') IS NOT NULL";
+    "SELECT to_regprocedure('broker_append4(bigint,text,text[],text[],text[],text[])') IS NOT NULL"
+    " AND to_regprocedure('broker_retain4(bigint,interval,integer)') IS NOT NULL"
+    " AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'broker_event'::regclass"
+    "             AND attname = 'data_bytes' AND NOT attisdropped)";
 
 static void
 set_err(char *err, size_t errlen, const char *what, const char *msg)
@@ -370,7 +399,7 @@ judge(PGconn *conn, schema_mode mode, int version, bool *done, char *err, size_t
 		if (strcmp(v, "t") != 0) {
 			snprintf(err, errlen,
 			         "schema version %d is newer than this program's %d and no longer has the functions "
-			         "this program calls (broker_append3, broker_retain3): upgrade this program",
+			         "this program calls (broker_append4, broker_retain4, broker_event.data_bytes): upgrade this program",
 			         version, SCHEMA_VERSION);
 			return ST_EINVAL;
 		}
@@ -409,6 +438,10 @@ schema_migrate(PGconn *conn, schema_mode mode, int *found, char *err, size_t err
 	st_err rv;
 
 	if ((rv = schema_check_encoding(conn, err, errlen)) != ST_OK)
+		return rv;
+	/* the flush's own settings first (a read-only or serializable default would fail or change the
+	 * steps below just as it would a flush); lock_timeout is then lowered for the migration */
+	if ((rv = exec_ok(conn, schema_session_sql, "migrate settings", err, errlen)) != ST_OK)
 		return rv;
 	/* every lock below is waited for at most this long (then ST_EAGAIN) */
 	if ((rv = exec_ok(conn, "SET lock_timeout = '" STR(SCHEMA_LOCK_TIMEOUT_MS) "ms'", "migrate", err, errlen)) !=

@@ -18,9 +18,10 @@
 
 #include "st_err.h"
 
-#define SCHEMA_VERSION 3
-/* The oldest version the daemon upgrades by itself (functions only, no table lock). */
-#define SCHEMA_ONLINE_FROM 2
+#define SCHEMA_VERSION 4
+/* The oldest version the daemon upgrades by itself (functions only, no table lock): version 4 adds a
+ * column to broker_event and an index to broker_flush, so only a fresh database or this one. */
+#define SCHEMA_ONLINE_FROM 4
 /* Fixed; distinct from the default --lock-key (and lock-key + 1). */
 #define SCHEMA_MIGRATE_LOCK_KEY 7450000001
 /* Every lock the migration waits for, at most (then ST_EAGAIN, retried by the caller). */
@@ -47,8 +48,9 @@ typedef enum {
 st_err schema_check_encoding(PGconn *conn, char *err, size_t errlen);
 
 /*
- * Checks the encoding, then migrates over an open connection as mode
- * allows.  *found is the version recorded before (0: no schema).  Returns
+ * Checks the encoding, pins the session settings of schema_session_sql (a
+ * database or role default must not change what the migration does either),
+ * then migrates over an open connection as mode allows.  *found is the version recorded before (0: no schema).  Returns
  *   ST_OK      the schema is usable by this program (current, just migrated,
  *              or newer and still compatible);
  *   ST_EAGAIN  a lock was not obtained within SCHEMA_LOCK_TIMEOUT_MS: retry;

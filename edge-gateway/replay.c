@@ -35,22 +35,30 @@ static const char CHECK_SQL[] =
 
 /*
  * What a row may cost the edge, in SQL, computed without reading the data:
- * octet_length of a json value (binary-coercible to text) takes a TOASTed
- * value's size from its header.  The envelope adds a fixed part to the
- * topic, the about list and the data.
+ * the envelope's fixed part, the topic, the about list and the data's
+ * length as the flush recorded it (data_bytes, schema version 4).  json has
+ * no binary cast to text, so octet_length(data::text) runs json's output
+ * function, which detoasts and copies the whole value: it is the fallback
+ * only for rows stored before version 4 (data_bytes NULL; a change signal's
+ * data is NULL too and costs nothing to measure).  COST is computed where
+ * the rows are scanned, so the window below sums integers and carries the
+ * data column as the stored (TOAST) reference, which is only read when the
+ * row is sent.
  */
-#define ROW_BYTES(t) \
-	"(160 + octet_length(" t ".topic) + octet_length(" t ".about::text) + coalesce(octet_length(" t ".data::text), 0))"
+#define COST(t)                                                                                              \
+	"(160 + octet_length(" t ".topic) + octet_length(" t ".about::text) + coalesce(" t ".data_bytes, "     \
+	"octet_length(" t ".data::text), 0)) AS cost"
 
 /*
  * Each chunk is cut by rows ($4) AND by bytes ($5): rows are taken in seq
  * order while what came before them costs less than $5, so a chunk keeps
  * at most $5 plus one row, and the data of a row beyond the cut is never
- * read (the window sums sizes, the outer query returns only what is kept;
- * the next chunk starts after the last row kept, so every row's data is
- * read once).  `next` is the seq after each row among those the LIMIT let
- * through: on the last row returned, not NULL means the chunk was cut by
- * bytes, not at the end of the range.
+ * read (the window sums the costs, the outer query returns only what is
+ * kept; the next chunk starts after the last row kept, so every row's data
+ * is read once: test_replay_toast.py counts the TOAST blocks).  `next` is
+ * the seq after each row among those the LIMIT let through: on the last
+ * row returned, not NULL means the chunk was cut by bytes, not at the end
+ * of the range.
  *
  * The retention horizon comes with every chunk, read in the same snapshot
  * as the rows: a slow replay whose rows retention deleted meanwhile is told
@@ -62,20 +70,37 @@ static const char FETCH_SQL[] =
 	" FROM (SELECT coalesce((SELECT horizon FROM broker_meta WHERE id = 1), 0)::int8 AS horizon) AS h"
 	" LEFT JOIN LATERAL (SELECT w.seq, w.topic, w.about, w.data, w.next FROM"
 	"  (SELECT x.seq, x.topic, x.about, x.data, lead(x.seq) OVER o AS next,"
-	"    sum(" ROW_BYTES("x") ") OVER o - " ROW_BYTES("x") " AS before"
+	"    sum(x.cost) OVER o - x.cost AS before"
 	"   FROM (SELECT y.* FROM (SELECT DISTINCT u FROM unnest($1::text[]) AS u) AS t(topic)"
-	"    CROSS JOIN LATERAL (SELECT e.seq, e.topic, e.about, e.data FROM broker_event e"
+	"    CROSS JOIN LATERAL (SELECT e.seq, e.topic, e.about, e.data, " COST("e") " FROM broker_event e"
 	"      WHERE e.topic = t.topic AND e.seq > $2::int8 AND e.seq <= $3::int8"
 	"      ORDER BY e.seq LIMIT $4::int8) AS y"
 	"    ORDER BY y.seq LIMIT $4::int8) AS x WINDOW o AS (ORDER BY x.seq)) AS w"
 	"  WHERE w.before < $5::int8) AS z ON true"
 	" ORDER BY z.seq";
 
+/*
+ * The same for a single topic (most streams): the (topic, seq) index gives
+ * the rows in seq order, so neither the per-topic merge nor its sort is
+ * needed.
+ */
+static const char FETCH1_SQL[] =
+	"SELECT z.seq, z.topic, z.about, z.data, h.horizon, z.next"
+	" FROM (SELECT coalesce((SELECT horizon FROM broker_meta WHERE id = 1), 0)::int8 AS horizon) AS h"
+	" LEFT JOIN LATERAL (SELECT w.seq, w.topic, w.about, w.data, w.next FROM"
+	"  (SELECT x.seq, x.topic, x.about, x.data, lead(x.seq) OVER o AS next,"
+	"    sum(x.cost) OVER o - x.cost AS before"
+	"   FROM (SELECT e.seq, e.topic, e.about, e.data, " COST("e") " FROM broker_event e"
+	"     WHERE e.topic = ($1::text[])[1] AND e.seq > $2::int8 AND e.seq <= $3::int8"
+	"     ORDER BY e.seq LIMIT $4::int8) AS x WINDOW o AS (ORDER BY x.seq)) AS w"
+	"  WHERE w.before < $5::int8) AS z ON true"
+	" ORDER BY z.seq";
+
 static const char FILL_SQL[] =
 	"SELECT w.seq, w.topic, w.about, w.data, w.next FROM"
-	" (SELECT e.seq, e.topic, e.about, e.data, lead(e.seq) OVER o AS next,"
-	"   sum(" ROW_BYTES("e") ") OVER o - " ROW_BYTES("e") " AS before"
-	"  FROM (SELECT * FROM broker_event WHERE seq > $1::int8 AND seq <= $2::int8 ORDER BY seq LIMIT $3::int8) AS e"
+	" (SELECT e.seq, e.topic, e.about, e.data, lead(e.seq) OVER o AS next, sum(e.cost) OVER o - e.cost AS before"
+	"  FROM (SELECT b.seq, b.topic, b.about, b.data, " COST("b") " FROM broker_event b"
+	"   WHERE b.seq > $1::int8 AND b.seq <= $2::int8 ORDER BY b.seq LIMIT $3::int8) AS e"
 	"  WINDOW o AS (ORDER BY e.seq)) AS w"
 	" WHERE w.before < $4::int8 ORDER BY w.seq";
 
@@ -324,7 +349,7 @@ replay_fetch(pgpool *p, const char *const *topics, const size_t *lens, size_t n,
 		j->upto = upto;
 		j->rows_fn = fn;
 		j->arg = arg;
-		j = job_submit(p, PGPOOL_PRIO_REPLAY, FETCH_SQL, j, arr.p, (int)arr.len, ints, 4);
+		j = job_submit(p, PGPOOL_PRIO_REPLAY, n == 1 ? FETCH1_SQL : FETCH_SQL, j, arr.p, (int)arr.len, ints, 4);
 	}
 	st_buf_fini(&arr);
 	return j;

@@ -397,6 +397,19 @@ t_byte_cut(void)
 	fill(&g, 0, 10, 100);
 	ST_CHECK_EQ_U64(g.n, 10);
 	ST_CHECK_EQ_U64(g.upto, 10);
+	/* The rows above have no recorded size (stored before schema version 4): measured from the data.
+	 * A recorded size is what the cut uses: with 1 byte recorded each, all 10 fit one chunk. */
+	ST_CHECK(sql("UPDATE broker_event SET data_bytes = 1"));
+	MAXB = 250u * 1024;
+	fetch(&g, t, l, 1, 0, 1000, 100);
+	ST_CHECK_EQ_U64(g.n, 10);
+	ST_CHECK(g.done);
+	fill(&g, 0, 10, 100);
+	ST_CHECK_EQ_U64(g.n, 10);
+	/* ... and rows with and without a recorded size mix: 3 measured ones cut the chunk again */
+	ST_CHECK(sql("UPDATE broker_event SET data_bytes = NULL WHERE seq > 5"));
+	fill(&g, 0, 10, 100);
+	ST_CHECK_EQ_U64(g.n, 8); /* 5 of 1 byte, then 3 measured ones of ~100 KiB (as in 3 + 3 + 3 + 1 above) */
 }
 
 static void
@@ -479,7 +492,7 @@ main(void)
 	         "SET client_min_messages = warning; DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s; SET search_path = %s;"
 	         "CREATE TABLE broker_event (seq bigint GENERATED ALWAYS AS IDENTITY (CACHE 1) PRIMARY KEY,"
 	         " topic text NOT NULL, about text[] NOT NULL DEFAULT '{}', data json, key text,"
-	         " created_at timestamptz NOT NULL DEFAULT now());"
+	         " created_at timestamptz NOT NULL DEFAULT now(), data_bytes int);"
 	         "CREATE UNIQUE INDEX broker_event_key ON broker_event (key) WHERE key IS NOT NULL;"
 	         "CREATE INDEX broker_event_topic_seq ON broker_event (topic, seq);"
 	         "CREATE TABLE broker_meta (id int PRIMARY KEY CHECK (id = 1), horizon bigint NOT NULL DEFAULT 0,"

@@ -96,6 +96,12 @@
 
 #define STREAM_REPLAY_CHUNK 1000
 /*
+ * A replay reads the next chunk while it writes the last one (the database
+ * and the socket work at the same time instead of in turn), so it holds up
+ * to two chunks: each is cut at half of what one chunk used to hold.
+ */
+#define STREAM_REPLAY_CHUNK_BYTES (SUBQ_MAX_BYTES / 2)
+/*
  * Queued frames or bytes at which delivery writes to the connection (and
  * looks whether the stream is behind) before the batch ends.  Bytes too:
  * five frames of 200 KB fill ADR-0197's 1 MiB long before 64 frames queue.
@@ -132,6 +138,8 @@ struct stream {
 	replay_job *job;         /* the outstanding check or fetch, or NULL */
 	frame **chunk;           /* replay rows not yet written (own a reference each) */
 	size_t chunk_n, chunk_i;
+	size_t chunk_mark;       /* where the newest chunk starts in chunk[]: the next fetch waits for it */
+	uint64_t fetch_from;     /* the cursor of the fetch in flight */
 	bool chunk_done;         /* the last fetch returned fewer rows than asked */
 	char **topics;           /* owned copies; kept while a replay may need them */
 	size_t *topic_lens;
@@ -201,7 +209,7 @@ chunk_clear(stream *s)
 	for (size_t i = s->chunk_i; i < s->chunk_n; i++)
 		frame_unref(s->chunk[i]);
 	ST_FREE(&s->chunk);
-	s->chunk_n = s->chunk_i = 0;
+	s->chunk_n = s->chunk_i = s->chunk_mark = 0;
 }
 
 static void
@@ -545,6 +553,13 @@ stream_pump(stream *s)
 		frame *f;
 
 		if (s->state == ST_REPLAYING) {
+			/* The older chunk is written: read the next one while this one goes out. */
+			if (s->chunk_i == s->chunk_mark && s->chunk_i < s->chunk_n && s->job == NULL && !s->chunk_done) {
+				batch_flush(s, &b); /* a fetch that cannot start writes a frame: ours go first */
+				stream_fetch(s);
+				if (s->state != ST_REPLAYING)
+					return;
+			}
 			if (s->chunk_i < s->chunk_n) {
 				f = s->chunk[s->chunk_i++];
 				s->cursor = frame_seq(f);
@@ -557,7 +572,9 @@ stream_pump(stream *s)
 				return; /* the next rows are on their way */
 			if (!s->chunk_done) {
 				stream_fetch(s);
-				return;
+				if (s->job != NULL || s->state != ST_REPLAYING)
+					return;
+				continue; /* nothing left to fetch: chunk_done */
 			}
 			stream_release(s);
 			continue;
@@ -758,8 +775,8 @@ on_rows(void *arg, st_err err, frame *const *frames, size_t n, bool done, uint64
 		                                      "the database failed during the replay; reconnect with Last-Event-ID");
 		return;
 	}
-	chunk_clear(s);
-	if (horizon > s->cursor) {
+	if (horizon > s->fetch_from) {
+		chunk_clear(s);
 		/*
 		 * Retention deleted rows after our cursor while we replayed: never
 		 * a silent hole (ADR-WEB-ADV-001).  One resync, then live from d.
@@ -783,28 +800,41 @@ on_rows(void *arg, st_err err, frame *const *frames, size_t n, bool done, uint64
 	else
 		s->fetch_limit = (uint32_t)ST_MIN(2u * s->fetch_limit, STREAM_REPLAY_CHUNK);
 	if (n) {
-		s->chunk = st_xcalloc(n, sizeof(*s->chunk));
+		/* After what the older chunk has not written yet (the fetch ran while it was written). */
+		size_t left = s->chunk_n - s->chunk_i;
+		frame **c = st_xcalloc(left + n, sizeof(*c));
+
+		if (left)
+			memcpy(c, s->chunk + s->chunk_i, left * sizeof(*c));
 		for (size_t i = 0; i < n; i++)
-			s->chunk[i] = frame_ref(frames[i]);
-		s->chunk_n = n;
+			c[left + i] = frame_ref(frames[i]);
+		free(s->chunk);
+		s->chunk = c;
+		s->chunk_i = 0;
+		s->chunk_n = left + n;
+		s->chunk_mark = left;
 	}
 	s->chunk_done = done;
 	stream_pump(s);
 }
 
+/*
+ * Starts the fetch of the rows after those held (or written), or sets
+ * chunk_done when there are none left; called by the pump only, which
+ * goes on from what it finds.
+ */
 static void
 stream_fetch(stream *s)
 {
 	uint64_t upto = s->has_until ? ST_MIN(s->d, s->until) : s->d;
 
-	if (s->cursor >= upto) {
+	s->fetch_from = s->chunk_n > 0 ? frame_seq(s->chunk[s->chunk_n - 1]) : s->cursor;
+	if (s->fetch_from >= upto) {
 		s->chunk_done = true;
-		stream_release(s);
-		stream_pump(s);
 		return;
 	}
-	s->job = replay_fetch(s->env->pool, (const char *const *)s->topics, s->topic_lens, s->n_topics, s->cursor,
-	                      upto, s->fetch_limit, SUBQ_MAX_BYTES, on_rows, s);
+	s->job = replay_fetch(s->env->pool, (const char *const *)s->topics, s->topic_lens, s->n_topics, s->fetch_from,
+	                      upto, s->fetch_limit, STREAM_REPLAY_CHUNK_BYTES, on_rows, s);
 	if (s->job == NULL) {
 		st_counter_inc(s->env->m_replay[RR_ERROR]);
 		stream_fail(s, ST_EBUSY, "the replay queue is full; reconnect with Last-Event-ID");

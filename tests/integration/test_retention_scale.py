@@ -13,8 +13,8 @@ and the rows read per call.
 
 1. The daemon (--retention) on a table where 1,000 rows have expired: the
    rows it reads until they are gone.
-2. broker_retain called round by round (the name version 2 called; in
-   version 3 a wrapper of broker_retain3, which the writer calls), with
+2. broker_retain called round by round (the name version 2 called; since
+   version 4 a wrapper of broker_retain4, which the writer calls), with
    pg_stat_xact_user_tables read in the same transaction: few expired
    (1,000), then many (148,000).
 """

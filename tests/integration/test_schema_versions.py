@@ -14,8 +14,10 @@ version 3 changed in the functions (issue 10, items 1 and 8).
 - broker_flush records are kept 24 hours.
 Real PostgreSQL, real processes.
 """
+import os
 import subprocess
 import threading
+import time
 
 import harness as h
 import schema_fixture as sf
@@ -58,8 +60,8 @@ def migrate_upgrades_version_2_and_a_second_run_changes_nothing():
         p1 = v2_flush(env.dsn, "old:1", "up")
         rc, out = run_migrate(env.dsn)
         check_eq(rc, 0, "migrate on version 2 exits 0 (%s)" % out.strip())
-        check("upgraded schema version 2 to 3" in out, "migrate says what it did: %s" % out.strip())
-        check_eq(sf.schema_version(env.dsn), 3, "version after migrate")
+        check("upgraded schema version 2 to 4" in out, "migrate says what it did: %s" % out.strip())
+        check_eq(sf.schema_version(env.dsn), 4, "version after migrate")
         check_eq(h.psql_one(env.dsn, "SELECT count(*) FROM broker_event"), "1", "the data is kept")
         # a version-2 writer still running keeps flushing through its function
         p2 = v2_flush(env.dsn, "old:2", "up")
@@ -68,7 +70,7 @@ def migrate_upgrades_version_2_and_a_second_run_changes_nothing():
         sf.ddl_probe_install(env.dsn)
         rc, out = run_migrate(env.dsn)
         check_eq(rc, 0, "a second migrate exits 0 (%s)" % out.strip())
-        check("schema version 3 is current" in out, "the second migrate says the schema is current: %s" % out)
+        check("schema version 4 is current" in out, "the second migrate says the schema is current: %s" % out)
         check_eq(sf.ddl_seen(env.dsn), [], "DDL statements issued by a second migrate")
         w = env.start_writer(flush_interval_ms=100).wait_ready()
         s = h.publish(w, "up", {"new": True})
@@ -110,7 +112,7 @@ def version_1_needs_migrate_which_waits_for_a_reader_with_bounded_locks():
         text = "".join(out)
         check_eq(rc, 0, "migrate exits 0 once the reader ended (%s)" % text.strip())
         check("lock timeout" in text and "retrying" in text, "migrate said it retried: %s" % text.strip())
-        check_eq(sf.schema_version(env.dsn), 3, "version after migrate")
+        check_eq(sf.schema_version(env.dsn), 4, "version after migrate")
         check_eq(h.psql_one(env.dsn, "SELECT count(*) FROM information_schema.columns WHERE table_name = "
                             "'broker_flush' AND column_name IN ('dup_ords', 'dup_seqs')"), "2",
                  "version 1's broker_flush got its columns")
@@ -120,17 +122,16 @@ def version_1_needs_migrate_which_waits_for_a_reader_with_bounded_locks():
 @t.case
 def a_newer_schema_runs_while_its_functions_exist():
     with h.Env() as env:
-        h.psql(env.dsn, "UPDATE broker_meta SET schema_version = 4")
+        h.psql(env.dsn, "UPDATE broker_meta SET schema_version = 5")
         w = env.start_writer(flush_interval_ms=100).wait_ready()
         h.publish(w, "newer", {"x": 1})
-        check("schema version 4 is newer" in w.logs(), "the writer says it runs on a newer schema")
+        check("schema version 5 is newer" in w.logs(), "the writer says it runs on a newer schema")
         check_eq(w.stop(), 0, "writer exits 0")
-        check_eq(sf.schema_version(env.dsn), 4, "an older program never lowers the version")
+        check_eq(sf.schema_version(env.dsn), 5, "an older program never lowers the version")
         rc, out = run_migrate(env.dsn)
-        check_eq((rc, sf.schema_version(env.dsn)), (0, 4), "migrate on a newer compatible schema (%s)" % out)
-        h.psql(env.dsn, "DROP FUNCTION broker_append2(bigint, text, text[], text[], text[], text[]); "
-               "DROP FUNCTION broker_append3(bigint, text, text[], text[], text[], text[])")
-        refusal(env, "a newer schema without broker_append3", ["schema version 4", "upgrade this program"])
+        check_eq((rc, sf.schema_version(env.dsn)), (0, 5), "migrate on a newer compatible schema (%s)" % out)
+        h.psql(env.dsn, "DROP FUNCTION broker_append4(bigint, text, text[], text[], text[], text[])")
+        refusal(env, "a newer schema without broker_append4", ["schema version 5", "upgrade this program"])
         rc, out = run_migrate(env.dsn)
         check_eq(rc, 2, "migrate on a newer incompatible schema exits 2 (%s)" % out.strip())
 
@@ -203,6 +204,141 @@ def flush_records_are_kept_24_hours():
                      30, "retention trims the 25-hour-old flush record")
         left = sorted(r[0] for r in h.psql(env.dsn, "SELECT id FROM broker_flush WHERE id LIKE 'h%'"))
         check_eq(left, ["h2", "h23"], "flush records younger than 24 hours are kept")
+
+
+def v3_flush(dsn, fid, topic, data):
+    """A flush as a version-3 writer sends it (its function, its lock key)."""
+    row = h.psql(dsn, "SELECT prev, first_seq, n_fresh FROM broker_append3(%d, '%s', ARRAY['%s'], ARRAY['{}'], "
+                 "ARRAY['%s'], NULL)" % (LOCK_KEY, fid, topic, data))[0]
+    return tuple(int(x) for x in row)
+
+
+class V3Flusher(threading.Thread):
+    """Flushes through broker_append3 from psql, one event at a time, as a
+    version-3 writer does; records when each flush returned."""
+
+    def __init__(self, dsn):
+        super().__init__(daemon=True)
+        self.dsn, self.replies, self.errors, self.stop = dsn, [], [], False
+
+    def run(self):
+        i = 0
+        while not self.stop:
+            try:
+                h.psql(self.dsn, "SET lock_timeout = '5s'; SELECT * FROM broker_append3(%d, 'v3:%d', ARRAY['mig'], "
+                       "ARRAY['{}'], ARRAY['{\"i\":%d}'], NULL)" % (LOCK_KEY, i, i))
+                self.replies.append(time.monotonic())
+            except h.TestFailure as e:
+                self.errors.append(str(e))
+            i += 1
+
+    def longest_gap(self, t0, t1):
+        times = [t0] + [x for x in self.replies if t0 < x < t1] + [t1]
+        return max(b - a for a, b in zip(times, times[1:]))
+
+
+@t.case
+def version_3_is_upgraded_by_migrate_while_version_3_writers_flush():
+    """Version 4 adds broker_event.data_bytes (an ALTER TABLE: AccessExclusiveLock,
+    metadata only) and an index on broker_flush: the daemon refuses a version-3
+    schema (exit 2, one line, no DDL), `migrate` upgrades it while a version-3
+    writer keeps flushing (its longest gap bounded by one lock_timeout), rows
+    stored before keep data_bytes NULL (measured by the edge when replayed),
+    and the version-3 function, now a wrapper, records data_bytes."""
+    with h.Env(migrate=False) as env:
+        with open(os.path.join(sf.HERE, "schema_v3.sql"), encoding="utf-8") as f:
+            h.psql(env.dsn, f.read())
+        check_eq(sf.schema_version(env.dsn), 3, "the fixture is version 3")
+        old = [v3_flush(env.dsn, "old:%d" % i, "up", '{"old":%d}' % i)[1] for i in range(3)]
+        sf.ddl_probe_install(env.dsn)
+        refusal(env, "a version-3 schema", ["schema version 3", "broker-writer migrate"])
+        check_eq(sf.ddl_seen(env.dsn), [], "DDL statements issued by the refusing daemon")
+        fl = V3Flusher(env.dsn)
+        fl.start()
+        try:
+            h.wait_until(lambda: len(fl.replies) >= 5, 30, "the version-3 flushes run")
+            t0 = time.monotonic()
+            rc, out = run_migrate(env.dsn)
+            h.wait_until(lambda: fl.replies and fl.replies[-1] > time.monotonic() - 0.5 and
+                         len([x for x in fl.replies if x > t0]) >= 5, 30, "version-3 flushes after the upgrade")
+            t1 = time.monotonic()
+        finally:
+            fl.stop = True
+        fl.join(60)
+        gap = fl.longest_gap(t0, t1)
+        log("FIGURE longest gap of version-3 flushes while migrate upgraded 3 to 4: %.3f s (%d flushes in %.1f s)"
+            % (gap, len([x for x in fl.replies if t0 < x < t1]), t1 - t0))
+        check_eq(rc, 0, "migrate on version 3 exits 0 (%s)" % out.strip())
+        check("upgraded schema version 3 to 4" in out, "migrate says what it did: %s" % out.strip())
+        check_eq(sf.schema_version(env.dsn), 4, "version after migrate")
+        check(not fl.errors, "every version-3 flush succeeds: %s" % fl.errors[:3])
+        check(gap < 2.0, "longest gap of the version-3 flushes during the upgrade: %.3f s (bound 2 s: one "
+              "lock_timeout of 1 s and a flush)" % gap)
+        tags = sorted(set(r[1] for r in sf.ddl_seen(env.dsn)))
+        check_eq(tags, ["ALTER TABLE", "CREATE FUNCTION", "CREATE INDEX", "CREATE TABLE"],
+                 "the statement kinds of the upgrade")
+        rows = h.psql(env.dsn, "SELECT seq, data_bytes, octet_length(data::text) FROM broker_event ORDER BY seq")
+        before = [(int(a), b) for a, b, _ in rows if int(a) in old]
+        check_eq(before, [(x, None) for x in old], "rows stored before the upgrade: data_bytes NULL")
+        late = v3_flush(env.dsn, "late:1", "up", '{"after": "the upgrade"}')[1]
+        # the flushes that ran during the upgrade: before it NULL, after it recorded; never wrong
+        wrong = [r for r in rows if int(r[0]) > old[-1] and r[1] is not None and r[1] != r[2]]
+        check_eq(wrong, [], "rows whose data_bytes differs from their data's length")
+        got = h.psql(env.dsn, "SELECT data_bytes, octet_length(data::text) FROM broker_event WHERE seq = %d" % late)
+        n = str(len('{"after": "the upgrade"}'))
+        check_eq(got, [(n, n)], "data_bytes recorded by the version-3 function (a wrapper now) after the upgrade")
+        # An edge replays old rows (measured) and new ones (recorded) alike.
+        w = env.start_writer(flush_interval_ms=100).wait_ready()
+        new = h.publish(w, "up", {"new": True})
+        check_eq(h.psql_one(env.dsn, "SELECT data_bytes FROM broker_event WHERE seq = %d" % new), "12",
+                 "data_bytes recorded by the version-4 writer (its data {\"new\": true} is 12 bytes)")
+        edge = env.start_edge([w]).wait_ready()
+        c = h.SseClient(edge.url + "/v1/stream?topic=up&until=head", headers={"Last-Event-ID": "0"})
+        c.wait_items(len(old) + 2, 30)
+        c.close()
+        ids = [int(x["id"]) for x in c.items()]
+        check_eq(ids[:len(old)] + ids[-2:], old + [late, new], "replayed ids over rows from before and after")
+
+
+@t.case
+def migrate_pins_the_session_settings_of_the_flush():
+    """A database default (ALTER DATABASE ... SET) does not change what the
+    migration does: it runs schema_session_sql first, as every flush
+    connection does (a read-only default used to fail migrate)."""
+    with h.Env(migrate=False) as env:
+        env.psql("ALTER DATABASE %s SET synchronous_commit = off" % env.dbname)
+        env.psql("ALTER DATABASE %s SET default_transaction_read_only = on" % env.dbname)
+        rc, out = run_migrate(env.dsn)
+        check_eq(rc, 0, "migrate on a database whose default is read-only exits 0 (%s)" % out.strip())
+        check_eq(sf.schema_version(env.dsn), 4, "version after migrate")
+
+
+@t.case
+def the_flush_record_trim_is_an_index_scan():
+    """broker_retain4 trims broker_flush records older than 24 hours by an
+    index range scan of broker_flush_created_at, at most `chunk` rows a call,
+    not a sequential scan of the whole table: the plans of its nested
+    statements, from auto_explain, name the index and no Seq Scan on
+    broker_flush."""
+    with h.Env() as env:
+        env.psql("INSERT INTO broker_flush (id, prev, created_at) SELECT 'x' || i, 0, "
+                 "now() - interval '48 hours' + i * interval '1 second' FROM generate_series(1, 100000) i")
+        env.psql("ANALYZE broker_flush")
+        expired = int(env.psql("SELECT count(*) FROM broker_flush WHERE created_at < now() - interval '24 hours'")[0][0])
+        p = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", env.dsn],
+                           input="LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "
+                           "SET auto_explain.log_nested_statements = on; SET auto_explain.log_level = notice; "
+                           "SET client_min_messages = notice; SELECT broker_retain4(%d, NULL, 5000);\n" % LOCK_KEY,
+                           capture_output=True, text=True, timeout=60)
+        check_eq(p.returncode, 0, "psql exit status (%s)" % p.stderr[-500:])
+        plans = [b for b in p.stderr.split("NOTICE:") if "broker_flush" in b and "Delete" in b]
+        log("FIGURE the trim's plan:\n%s" % (plans[0].strip() if plans else p.stderr[-2000:]))
+        check(plans, "auto_explain printed the trim's plan")
+        check("broker_flush_created_at" in plans[0], "the trim walks the index broker_flush_created_at")
+        check("Seq Scan on broker_flush" not in plans[0], "the trim does not scan broker_flush sequentially")
+        left = int(env.psql("SELECT count(*) FROM broker_flush WHERE created_at < now() - interval '24 hours'")[0][0])
+        check_eq(left, expired - 5000, "expired records left after one call (of %d: it trims its chunk, 5,000)"
+                 % expired)
 
 
 t.main()
