@@ -667,6 +667,20 @@ class StreamClient:
                 pass
 
 
+OPEN_TIMEOUT_S = 60  # a busy CI machine: a deadline to fail by, not a time to wait
+
+
+def run_until_open(clients, timeout=OPEN_TIMEOUT_S, also=None):
+    """Drives clients until every one has its response status (or ended),
+    and also() (when given) is true: the condition a fixed "let them
+    connect" wait only hoped for.  Returns run_clients' verdict; the
+    caller's checks then say what was expected and what came."""
+    clients = list(clients)
+    return run_clients(clients, timeout,
+                       until=lambda: all(c.status is not None or c.done for c in clients) and
+                       (also is None or also()))
+
+
 def run_clients(clients, timeout, until=None, tick=None):
     """Drive clients until all are done, until() is true, or timeout (s).
 

@@ -122,8 +122,8 @@ with harness.Env() as env:
         port = sc.edge_port(edge)
         cs = [sc.StreamClient(port, "/v1/stream?topic=d.b&format=%s" % f)
               for f in ("sse", "ndjson", "json-seq") for _ in range(10)]
-        sc.run_clients(cs, 1.5)
-        check(all(c.status == 200 for c in cs), "30 streams open")
+        sc.run_until_open(cs)
+        check(all(c.status == 200 for c in cs), "30 streams open: statuses %r" % sorted({c.status for c in cs}, key=str))
         p = harness.studioctl("drain", "--control", edge.control, timeout=20)
         check_eq(p.returncode, 0, "studioctl drain exit status: %s %s" % (p.stdout, p.stderr))
         st, _, _ = harness.http_get(edge.url + "/readyz", timeout=5)

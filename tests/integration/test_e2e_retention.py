@@ -108,7 +108,7 @@ def rows_deleted_under_a_slow_replay_give_a_resync():
         edge.wait_ready()
         c = sc.StreamClient(sc.edge_port(edge), "/v1/stream?topic=ret3&format=ndjson", rcvbuf=8192,
                             read_rate=100000, headers={"Last-Event-ID": str(seqs[0] - 1)})
-        sc.run_clients([c], 1.5)
+        sc.run_until_open([c], also=lambda: len(c.items()) > 0)
         check(c.status == 200 and 0 < len(c.items()) < 1500, "the replay is under way (%d items)"
               % len(c.items()))
         # What retention does, in one transaction: record the horizon, delete up to it.

@@ -198,7 +198,7 @@ with harness.Env() as env:
         m0 = sc.get_metrics(port)
         c = sc.StreamClient(port, path(["h.a"]), headers={"Last-Event-ID": str(L)},
                             rcvbuf=16384, read_rate=300000)
-        sc.run_clients([c], 1.0)
+        sc.run_until_open([c], also=lambda: len(c.items()) > 0)
         check(c.status == 200 and 0 < len(c.items()) < 8000, "replay in progress (%d items)" % len(c.items()))
         live = sc.publish_batch(writer, evs("h.a", 3000, start=10**6))
         sc.run_clients([c], 3.0)

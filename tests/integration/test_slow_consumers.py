@@ -62,7 +62,7 @@ with harness.Env() as env:
     def slow_signal_reader_gets_coalesced_signals():
         m0 = sc.get_metrics(port)
         c = sc.StreamClient(port, "/v1/stream?topic=s.sig", rcvbuf=4096, read_rate=4000)
-        sc.run_clients([c], 1.0)
+        sc.run_until_open([c])
         check_eq(c.status, 200, "stream open")
         published = []
         for _ in range(8):
