@@ -124,7 +124,9 @@ struct studio_producer {
 struct op {
 	studio_producer *p;
 	op *next, **pprev;         /* on p->ops */
-	nng_aio *aio;              /* owned (reaped at the end) */
+	nng_aio *aio;              /* sends and receives; owned (reaped at the end) */
+	nng_aio *timer;            /* the start and back-off sleeps, owned (reaped): never the send/recv aio,
+	                              as nng 1.5 leaves a slept aio finishing a later timeout with result 0 */
 	nng_ctx ctx;
 	bool ctx_open;
 	bool unanswered;           /* a try went out and was never answered: it may be stored */
@@ -504,6 +506,7 @@ studio_events_check(const studio_event *ev, size_t n, char *detail, size_t detai
 /* ---- the request's state machine --------------------------------------- */
 
 static void op_cb(void *arg);
+static void op_timer_cb(void *arg);
 
 static void
 op_ctx_close(op *o)
@@ -536,6 +539,7 @@ op_finish(op *o, studio_status st)
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	nng_aio_reap(o->aio); /* not nng_aio_free: we may be inside its callback */
+	nng_aio_reap(o->timer);
 	st_buf_fini(&o->req);
 	free(o->seqs);
 	free(o);
@@ -676,8 +680,7 @@ op_retry(op *o, bool next_url, bool wait)
 	ms = st_backoff_jitter_ms(++o->attempt, o->p->o.backoff_base_ms, o->p->o.backoff_cap_ms, rand64(o->p));
 	now = now_ms(o->p);
 	o->st = OP_WAIT;
-	nng_aio_set_timeout(o->aio, NNG_DURATION_DEFAULT);
-	nng_sleep_aio((nng_duration)ST_MIN((uint64_t)ms, o->deadline > now ? o->deadline - now : 0), o->aio);
+	nng_sleep_aio((nng_duration)ST_MIN((uint64_t)ms, o->deadline > now ? o->deadline - now : 0), o->timer);
 }
 
 static void
@@ -739,9 +742,9 @@ op_cb(void *arg)
 	const char *url = o->p->urls[o->url_i];
 
 	switch (o->st) {
-	case OP_START: /* the zero sleep that moved the start off the caller's thread */
-		op_send(o);
-		return;
+	case OP_START:
+	case OP_WAIT:
+		return; /* not this aio's states: the timer's (op_timer_cb) */
 	case OP_SEND:
 		if (rv != 0) {
 			/* the message is still ours: it never left */
@@ -775,16 +778,29 @@ op_cb(void *arg)
 			op_retry(o, true, false);
 			return;
 		}
-		op_on_reply(o, nng_aio_get_msg(o->aio));
-		return;
-	case OP_WAIT:
-		if (rv != 0 && rv != NNG_ETIMEDOUT) { /* the sleep ended early: cancelled by studio_producer_free */
-			op_finish_closing(o);
+		if (nng_aio_get_msg(o->aio) == NULL) { /* never expected; a reply we cannot read */
+			o->unanswered = true;
+			say(o->detail, sizeof(o->detail), "no reply from %s", url);
+			op_retry(o, true, false);
 			return;
 		}
-		op_send(o);
+		op_on_reply(o, nng_aio_get_msg(o->aio));
 		return;
 	}
+}
+
+/* The timer: the zero sleep that moves the start off the caller's thread, and the back-off. */
+static void
+op_timer_cb(void *arg)
+{
+	op *o = arg;
+	int rv = nng_aio_result(o->timer);
+
+	if (rv != 0 && rv != NNG_ETIMEDOUT) { /* the sleep ended early: cancelled by studio_producer_free */
+		op_finish_closing(o);
+		return;
+	}
+	op_send(o);
 }
 
 /* ---- the API --------------------------------------------------------------- */
@@ -817,6 +833,8 @@ op_free_unstarted(op *o)
 {
 	if (o->aio != NULL)
 		nng_aio_free(o->aio);
+	if (o->timer != NULL)
+		nng_aio_free(o->timer);
 	st_buf_fini(&o->req);
 	free(o->seqs);
 	free(o);
@@ -860,7 +878,7 @@ publish_async_in(studio_producer *p, const studio_event *ev, size_t n, char *key
 	st = encode_checked(ev, n, base, &o->req, detail, detail_len);
 	if (st != STUDIO_OK)
 		goto fail;
-	if ((rv = nng_aio_alloc(&o->aio, op_cb, o)) != 0) {
+	if ((rv = nng_aio_alloc(&o->aio, op_cb, o)) != 0 || (rv = nng_aio_alloc(&o->timer, op_timer_cb, o)) != 0) {
 		say(detail, detail_len, "nng_aio_alloc: %s", nng_strerror(rv));
 		st = STUDIO_NOMEM;
 		goto fail;
@@ -907,7 +925,7 @@ publish_async_in(studio_producer *p, const studio_event *ev, size_t n, char *key
 	pthread_mutex_unlock(&p->mu);
 	/* The first step on an nng thread: the callback never runs on the caller's. */
 	o->st = OP_START;
-	nng_sleep_aio(0, o->aio);
+	nng_sleep_aio(0, o->timer);
 	return STUDIO_OK;
 fail:
 	op_free_unstarted(o);
@@ -1285,8 +1303,10 @@ studio_producer_free(studio_producer *p)
 	 * call still inside (a waiter wakes, sees closing and leaves). */
 	pthread_mutex_lock(&p->mu);
 	while (p->inflight > 0 || p->users > 0) {
-		for (op *o = p->ops; o != NULL; o = o->next)
+		for (op *o = p->ops; o != NULL; o = o->next) {
 			nng_aio_cancel(o->aio);
+			nng_aio_cancel(o->timer);
+		}
 		producer_wait_ms(p, 50);
 	}
 	pthread_mutex_unlock(&p->mu);

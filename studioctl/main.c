@@ -376,15 +376,21 @@ publish_request(studio_producer *p, const studio_event *ev, size_t n, char *base
 		break;
 	case STUDIO_USAGE:
 		st_config_fail(PROG, "%s", detail);
-	case STUDIO_TIMEOUT:
-		fprintf(stderr, PROG ": outcome unknown after %lld ms: %s\n", (long long)opts[O_TIMEOUT_MS].ival,
-		        detail);
+	case STUDIO_TIMEOUT: {
+		/* one line: the library's reason (its own key advice cut: ours is the run's base) */
+		char *cut = strstr(detail, "; it may be stored");
+
+		if (cut != NULL)
+			*cut = '\0';
 		if (opts[O_KEY].sval == NULL)
-			fprintf(stderr, PROG ": run the same command again with --key-base %s: events already "
-			        "stored are not stored again\n", run_base);
+			fprintf(stderr, PROG ": outcome unknown after %lld ms (%s): run the same command again with "
+			        "--key-base %s, and nothing is stored twice\n", (long long)opts[O_TIMEOUT_MS].ival,
+			        detail, run_base);
 		else
-			fprintf(stderr, PROG ": run the same command again (same --key): it is stored at most once\n");
+			fprintf(stderr, PROG ": outcome unknown after %lld ms (%s): run the same command again (same "
+			        "--key), and it is stored once\n", (long long)opts[O_TIMEOUT_MS].ival, detail);
 		break;
+	}
 	default:
 		fprintf(stderr, PROG ": %s: %s\n", studio_status_str(st), detail);
 		break;
