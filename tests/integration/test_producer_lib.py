@@ -109,7 +109,7 @@ def check_exactly_once(env, d, topic, requests, batch):
     check_eq(len(rows), want, "rows stored")
     check_eq(len(keys), want, "distinct keys (every event has one, made by the library)")
     check_eq(len(ids), want, "distinct (request, index): no event stored twice")
-    check(all(k and k.startswith("sp1-") for k in keys), "every key is a generated one: %s" % sorted(keys)[:2])
+    check(all(k and k.startswith("sp2-") for k in keys), "every key is a generated one: %s" % sorted(keys)[:2])
     told = sorted(d.seqs.values())
     check_eq(told, [int(r[0]) for r in rows], "the seqs the producer was told are exactly the rows' seqs")
     by_id = {(int(r[2]), int(r[3])): int(r[0]) for r in rows}
@@ -375,10 +375,32 @@ def installed_with_pkg_config():
                             stderr=subprocess.STDOUT, timeout=120)
         check_eq(cc.returncode, 0, "a program defining st_log and proto_request_encode links with the archive (%s)"
                  % cc.stdout.decode(errors="replace")[-600:])
+        # The C example of docs/clients.md compiles as written, warnings as errors.
+        with open(os.path.join(ROOT, "docs", "clients.md")) as f:
+            doc = f.read()
+        blocks = re.findall(r"```c\n(.*?)```", doc[doc.index("## C producer library"):], re.S)
+        check_eq(len(blocks), 1, "C examples in the producer section of docs/clients.md")
+        doc_c = os.path.join(prefix, "doc_example.c")
+        with open(doc_c, "w") as f:
+            f.write(blocks[0])
+        cc = subprocess.run(["cc", "-Wall", "-Wextra", "-Werror", "-o", doc_c + ".bin", doc_c] + sanitizer_flags()
+                            + pkg_config(env_pc, "studio-producer", "--cflags", "--libs"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+        check_eq(cc.returncode, 0, "the docs' example compiles (%s)" % cc.stdout.decode(errors="replace")[-600:])
+        # Fully static, with the libraries docs/clients.md names (not with a sanitizer: it needs its .so).
+        if not sanitizer_flags():
+            full = os.path.join(prefix, "example-full-static")
+            extra = ["-static"] + flags + ["-lmbedtls", "-lmbedx509", "-lmbedcrypto", "-latomic"]
+            cc = subprocess.run(["cc", "-o", full, os.path.join(ROOT, "producer", "example.c")] + extra,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+            check_eq(cc.returncode, 0, "cc -static example.c %s (%s)" % (" ".join(extra),
+                                                                         cc.stdout.decode(errors="replace")[-600:]))
         with harness.Env() as env:
             w = env.start_writer().wait_ready()
             run_example(env, w, shared, "pl.shared", {"LD_LIBRARY_PATH": libdir})
             run_example(env, w, static, "pl.static", {})
+            if not sanitizer_flags():
+                run_example(env, w, full, "pl.full", {})
     finally:
         shutil.rmtree(prefix, ignore_errors=True)
 
