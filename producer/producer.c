@@ -556,10 +556,12 @@ op_finish_unknown(op *o, const char *why)
 
 	if (why != NULL)
 		len = (size_t)snprintf(o->detail, sizeof(o->detail), "%s", why);
-	if (len < sizeof(o->detail))
-		snprintf(o->detail + len, sizeof(o->detail) - len, "; it may be stored: %s%s",
-		         o->key_base[0] ? "publish again with key base " : "publish again with the same keys",
+	if (len < sizeof(o->detail) && o->key_base[0] != '\0')
+		snprintf(o->detail + len, sizeof(o->detail) - len, "; it may be stored: publish again with key base %s",
 		         o->key_base);
+	else if (len < sizeof(o->detail))
+		snprintf(o->detail + len, sizeof(o->detail) - len,
+		         "; it may be stored: publishing again is safe only for events with keys of their own");
 	op_finish(o, STUDIO_TIMEOUT);
 }
 
