@@ -30,6 +30,9 @@ it was told, and nothing else:
   sits accepted in the writer's pending batch: its callback says TIMEOUT,
   never CLOSED; the event is stored; republishing with the base stores
   nothing more.
+- tls_identity_is_the_producers: producer A with a certificate, then B in
+  the same process with the CA only: A publishes, B (no certificate of its
+  own) is not let in, A still publishes.
 - installed_with_pkg_config: `cmake --install` into a temporary prefix, the
   example built with `cc ... $(pkg-config --cflags --libs studio-producer)`
   (the shared library) and against the archive with `--static`, as a user
@@ -279,6 +282,26 @@ def free_after_commit_never_says_closed():
         rows = rows_of(env, "pl.free")
         check_eq(len(rows), 1, "rows: the event once (%s)" % rows)
         check_eq(int(rows[0][0]), seq, "the republish got the stored seq")
+
+
+@t.case
+def tls_identity_is_the_producers():
+    from test_tls import Pki
+    with harness.Env() as env:
+        pki = Pki(env.tmp)
+        crt, key = pki.server
+        port = harness.free_port()
+        w = env.start_writer(ingest="tls+tcp://127.0.0.1:%d" % port, tls_cert=crt, tls_key=key,
+                             tls_ca=pki.ca).wait_ready()
+        p = subprocess.run([DRIVE, "tls+tcp://localhost:%d" % port, "--tls-two", "pl.tls", pki.ca, pki.client[0],
+                            pki.client[1]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        out = p.stdout.decode(errors="replace")
+        log("tls-two: %s" % out.strip().replace("\n", " | "))
+        check_eq(p.returncode, 0, "producer_drive --tls-two (stderr %r)" % p.stderr.decode(errors="replace")[-300:])
+        check_eq(out.split("\n")[:3], ["a ok", "b timeout", "a2 ok"],
+                 "A (certificate) stored, B (CA only: no certificate of its own) not let in")
+        check_eq(len(rows_of(env, "pl.tls")), 2, "rows stored: A's two events")
+        w.stop()
 
 
 @t.case

@@ -5,6 +5,7 @@
  *   producer_drive URLS --bad TOPIC
  *   producer_drive URLS --once TOPIC BASE TIMEOUT_MS TRY_TIMEOUT_MS BACKOFF_MS
  *   producer_drive URLS --free-pending TOPIC
+ *   producer_drive URLS --tls-two TOPIC CA CERT KEY
  *
  * Publishes COUNT requests of BATCH events each to TOPIC, without keys (the
  * library makes them), at most INFLIGHT at once, RATE requests a second
@@ -22,7 +23,10 @@
  * and "detail DETAIL".  --free-pending starts one event with
  * studio_publish_async, prints "sent BASE", waits for a line on stdin,
  * frees the producer and prints "callback STATUS" and "detail DETAIL" (the
- * callback has run when free returns).
+ * callback has run when free returns).  --tls-two makes producer A with
+ * tls_ca CA, tls_cert CERT, tls_key KEY, then producer B with tls_ca only,
+ * publishes one event with each (A, then B, then A again) and prints
+ * "a STATUS", "b STATUS", "a2 STATUS": a TLS identity is its producer's.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -124,6 +128,39 @@ free_pending(const char *urls, const char *topic)
 	return 0;
 }
 
+static studio_producer *
+tls_producer(const char *urls, const char *ca, const char *cert, const char *key)
+{
+	studio_options *o = studio_options_new();
+	studio_producer *p = NULL;
+	char err[600];
+
+	if (studio_options_set(o, "tls_ca", ca, err, sizeof(err)) != STUDIO_OK ||
+	    (cert != NULL && studio_options_set(o, "tls_cert", cert, err, sizeof(err)) != STUDIO_OK) ||
+	    (key != NULL && studio_options_set(o, "tls_key", key, err, sizeof(err)) != STUDIO_OK) ||
+	    studio_producer_new(urls, o, &p, err, sizeof(err)) != STUDIO_OK) {
+		fprintf(stderr, "producer_drive: %s\n", err);
+		exit(2);
+	}
+	studio_options_free(o);
+	return p;
+}
+
+static int
+tls_two(const char *urls, const char *topic, const char *ca, const char *cert, const char *key)
+{
+	studio_producer *a = tls_producer(urls, ca, cert, key), *b = tls_producer(urls, ca, NULL, NULL);
+	studio_event ev = { STUDIO_EVENT_INIT, .topic = topic, .data = "{}" };
+	char d[600];
+
+	printf("a %s\n", studio_status_str(studio_publish(a, &ev, 1, NULL, NULL, 20000, d, sizeof(d))));
+	printf("b %s\n", studio_status_str(studio_publish(b, &ev, 1, NULL, NULL, 2000, d, sizeof(d))));
+	printf("a2 %s\n", studio_status_str(studio_publish(a, &ev, 1, NULL, NULL, 20000, d, sizeof(d))));
+	studio_producer_free(b);
+	studio_producer_free(a);
+	return 0;
+}
+
 static void
 pace(struct timespec *start, long i, long rate)
 {
@@ -160,6 +197,8 @@ main(int argc, char **argv)
 	}
 	if (argc == 8 && strcmp(argv[2], "--once") == 0)
 		return once(argv[1], argv[3], argv[4], atol(argv[5]), argv[6], argv[7]);
+	if (argc == 7 && strcmp(argv[2], "--tls-two") == 0)
+		return tls_two(argv[1], argv[3], argv[4], argv[5], argv[6]);
 	if (argc == 4 && strcmp(argv[2], "--free-pending") == 0)
 		return free_pending(argv[1], argv[3]);
 	if (argc != 9) {
