@@ -189,8 +189,10 @@ STUDIO_API studio_status studio_producer_flush(studio_producer *p, uint32_t time
  * (unknown: it may be stored; publish again with its key base), one that
  * never left ends STUDIO_CLOSED.  Their callbacks have returned when it
  * returns; calls blocked on p in other threads (waiting for a slot, for a
- * reply, in flush) return too.  Call studio_producer_flush first to let
- * requests end on their own.  NULL-safe.
+ * reply, in flush) return too (STUDIO_CLOSED, or the request's status);
+ * a call that starts after free began is the caller's race (p may be gone).
+ * Call studio_producer_flush first to let requests end on their own.
+ * NULL-safe.
  */
 STUDIO_API void studio_producer_free(studio_producer *p);
 
