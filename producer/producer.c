@@ -24,8 +24,8 @@
  * STUDIO_TIMEOUT when any try went out and was never answered (o->unanswered:
  * that try may sit in a writer's pending batch and be committed later, so
  * "nothing stored" would be a lie even if every later try heard busy), else
- * with the last answer (busy, unavailable) or STUDIO_TIMEOUT when nothing
- * was heard.  A try that timed out closes its context, so a late reply to
+ * with the last answer (busy, unavailable), or STUDIO_UNAVAILABLE when no
+ * try ever left (no connection: a failed nng send hands the message back).  A try that timed out closes its context, so a late reply to
  * it is dropped by nng and the next try is a new request on the wire (same
  * bytes, same keys: the writer stores each keyed event once however many
  * tries reach it).  studio_producer_free ends what is left by the same
@@ -569,10 +569,15 @@ op_finish_unknown(op *o, const char *why)
 static void
 op_finish_deadline(op *o)
 {
-	if (o->unanswered || o->heard == HEARD_NOTHING) {
+	size_t len = strlen(o->detail);
+
+	if (o->unanswered) {
 		op_finish_unknown(o, NULL);
 		return;
 	}
+	/* every try that left was answered busy or unavailable, or none left (no connection): nothing stored */
+	if (o->heard == HEARD_NOTHING && len < sizeof(o->detail))
+		snprintf(o->detail + len, sizeof(o->detail) - len, "; nothing was sent");
 	op_finish(o, o->heard == HEARD_BUSY ? STUDIO_BUSY : STUDIO_UNAVAILABLE);
 }
 

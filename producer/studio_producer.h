@@ -15,7 +15,8 @@
  *    retried on the next writer URL (after the same back-off);
  *  - all of that until the call's deadline; then STUDIO_TIMEOUT when any
  *    try was left unanswered (it may have been stored), else the last
- *    answer (STUDIO_BUSY, STUDIO_UNAVAILABLE: nothing was stored).
+ *    answer (STUDIO_BUSY, STUDIO_UNAVAILABLE; STUDIO_UNAVAILABLE too when
+ *    no writer could be reached: nothing was stored).
  *
  * ABI: the options are opaque (set by name, studio_options_set), and
  * studio_event starts with its size (STUDIO_EVENT_INIT), so both can grow
@@ -54,10 +55,11 @@ typedef enum studio_status {
 	STUDIO_OK = 0,
 	STUDIO_INVALID,     /* an event breaks a rule: refused here (nothing sent) or by the writer; detail says which */
 	STUDIO_BUSY,        /* every try was answered and the last said busy: nothing of it was stored */
-	STUDIO_UNAVAILABLE, /* every try was answered and the last said unavailable: nothing was stored */
-	STUDIO_TIMEOUT,     /* the outcome is unknown (a try was left unanswered, or no writer answered before
-	                       the deadline): the events may or may not be stored; publishing them again with
-	                       the same key base is safe (the writer stores each key once) */
+	STUDIO_UNAVAILABLE, /* every try was answered and the last said unavailable, or no writer could be
+	                       reached (no try left): nothing was stored */
+	STUDIO_TIMEOUT,     /* the outcome is unknown (a try went out and was left unanswered): the events may
+	                       or may not be stored; publishing them again with the same key base is safe
+	                       (the writer stores each key once) */
 	STUDIO_CLOSED,      /* the producer is being freed and nothing of the request was sent */
 	STUDIO_USAGE,       /* bad arguments or options (a URL, a NULL, n out of 1..10000) */
 	STUDIO_FULL,        /* max_inflight requests are out (STUDIO_NONBLOCK, or no slot in time): nothing sent */

@@ -371,8 +371,8 @@ publish_request(studio_producer *p, const studio_event *ev, size_t n, char *base
 	case STUDIO_INVALID:
 	case STUDIO_BUSY:
 	case STUDIO_UNAVAILABLE:
-		/* the writer's answer, "code: detail": nothing of this request was stored */
-		fprintf(stderr, PROG ": refused: %s\n", detail);
+		/* the writer's answer, "code: detail", or no writer reached: nothing of this request was stored */
+		fprintf(stderr, PROG ": %s: %s\n", strstr(detail, "nothing was sent") ? "not stored" : "refused", detail);
 		break;
 	case STUDIO_USAGE:
 		st_config_fail(PROG, "%s", detail);
