@@ -240,16 +240,20 @@ def timeout_then_republish_stores_once():
 @t.case
 def pending_then_unavailable_is_timeout():
     with harness.Env() as env:
-        slow = env.start_writer(flush_interval_ms=8000).wait_ready()
+        # Flushes every 20 s: long after the call's deadline.
+        slow = env.start_writer(flush_interval_ms=20000).wait_ready()
         draining = env.start_writer(flush_interval_ms=100).wait_ready()
         p = harness.studioctl("drain", "--control", draining.control, timeout=30)
         check_eq(p.returncode, 0, "studioctl drain of the second writer (%r)" % p.stderr[-200:])
         # try 1: the slow writer accepts and holds it (no reply within 1 s); try 2: the draining
-        # writer answers unavailable; the back-off (5 s) runs past the 2.5 s deadline.
-        st, _, base, detail = once([slow.ingest, draining.ingest], "pl.pending", "-", 2500, 1000, 5000)
+        # writer answers unavailable; the back-off (at least 2.5 s: half of 5 s, then jitter) runs
+        # past the 3.5 s deadline, so that answer is the last one heard.  (The
+        # library of 0.x answered "unavailable" here, and the event was stored at the flush.)
+        st, _, base, detail = once([slow.ingest, draining.ingest], "pl.pending", "-", 3500, 1000, 5000)
         m = sc.parse_metrics(harness.http_get(draining.http_url + "/metrics")[2].decode())
         refused = sc.metric(m, "studio_writer_rejected_total", error="unavailable") or 0
         check(refused >= 1, "the draining writer answered unavailable (%d)" % refused)
+        check("unavailable: draining" in detail, "the last answer heard was the draining writer's: %r" % detail)
         check_eq(st, "timeout", "an accepted try left unanswered, then unavailable (%s)" % detail)
         wait_stored(env, "pl.pending", 1, "the held try committed by the slow writer's flush")
         st2, seq, _, detail2 = once([slow.ingest], "pl.pending", base, 30000, 30000, 100)
