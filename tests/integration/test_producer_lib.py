@@ -1,3 +1,4 @@
+# ctest-timeout: 900
 """libstudio-producer against the real system (docs/clients.md).
 
 tests/tools/producer_drive (a producer on the library: requests without
