@@ -3,12 +3,15 @@
  *
  * DESIGN
  * A producer owns one nng req0 socket per writer URL (each with its own
- * dialer, dialing in the background) and a set of requests in flight.  A
- * request is checked and encoded once, on the caller's thread, by the
- * writer's own code (proto/wire.c: encode, then decode as the writer will,
- * so the rules and the words of a refusal are the writer's); events without
- * a key get one first, so every retry carries the same keys.  Then one
- * state machine per request runs on nng's aio callbacks:
+ * dialer, dialing in the background, and its own TLS configuration) and a
+ * set of requests in flight.  A request is checked and encoded once, on the
+ * caller's thread, by the writer's own code (proto/wire.c: encode, then
+ * decode as the writer will, so the rules and the words of a refusal are
+ * the writer's); events without a key get BASE-INDEX first, the base made
+ * here or given by the caller and handed back, so every try (ours, and the
+ * caller's next call with the same base) carries the same keys.  Then one
+ * state machine per request runs on nng's aio callbacks, never on the
+ * caller's thread (the first step is a zero sleep on the request's aio):
  *
  *     SEND --sent--> RECV --ok--> done (STUDIO_OK)
  *       |              |--invalid--> done (STUDIO_INVALID)
@@ -17,27 +20,44 @@
  *       |              '--no reply in try_timeout, bad reply--> SEND, next URL
  *       '--no connection in try_timeout--> SEND, next URL
  *
- * Every step first checks the deadline; past it the request ends with what
- * the last answer was (busy, unavailable, or nothing: timeout).  A try that
- * timed out closes its context, so a late reply to it is dropped by nng and
- * the next try is a new request on the wire (same bytes, same keys: the
- * writer stores each keyed event once however many tries reach it).
+ * Every step first checks the deadline.  Past it the request ends
+ * STUDIO_TIMEOUT when any try went out and was never answered (o->unanswered:
+ * that try may sit in a writer's pending batch and be committed later, so
+ * "nothing stored" would be a lie even if every later try heard busy), else
+ * with the last answer (busy, unavailable), or STUDIO_UNAVAILABLE when no
+ * try ever left (no connection: a failed nng send hands the message back).  A try that timed out closes its context, so a late reply to
+ * it is dropped by nng and the next try is a new request on the wire (same
+ * bytes, same keys: the writer stores each keyed event once however many
+ * tries reach it).  studio_producer_free ends what is left by the same
+ * rule: STUDIO_TIMEOUT (unknown) once a try went out, STUDIO_CLOSED only
+ * when nothing did.
  *
  * Ownership: a request (struct op) is owned by its state machine from
  * start to its callback; it is on the producer's list (under mu) so that
  * studio_producer_free can cancel it.  nng forbids nng_aio_free inside a
- * callback, so a finished op's aio goes to nng_aio_reap.
+ * callback, so a finished op's aio goes to nng_aio_reap.  Every API call
+ * that may block on p counts itself in p->users (under mu), and free waits
+ * for that count to drop to zero before p is gone, so a thread waiting for
+ * a slot, a reply or a flush wakes to a live producer (and returns CLOSED).
  *
  * Memory: a request holds its encoded bytes (at most 16 MiB, the writer's
  * limit) and n seqs; at most max_inflight requests exist, so a producer
- * holds at most max_inflight x (16 MiB + 80 KiB) plus nng's buffers.
+ * holds at most max_inflight x (16 MiB + 80 KiB) plus nng's buffers.  This
+ * file's own allocations fail with STUDIO_NOMEM; the shared encoder and
+ * decoder (proto/wire.c, common/st_buf.c) still abort when out of memory.
  */
 #include "studio_producer.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/tls/tls.h>
+#include <openssl/bio.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -49,38 +69,54 @@
 #include "producer_int.h"
 #include "st_buf.h"
 #include "st_clock.h"
-#include "st_tls.h"
 #include "st_util.h"
 #include "wire.h"
 
+#define LIB_VERSION "1.0.0"
 #define DEFAULT_TRY_TIMEOUT_MS 10000u
 #define DEFAULT_BACKOFF_BASE_MS 100u
 #define DEFAULT_BACKOFF_CAP_MS 5000u
 #define DEFAULT_MAX_INFLIGHT 64u
+#define MAX_INFLIGHT 65536u
 #define MAX_URLS 64
+#define MAX_PEM (64u * 1024)
 /* A reply holds at most 10,000 seqs (~90 KB); anything larger is not ours. */
 #define MAX_REPLY (1024u * 1024)
 #define DETAIL_MAX 512
+/* BASE "-" INDEX: at most 127 + 1 + 4 digits (index < 10,000) + NUL. */
+#define KEY_MAX (STUDIO_KEY_BASE_MAX + 8)
 
-enum op_state { OP_SEND, OP_RECV, OP_WAIT };
+enum op_state { OP_START, OP_SEND, OP_RECV, OP_WAIT };
 
 /* What the last try heard, for the status at the deadline. */
 enum op_heard { HEARD_NOTHING, HEARD_BUSY, HEARD_UNAVAILABLE };
 
 typedef struct op op;
 
+struct studio_options {
+	uint32_t try_timeout_ms, backoff_base_ms, backoff_cap_ms, max_inflight;
+	bool no_keys;
+	char *tls_ca, *tls_cert, *tls_key; /* owned paths, NULL: not set */
+	/* test hooks (producer_int.h): the clock (ms, monotonic) and the random source */
+	uint64_t (*clock_ms)(void *arg);
+	uint64_t (*random64)(void *arg);
+	void *test_arg;
+};
+
 struct studio_producer {
 	nng_socket *socks;         /* n_urls, owned */
 	char **urls;               /* n_urls, owned copies (for messages) */
 	size_t n_urls;
-	studio_producer_options o; /* defaults filled in; TLS strings not kept */
+	studio_options o;          /* defaults filled in; TLS paths not kept */
 	uint8_t id[16];            /* this producer's key prefix */
-	atomic_uint_fast64_t key_n;
+	atomic_uint_fast64_t base_n; /* key bases made so far */
 	atomic_uint_fast64_t rng;  /* splitmix64 state, when no random64 is given */
 	atomic_size_t url_good;    /* where the last request succeeded: the next one starts there */
 	pthread_mutex_t mu;
-	pthread_cond_t cv;         /* a slot freed, or the last op ended */
+	pthread_cond_t cv;         /* on CLOCK_MONOTONIC: a slot freed, an op ended, a user left */
 	size_t inflight;           /* under mu */
+	size_t users;              /* under mu: API calls inside that may wait on p */
+	size_t slot_waiters;       /* under mu: calls waiting for a slot (tests read it) */
 	bool closing;              /* under mu */
 	op *ops;                   /* under mu: every op in flight (op.next) */
 };
@@ -88,28 +124,40 @@ struct studio_producer {
 struct op {
 	studio_producer *p;
 	op *next, **pprev;         /* on p->ops */
-	nng_aio *aio;              /* owned (reaped at the end) */
+	nng_aio *aio;              /* sends and receives; owned (reaped at the end) */
+	nng_aio *timer;            /* the start and back-off sleeps, owned (reaped): never the send/recv aio,
+	                              as nng 1.5 leaves a slept aio finishing a later timeout with result 0 */
 	nng_ctx ctx;
 	bool ctx_open;
+	bool unanswered;           /* a try went out and was never answered: it may be stored */
 	size_t url_i;
 	enum op_state st;
 	enum op_heard heard;
 	uint32_t attempt;          /* retries so far, for the back-off */
 	uint64_t deadline;         /* on p's clock */
+	uint64_t try_start;        /* when this try was sent, on p's clock */
 	st_buf req;                /* the encoded request, owned */
 	size_t n;
 	uint64_t *seqs;            /* n, owned */
 	studio_publish_fn cb;
 	void *arg;
+	char key_base[STUDIO_KEY_BASE_MAX]; /* "" with keys off */
 	char detail[DETAIL_MAX];
 };
 
 /* ---- small parts -------------------------------------------------------- */
 
 const char *
+studio_version(void)
+{
+	return LIB_VERSION;
+}
+
+const char *
 studio_status_str(studio_status st)
 {
-	static const char *const names[] = { "ok", "invalid", "busy", "unavailable", "timeout", "closed", "usage" };
+	static const char *const names[] = { "ok",     "invalid", "busy", "unavailable", "timeout",
+		                             "closed", "usage",   "full", "nomem" };
 
 	return (unsigned)st < ST_ARRAY_LEN(names) ? names[st] : "unknown";
 }
@@ -129,7 +177,7 @@ say(char *buf, size_t cap, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* The default clock: the project's monotonic one (the option's signature takes the test's arg). */
+/* The default clock: the project's monotonic one (the hook's signature takes the test's arg). */
 static uint64_t
 mono_ms(void *arg)
 {
@@ -137,13 +185,19 @@ mono_ms(void *arg)
 	return st_clock_now(st_clock_system());
 }
 
-/* Waits on p->cv, p->mu held, for at most ms (a condition variable waits until a wall-clock time). */
+/*
+ * Waits on p->cv, p->mu held, for at most ms.  The condition variable runs
+ * on CLOCK_MONOTONIC (set at studio_producer_new), so a wall-clock step
+ * neither cuts nor stretches the wait.
+ */
 static void
 producer_wait_ms(studio_producer *p, uint64_t ms)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	if (ms > 24ull * 3600 * 1000)
+		ms = 24ull * 3600 * 1000; /* the callers loop and look again */
 	ts.tv_sec += (time_t)(ms / 1000);
 	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
 	if (ts.tv_nsec >= 1000000000L) {
@@ -177,12 +231,12 @@ rand64(studio_producer *p)
 }
 
 void
-producer_key_format(const uint8_t id[16], uint64_t n, char *out)
+producer_key_base_format(const uint8_t id[16], uint64_t n, char *out)
 {
 	static const char hex[] = "0123456789abcdef";
 	char *o = out;
 
-	memcpy(o, "sp1-", 4);
+	memcpy(o, "sp2-", 4);
 	o += 4;
 	for (int i = 0; i < 16; i++) {
 		*o++ = hex[id[i] >> 4];
@@ -194,6 +248,149 @@ producer_key_format(const uint8_t id[16], uint64_t n, char *out)
 	*o = '\0';
 }
 
+bool
+producer_key_base_valid(const char *b)
+{
+	size_t len = strlen(b);
+
+	if (len == 0 || len >= STUDIO_KEY_BASE_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)b[i] <= 0x20 || (unsigned char)b[i] >= 0x7f)
+			return false;
+	return true;
+}
+
+/* ---- options ------------------------------------------------------------- */
+
+static void
+options_defaults(studio_options *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->try_timeout_ms = DEFAULT_TRY_TIMEOUT_MS;
+	o->backoff_base_ms = DEFAULT_BACKOFF_BASE_MS;
+	o->backoff_cap_ms = DEFAULT_BACKOFF_CAP_MS;
+	o->max_inflight = DEFAULT_MAX_INFLIGHT;
+	o->clock_ms = mono_ms;
+}
+
+studio_options *
+studio_options_new(void)
+{
+	studio_options *o = malloc(sizeof(*o));
+
+	if (o != NULL)
+		options_defaults(o);
+	return o;
+}
+
+void
+studio_options_free(studio_options *o)
+{
+	if (o == NULL)
+		return;
+	free(o->tls_ca);
+	free(o->tls_cert);
+	free(o->tls_key);
+	free(o);
+}
+
+/* A decimal in lo..hi, nothing else (no sign, no space, no suffix). */
+static bool
+parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+	uint64_t v = 0;
+
+	if (*s == '\0')
+		return false;
+	for (; *s != '\0'; s++) {
+		if (*s < '0' || *s > '9')
+			return false;
+		v = v * 10 + (uint64_t)(*s - '0');
+		if (v > hi)
+			return false;
+	}
+	if (v < lo)
+		return false;
+	*out = (uint32_t)v;
+	return true;
+}
+
+studio_status
+studio_options_set(studio_options *o, const char *name, const char *value, char *err, size_t err_len)
+{
+	static const struct {
+		const char *name;
+		size_t off;
+		uint32_t hi;
+	} nums[] = {
+		{ "try_timeout_ms", offsetof(studio_options, try_timeout_ms), INT32_MAX },
+		{ "backoff_base_ms", offsetof(studio_options, backoff_base_ms), INT32_MAX },
+		{ "backoff_cap_ms", offsetof(studio_options, backoff_cap_ms), INT32_MAX },
+		{ "max_inflight", offsetof(studio_options, max_inflight), MAX_INFLIGHT },
+	};
+	char **str = NULL;
+
+	if (o == NULL || name == NULL || value == NULL) {
+		say(err, err_len, "options, name and value are required");
+		return STUDIO_USAGE;
+	}
+	for (size_t i = 0; i < ST_ARRAY_LEN(nums); i++) {
+		if (strcmp(name, nums[i].name) != 0)
+			continue;
+		/* nng durations are int32 ms: anything above INT32_MAX would wrap into a negative one */
+		if (!parse_u32(value, 1, nums[i].hi, (uint32_t *)(void *)((char *)o + nums[i].off))) {
+			say(err, err_len, "option %s: \"%.40s\" is not a whole number in 1..%u", name, value, nums[i].hi);
+			return STUDIO_USAGE;
+		}
+		return STUDIO_OK;
+	}
+	if (strcmp(name, "keys") == 0) {
+		if (strcmp(value, "on") != 0 && strcmp(value, "off") != 0) {
+			say(err, err_len, "option keys: \"%.40s\" is not on or off", value);
+			return STUDIO_USAGE;
+		}
+		o->no_keys = strcmp(value, "off") == 0;
+		return STUDIO_OK;
+	}
+	if (strcmp(name, "tls_ca") == 0)
+		str = &o->tls_ca;
+	else if (strcmp(name, "tls_cert") == 0)
+		str = &o->tls_cert;
+	else if (strcmp(name, "tls_key") == 0)
+		str = &o->tls_key;
+	if (str == NULL) {
+		say(err, err_len, "unknown option \"%.60s\"", name);
+		return STUDIO_USAGE;
+	}
+	free(*str);
+	*str = NULL;
+	if (value[0] != '\0' && (*str = strdup(value)) == NULL) {
+		say(err, err_len, "option %s: out of memory", name);
+		return STUDIO_NOMEM;
+	}
+	return STUDIO_OK;
+}
+
+void
+producer_test_hooks(studio_options *o, uint64_t (*clock_ms)(void *), uint64_t (*random64)(void *), void *arg)
+{
+	o->clock_ms = clock_ms != NULL ? clock_ms : mono_ms;
+	o->random64 = random64;
+	o->test_arg = arg;
+}
+
+size_t
+producer_slot_waiters(studio_producer *p)
+{
+	size_t n;
+
+	pthread_mutex_lock(&p->mu);
+	n = p->slot_waiters;
+	pthread_mutex_unlock(&p->mu);
+	return n;
+}
+
 /* ---- checking and encoding (the writer's code) ------------------------ */
 
 static size_t
@@ -203,15 +400,16 @@ len_or_strlen(const char *s, size_t len)
 }
 
 /*
- * Encodes ev[0..n) as one batch request into out, with keys[i] (when not
- * NULL, PRODUCER_KEY_LEN + 1 bytes each) as the key of every event without
- * one, then decodes it as the writer will.
+ * Encodes ev[0..n) as one batch request into out, with BASE-i (key_base
+ * not NULL) as the key of every event i without one, then decodes it as
+ * the writer will.
  */
 static studio_status
-encode_checked(const studio_event *ev, size_t n, const char *keys, st_buf *out, char *detail, size_t cap)
+encode_checked(const studio_event *ev, size_t n, const char *key_base, st_buf *out, char *detail, size_t cap)
 {
 	proto_event *pe = NULL;
 	proto_str *pool = NULL;
+	char (*keys)[KEY_MAX] = NULL;
 	size_t n_about = 0, used = 0;
 	proto_request *r = NULL;
 	char why[DETAIL_MAX];
@@ -223,6 +421,12 @@ encode_checked(const studio_event *ev, size_t n, const char *keys, st_buf *out, 
 		return STUDIO_USAGE;
 	}
 	for (size_t i = 0; i < n; i++) {
+		/* the layout check of a growing ABI: an event of another size is not read as ours */
+		if (ev[i].size != sizeof(studio_event)) {
+			say(detail, cap, "event %zu: size %zu is not sizeof(studio_event) %zu: start every event with "
+			    "STUDIO_EVENT_INIT", i, ev[i].size, sizeof(studio_event));
+			return STUDIO_USAGE;
+		}
 		if (ev[i].n_about > 0 && ev[i].about == NULL) {
 			say(detail, cap, "event %zu: n_about %zu with about NULL", i, ev[i].n_about);
 			return STUDIO_USAGE;
@@ -235,8 +439,15 @@ encode_checked(const studio_event *ev, size_t n, const char *keys, st_buf *out, 
 		}
 		n_about += ev[i].n_about;
 	}
-	pe = st_xcalloc(n, sizeof(*pe));
-	pool = st_xcalloc(n_about ? n_about : 1, sizeof(*pool));
+	pe = calloc(n, sizeof(*pe));
+	pool = calloc(n_about ? n_about : 1, sizeof(*pool));
+	if (key_base != NULL)
+		keys = calloc(n, sizeof(*keys));
+	if (pe == NULL || pool == NULL || (key_base != NULL && keys == NULL)) {
+		say(detail, cap, "out of memory for %zu events", n);
+		st = STUDIO_NOMEM;
+		goto done;
+	}
 	for (size_t i = 0; i < n; i++) {
 		const studio_event *e = &ev[i];
 
@@ -256,7 +467,9 @@ encode_checked(const studio_event *ev, size_t n, const char *keys, st_buf *out, 
 			pe[i].key = (proto_str){ e->key, len_or_strlen(e->key, e->key_len) };
 			pe[i].has_key = true;
 		} else if (keys != NULL) {
-			pe[i].key = (proto_str){ keys + i * (PRODUCER_KEY_LEN + 1), PRODUCER_KEY_LEN };
+			int kl = snprintf(keys[i], KEY_MAX, "%s-%zu", key_base, i);
+
+			pe[i].key = (proto_str){ keys[i], (size_t)kl };
 			pe[i].has_key = true;
 		}
 	}
@@ -271,6 +484,8 @@ encode_checked(const studio_event *ev, size_t n, const char *keys, st_buf *out, 
 		st = STUDIO_INVALID;
 	}
 	proto_request_free(r);
+done:
+	free(keys);
 	free(pe);
 	free(pool);
 	return st;
@@ -291,6 +506,7 @@ studio_events_check(const studio_event *ev, size_t n, char *detail, size_t detai
 /* ---- the request's state machine --------------------------------------- */
 
 static void op_cb(void *arg);
+static void op_timer_cb(void *arg);
 
 static void
 op_ctx_close(op *o)
@@ -323,15 +539,58 @@ op_finish(op *o, studio_status st)
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	nng_aio_reap(o->aio); /* not nng_aio_free: we may be inside its callback */
+	nng_aio_reap(o->timer);
 	st_buf_fini(&o->req);
 	free(o->seqs);
 	free(o);
 }
 
-static studio_status
-op_status_at_deadline(op *o)
+/*
+ * Ends a request whose outcome is unknown: a try of it may be stored.  The
+ * detail says why and with which key base to publish again.
+ */
+static void
+op_finish_unknown(op *o, const char *why)
 {
-	return o->heard == HEARD_BUSY ? STUDIO_BUSY : o->heard == HEARD_UNAVAILABLE ? STUDIO_UNAVAILABLE : STUDIO_TIMEOUT;
+	size_t len = strlen(o->detail);
+
+	if (why != NULL)
+		len = (size_t)snprintf(o->detail, sizeof(o->detail), "%s", why);
+	if (len < sizeof(o->detail) && o->key_base[0] != '\0')
+		snprintf(o->detail + len, sizeof(o->detail) - len, "; it may be stored: publish again with key base %s",
+		         o->key_base);
+	else if (len < sizeof(o->detail))
+		snprintf(o->detail + len, sizeof(o->detail) - len,
+		         "; it may be stored: publishing again is safe only for events with keys of their own");
+	op_finish(o, STUDIO_TIMEOUT);
+}
+
+/* The deadline passed: unknown once a try went unanswered, else the last answer. */
+static void
+op_finish_deadline(op *o)
+{
+	size_t len = strlen(o->detail);
+
+	if (o->unanswered) {
+		op_finish_unknown(o, NULL);
+		return;
+	}
+	/* every try that left was answered busy or unavailable, or none left (no connection): nothing stored */
+	if (o->heard == HEARD_NOTHING && len < sizeof(o->detail))
+		snprintf(o->detail + len, sizeof(o->detail) - len, "; nothing was sent");
+	op_finish(o, o->heard == HEARD_BUSY ? STUDIO_BUSY : STUDIO_UNAVAILABLE);
+}
+
+/* The producer is being freed: closed only when no try of it may have reached a writer. */
+static void
+op_finish_closing(op *o)
+{
+	if (o->unanswered) {
+		op_finish_unknown(o, "the producer was freed before a writer answered");
+		return;
+	}
+	say(o->detail, sizeof(o->detail), "the producer was freed; nothing of the request was sent");
+	op_finish(o, STUDIO_CLOSED);
 }
 
 static bool
@@ -345,7 +604,7 @@ op_closing(op *o)
 	return c;
 }
 
-/* The time left before the deadline, at most the try timeout; 0: past it. */
+/* The time left before the deadline, at most the try timeout (both below INT32_MAX); 0: past it. */
 static nng_duration
 op_left(op *o)
 {
@@ -364,17 +623,24 @@ op_send(op *o)
 	int rv;
 
 	if (op_closing(o)) {
-		op_finish(o, STUDIO_CLOSED);
+		op_finish_closing(o);
 		return;
 	}
 	if ((left = op_left(o)) == 0) {
-		op_finish(o, op_status_at_deadline(o));
+		op_finish_deadline(o);
 		return;
 	}
 	if (!o->ctx_open) {
 		if ((rv = nng_ctx_open(&o->ctx, o->p->socks[o->url_i])) != 0) {
+			if (rv == NNG_ECLOSED) {
+				op_finish_closing(o);
+				return;
+			}
 			say(o->detail, sizeof(o->detail), "%s: %s", o->p->urls[o->url_i], nng_strerror(rv));
-			op_finish(o, rv == NNG_ECLOSED ? STUDIO_CLOSED : STUDIO_USAGE);
+			if (o->unanswered)
+				op_finish_unknown(o, NULL);
+			else
+				op_finish(o, rv == NNG_ENOMEM ? STUDIO_NOMEM : STUDIO_USAGE);
 			return;
 		}
 		o->ctx_open = true;
@@ -382,10 +648,14 @@ op_send(op *o)
 	if ((rv = nng_msg_alloc(&m, 0)) != 0 || (rv = nng_msg_append(m, o->req.p, o->req.len)) != 0) {
 		nng_msg_free(m);
 		say(o->detail, sizeof(o->detail), "cannot build the message: %s", nng_strerror(rv));
-		op_finish(o, STUDIO_TIMEOUT);
+		if (o->unanswered)
+			op_finish_unknown(o, NULL);
+		else
+			op_finish(o, STUDIO_NOMEM);
 		return;
 	}
 	o->st = OP_SEND;
+	o->try_start = now_ms(o->p);
 	nng_aio_set_msg(o->aio, m);
 	nng_aio_set_timeout(o->aio, left);
 	nng_ctx_send(o->ctx, o->aio);
@@ -395,7 +665,7 @@ op_send(op *o)
 static void
 op_retry(op *o, bool next_url, bool wait)
 {
-	nng_duration left;
+	uint64_t now;
 	uint32_t ms;
 
 	if (next_url) {
@@ -406,17 +676,18 @@ op_retry(op *o, bool next_url, bool wait)
 		op_send(o);
 		return;
 	}
-	if ((left = op_left(o)) == 0) {
-		op_finish(o, op_status_at_deadline(o));
+	if (op_left(o) == 0) {
+		op_finish_deadline(o);
 		return;
 	}
 	if (op_closing(o)) {
-		op_finish(o, STUDIO_CLOSED);
+		op_finish_closing(o);
 		return;
 	}
 	ms = st_backoff_jitter_ms(++o->attempt, o->p->o.backoff_base_ms, o->p->o.backoff_cap_ms, rand64(o->p));
+	now = now_ms(o->p);
 	o->st = OP_WAIT;
-	nng_sleep_aio((nng_duration)ST_MIN((uint64_t)ms, (uint64_t)(o->deadline - now_ms(o->p))), o->aio);
+	nng_sleep_aio((nng_duration)ST_MIN((uint64_t)ms, o->deadline > now ? o->deadline - now : 0), o->timer);
 }
 
 static void
@@ -429,6 +700,7 @@ op_on_reply(op *o, nng_msg *m)
 	if (proto_reply_decode(nng_msg_body(m), nng_msg_len(m), &rep) != ST_OK) {
 		nng_msg_free(m);
 		say(o->detail, sizeof(o->detail), "%s sent a reply that is not an ingest reply", url);
+		o->unanswered = true; /* not an answer we can read: the try may be stored */
 		op_retry(o, true, true);
 		return;
 	}
@@ -442,18 +714,24 @@ op_on_reply(op *o, nng_msg *m)
 	if (rep.ok) {
 		say(o->detail, sizeof(o->detail), "%s answered %zu seqs for %zu events", url, rep.n_seqs, o->n);
 		proto_reply_fini(&rep);
+		o->unanswered = true;
 		op_retry(o, true, true);
 		return;
 	}
-	say(o->detail, sizeof(o->detail), "%s: %s", rep.error, rep.detail);
-	if (strcmp(rep.error, "invalid") == 0) {
+	say(o->detail, sizeof(o->detail), "%s: %s (from %s)", rep.error, rep.detail, url);
+	if (strcmp(rep.error, "invalid") == 0 || strcmp(rep.error, "unauthorized") == 0 ||
+	    strcmp(rep.error, "forbidden") == 0) {
 		proto_reply_fini(&rep);
-		op_finish(o, STUDIO_INVALID);
+		/* all or nothing: this try stored nothing, but an earlier unanswered one may have */
+		if (o->unanswered)
+			op_finish_unknown(o, NULL);
+		else
+			op_finish(o, STUDIO_INVALID);
 		return;
 	}
 	if (strcmp(rep.error, "busy") == 0) {
 		proto_reply_fini(&rep);
-		o->heard = HEARD_BUSY; /* nothing stored: the same writer, after the back-off */
+		o->heard = HEARD_BUSY; /* nothing of this try stored: the same writer, after the back-off */
 		op_retry(o, false, true);
 		return;
 	}
@@ -471,12 +749,16 @@ op_cb(void *arg)
 	const char *url = o->p->urls[o->url_i];
 
 	switch (o->st) {
+	case OP_START:
+	case OP_WAIT:
+		return; /* not this aio's states: the timer's (op_timer_cb) */
 	case OP_SEND:
 		if (rv != 0) {
-			nng_msg_free(nng_aio_get_msg(o->aio)); /* still ours */
+			/* the message is still ours: it never left */
+			nng_msg_free(nng_aio_get_msg(o->aio));
 			nng_aio_set_msg(o->aio, NULL);
 			if (rv == NNG_ECLOSED || rv == NNG_ECANCELED) {
-				op_finish(o, STUDIO_CLOSED);
+				op_finish_closing(o);
 				return;
 			}
 			say(o->detail, sizeof(o->detail), "%s: no connection (%s)", url, nng_strerror(rv));
@@ -484,91 +766,161 @@ op_cb(void *arg)
 			op_retry(o, true, rv != NNG_ETIMEDOUT);
 			return;
 		}
+		/* From here the try may reach a writer: until its answer, its outcome is unknown. */
 		o->st = OP_RECV;
 		nng_aio_set_timeout(o->aio, ST_MAX(op_left(o), 1));
 		nng_ctx_recv(o->ctx, o->aio);
 		return;
 	case OP_RECV:
 		if (rv != 0) {
+			o->unanswered = true;
 			if (rv == NNG_ECLOSED || rv == NNG_ECANCELED) {
-				op_finish(o, STUDIO_CLOSED);
+				op_finish_closing(o);
 				return;
 			}
-			say(o->detail, sizeof(o->detail), "no reply from %s within %u ms (%s)", url,
-			    o->p->o.try_timeout_ms, nng_strerror(rv));
+			/* the wait as it was (the try timeout, or what was left of the call's) */
+			say(o->detail, sizeof(o->detail), "no reply from %s within %llu ms (%s)", url,
+			    (unsigned long long)(now_ms(o->p) - o->try_start), nng_strerror(rv));
 			o->heard = HEARD_NOTHING;
+			op_retry(o, true, false);
+			return;
+		}
+		if (nng_aio_get_msg(o->aio) == NULL) { /* never expected; a reply we cannot read */
+			o->unanswered = true;
+			say(o->detail, sizeof(o->detail), "no reply from %s", url);
 			op_retry(o, true, false);
 			return;
 		}
 		op_on_reply(o, nng_aio_get_msg(o->aio));
 		return;
-	case OP_WAIT:
-		if (rv != 0 && rv != NNG_ETIMEDOUT) { /* the sleep ended early: cancelled by studio_producer_free */
-			op_finish(o, STUDIO_CLOSED);
-			return;
-		}
-		op_send(o);
+	}
+}
+
+/* The timer: the zero sleep that moves the start off the caller's thread, and the back-off. */
+static void
+op_timer_cb(void *arg)
+{
+	op *o = arg;
+	int rv = nng_aio_result(o->timer);
+
+	if (rv != 0 && rv != NNG_ETIMEDOUT) { /* the sleep ended early: cancelled by studio_producer_free */
+		op_finish_closing(o);
 		return;
 	}
+	op_send(o);
 }
 
 /* ---- the API --------------------------------------------------------------- */
 
-studio_status
-studio_publish_async(studio_producer *p, const studio_event *ev, size_t n, uint32_t timeout_ms,
-                     studio_publish_fn cb, void *arg, char *detail, size_t detail_len)
+/* Counts a call that may wait on p; false (CLOSED) once free has begun. */
+static bool
+producer_enter(studio_producer *p)
 {
-	char *keys = NULL;
+	bool ok;
+
+	pthread_mutex_lock(&p->mu);
+	ok = !p->closing;
+	if (ok)
+		p->users++;
+	pthread_mutex_unlock(&p->mu);
+	return ok;
+}
+
+static void
+producer_leave(studio_producer *p)
+{
+	pthread_mutex_lock(&p->mu);
+	p->users--;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+}
+
+static void
+op_free_unstarted(op *o)
+{
+	if (o->aio != NULL)
+		nng_aio_free(o->aio);
+	if (o->timer != NULL)
+		nng_aio_free(o->timer);
+	st_buf_fini(&o->req);
+	free(o->seqs);
+	free(o);
+}
+
+/* studio_publish_async once the call is counted in p->users. */
+static studio_status
+publish_async_in(studio_producer *p, const studio_event *ev, size_t n, char *key_base, uint32_t timeout_ms,
+                 unsigned flags, studio_publish_fn cb, void *arg, char *detail, size_t detail_len)
+{
+	const char *base = NULL;
 	op *o = NULL;
 	uint64_t deadline;
 	studio_status st;
 	int rv;
 
-	if (p == NULL || cb == NULL || timeout_ms == 0) {
-		say(detail, detail_len, "producer, callback and a timeout > 0 are required");
-		return STUDIO_USAGE;
-	}
 	deadline = now_ms(p) + timeout_ms;
-	o = st_xcalloc(1, sizeof(*o));
-	st_buf_init(&o->req);
-	if (!p->o.no_keys && ev != NULL && n > 0 && n <= PROTO_MAX_BATCH) {
-		/* Made once, here: every try of this request carries the same keys. */
-		keys = st_xmalloc(n * (PRODUCER_KEY_LEN + 1));
-		for (size_t i = 0; i < n; i++)
-			if (ev[i].key == NULL)
-				producer_key_format(p->id, atomic_fetch_add(&p->key_n, 1),
-				                    keys + i * (PRODUCER_KEY_LEN + 1));
+	if ((o = calloc(1, sizeof(*o))) == NULL) {
+		say(detail, detail_len, "out of memory");
+		return STUDIO_NOMEM;
 	}
-	st = encode_checked(ev, n, keys, &o->req, detail, detail_len);
-	free(keys);
+	st_buf_init(&o->req);
+	if (!p->o.no_keys) {
+		if (key_base != NULL && key_base[0] != '\0') {
+			if (!producer_key_base_valid(key_base)) {
+				say(detail, detail_len, "key base \"%.40s\": 1..%d bytes of printable ASCII without space",
+				    key_base, STUDIO_KEY_BASE_MAX - 1);
+				op_free_unstarted(o);
+				return STUDIO_USAGE;
+			}
+			snprintf(o->key_base, sizeof(o->key_base), "%s", key_base);
+		} else {
+			/* Made once, here, and handed back: every try of this request, and the
+			 * caller's next call with the same base, carries the same keys. */
+			producer_key_base_format(p->id, atomic_fetch_add(&p->base_n, 1), o->key_base);
+			if (key_base != NULL)
+				memcpy(key_base, o->key_base, strlen(o->key_base) + 1);
+		}
+		base = o->key_base;
+	}
+	st = encode_checked(ev, n, base, &o->req, detail, detail_len);
 	if (st != STUDIO_OK)
 		goto fail;
-	if ((rv = nng_aio_alloc(&o->aio, op_cb, o)) != 0) {
+	if ((rv = nng_aio_alloc(&o->aio, op_cb, o)) != 0 || (rv = nng_aio_alloc(&o->timer, op_timer_cb, o)) != 0) {
 		say(detail, detail_len, "nng_aio_alloc: %s", nng_strerror(rv));
-		st = STUDIO_USAGE;
+		st = STUDIO_NOMEM;
+		goto fail;
+	}
+	if ((o->seqs = calloc(n, sizeof(*o->seqs))) == NULL) {
+		say(detail, detail_len, "out of memory for %zu seqs", n);
+		st = STUDIO_NOMEM;
 		goto fail;
 	}
 	o->p = p;
 	o->n = n;
-	o->seqs = st_xcalloc(n, sizeof(*o->seqs));
 	o->cb = cb;
 	o->arg = arg;
 	o->deadline = deadline;
 	o->url_i = atomic_load(&p->url_good) % p->n_urls;
 	say(o->detail, sizeof(o->detail), "no writer answered within %u ms", timeout_ms);
-	/* A slot (back-pressure on the caller), then on the list. */
+	/* A slot (back-pressure on the caller, unless STUDIO_NONBLOCK), then on the list. */
 	pthread_mutex_lock(&p->mu);
-	while (!p->closing && p->inflight >= p->o.max_inflight) {
+	p->slot_waiters++;
+	while (!(flags & STUDIO_NONBLOCK) && !p->closing && p->inflight >= p->o.max_inflight) {
 		uint64_t now = now_ms(p);
 
 		if (now >= deadline)
 			break;
 		producer_wait_ms(p, deadline - now);
 	}
+	p->slot_waiters--;
 	if (p->closing || p->inflight >= p->o.max_inflight) {
-		st = p->closing ? STUDIO_CLOSED : STUDIO_TIMEOUT;
+		st = p->closing ? STUDIO_CLOSED : STUDIO_FULL;
 		pthread_mutex_unlock(&p->mu);
-		say(detail, detail_len, "%s", st == STUDIO_CLOSED ? "the producer is closing" : "no free slot in time");
+		if (st == STUDIO_CLOSED)
+			say(detail, detail_len, "the producer is being freed; nothing was sent");
+		else
+			say(detail, detail_len, "%u requests in flight (max_inflight)%s; nothing was sent",
+			    p->o.max_inflight, (flags & STUDIO_NONBLOCK) ? "" : " for the whole timeout");
 		goto fail;
 	}
 	p->inflight++;
@@ -578,14 +930,31 @@ studio_publish_async(studio_producer *p, const studio_event *ev, size_t n, uint3
 	o->pprev = &p->ops;
 	p->ops = o;
 	pthread_mutex_unlock(&p->mu);
-	op_send(o);
+	/* The first step on an nng thread: the callback never runs on the caller's. */
+	o->st = OP_START;
+	nng_sleep_aio(0, o->timer);
 	return STUDIO_OK;
 fail:
-	if (o->aio != NULL)
-		nng_aio_free(o->aio);
-	st_buf_fini(&o->req);
-	free(o->seqs);
-	free(o);
+	op_free_unstarted(o);
+	return st;
+}
+
+studio_status
+studio_publish_async(studio_producer *p, const studio_event *ev, size_t n, char *key_base, uint32_t timeout_ms,
+                     unsigned flags, studio_publish_fn cb, void *arg, char *detail, size_t detail_len)
+{
+	studio_status st;
+
+	if (p == NULL || cb == NULL || timeout_ms == 0) {
+		say(detail, detail_len, "producer, callback and a timeout > 0 are required");
+		return STUDIO_USAGE;
+	}
+	if (!producer_enter(p)) {
+		say(detail, detail_len, "the producer is being freed; nothing was sent");
+		return STUDIO_CLOSED;
+	}
+	st = publish_async_in(p, ev, n, key_base, timeout_ms, flags, cb, arg, detail, detail_len);
+	producer_leave(p);
 	return st;
 }
 
@@ -617,15 +986,23 @@ waiter_cb(void *arg, studio_status st, const uint64_t *seqs, size_t n, const cha
 }
 
 studio_status
-studio_publish(studio_producer *p, const studio_event *ev, size_t n, uint64_t *seqs_out, uint32_t timeout_ms,
-               char *detail, size_t detail_len)
+studio_publish(studio_producer *p, const studio_event *ev, size_t n, char *key_base, uint64_t *seqs_out,
+               uint32_t timeout_ms, char *detail, size_t detail_len)
 {
 	waiter w = { .seqs_out = seqs_out, .detail = detail, .detail_len = detail_len };
 	studio_status st;
 
+	if (p == NULL || timeout_ms == 0) {
+		say(detail, detail_len, "producer and a timeout > 0 are required");
+		return STUDIO_USAGE;
+	}
+	if (!producer_enter(p)) {
+		say(detail, detail_len, "the producer is being freed; nothing was sent");
+		return STUDIO_CLOSED;
+	}
 	pthread_mutex_init(&w.mu, NULL);
 	pthread_cond_init(&w.cv, NULL);
-	st = studio_publish_async(p, ev, n, timeout_ms, waiter_cb, &w, detail, detail_len);
+	st = publish_async_in(p, ev, n, key_base, timeout_ms, 0, waiter_cb, &w, detail, detail_len);
 	if (st == STUDIO_OK) {
 		pthread_mutex_lock(&w.mu);
 		while (!w.done)
@@ -635,63 +1012,228 @@ studio_publish(studio_producer *p, const studio_event *ev, size_t n, uint64_t *s
 	}
 	pthread_cond_destroy(&w.cv);
 	pthread_mutex_destroy(&w.mu);
+	producer_leave(p);
 	return st;
 }
 
-static studio_status
-options_fill(studio_producer_options *o, const studio_producer_options *given, char *err, size_t cap)
+studio_status
+studio_producer_flush(studio_producer *p, uint32_t timeout_ms)
 {
-	if (given != NULL)
-		*o = *given;
-	else
-		memset(o, 0, sizeof(*o));
-	if (o->try_timeout_ms == 0)
-		o->try_timeout_ms = DEFAULT_TRY_TIMEOUT_MS;
-	if (o->backoff_base_ms == 0)
-		o->backoff_base_ms = DEFAULT_BACKOFF_BASE_MS;
-	if (o->backoff_cap_ms == 0)
-		o->backoff_cap_ms = DEFAULT_BACKOFF_CAP_MS;
-	if (o->max_inflight == 0)
-		o->max_inflight = DEFAULT_MAX_INFLIGHT;
-	if (o->clock_ms == NULL)
-		o->clock_ms = mono_ms;
-	if (o->backoff_cap_ms < o->backoff_base_ms) {
-		say(err, cap, "backoff_cap_ms %u is below backoff_base_ms %u", o->backoff_cap_ms, o->backoff_base_ms);
+	uint64_t deadline;
+	studio_status st;
+
+	if (p == NULL)
+		return STUDIO_USAGE;
+	if (!producer_enter(p))
+		return STUDIO_CLOSED;
+	deadline = now_ms(p) + timeout_ms;
+	pthread_mutex_lock(&p->mu);
+	for (;;) {
+		uint64_t now = now_ms(p);
+
+		if (p->inflight == 0 || p->closing || now >= deadline)
+			break;
+		producer_wait_ms(p, deadline - now);
+	}
+	st = p->inflight == 0 ? STUDIO_OK : p->closing ? STUDIO_CLOSED : STUDIO_TIMEOUT;
+	pthread_mutex_unlock(&p->mu);
+	producer_leave(p);
+	return st;
+}
+
+/* ---- TLS: this producer's own configuration ------------------------------ */
+
+/* Reads a whole PEM file of at most MAX_PEM bytes, NUL-terminated, into *out (owned by the caller). */
+static studio_status
+read_pem(const char *opt, const char *path, char **out, char *err, size_t cap)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	size_t n;
+
+	if (f == NULL) {
+		say(err, cap, "option %s: %s: %s", opt, path, strerror(errno));
+		return STUDIO_USAGE;
+	}
+	if ((buf = malloc(MAX_PEM + 1)) == NULL) {
+		fclose(f);
+		say(err, cap, "option %s: out of memory", opt);
+		return STUDIO_NOMEM;
+	}
+	n = fread(buf, 1, MAX_PEM + 1, f);
+	fclose(f);
+	buf[n <= MAX_PEM ? n : MAX_PEM] = '\0';
+	if (n > MAX_PEM || n == 0 || strstr(buf, "-----BEGIN ") == NULL) {
+		say(err, cap, "option %s: %s: %s", opt, path, n > MAX_PEM ? "larger than 64 KiB" : "not a PEM file");
+		free(buf);
+		return STUDIO_USAGE;
+	}
+	*out = buf;
+	return STUDIO_OK;
+}
+
+/* The key belongs to the certificate (mbedTLS would take any pair and only the handshakes would fail). */
+static bool
+pem_pair_matches(const char *cert_pem, const char *key_pem)
+{
+	BIO *cb = BIO_new_mem_buf(cert_pem, -1), *kb = BIO_new_mem_buf(key_pem, -1);
+	X509 *x = cb ? PEM_read_bio_X509(cb, NULL, NULL, NULL) : NULL;
+	EVP_PKEY *k = kb ? PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL) : NULL;
+	bool ok = x != NULL && k != NULL && X509_check_private_key(x, k) == 1;
+
+	EVP_PKEY_free(k);
+	X509_free(x);
+	BIO_free(kb);
+	BIO_free(cb);
+	return ok;
+}
+
+typedef struct tls_pem {
+	char *ca, *cert, *key; /* owned; NULL: not given */
+} tls_pem;
+
+static void
+tls_pem_fini(tls_pem *t)
+{
+	free(t->ca);
+	free(t->cert);
+	free(t->key);
+}
+
+static studio_status
+tls_pem_load(const studio_options *o, tls_pem *t, char *err, size_t cap)
+{
+	studio_status st;
+
+	if (o == NULL || (o->tls_ca == NULL && o->tls_cert == NULL && o->tls_key == NULL))
+		return STUDIO_OK;
+	if ((o->tls_cert == NULL) != (o->tls_key == NULL)) {
+		say(err, cap, "options tls_cert and tls_key go together");
+		return STUDIO_USAGE;
+	}
+	if (o->tls_ca == NULL) {
+		say(err, cap, "option tls_ca is required with tls_cert (the CA that signs the writers)");
+		return STUDIO_USAGE;
+	}
+	if ((st = read_pem("tls_ca", o->tls_ca, &t->ca, err, cap)) != STUDIO_OK)
+		return st;
+	if (o->tls_cert != NULL && ((st = read_pem("tls_cert", o->tls_cert, &t->cert, err, cap)) != STUDIO_OK ||
+	                            (st = read_pem("tls_key", o->tls_key, &t->key, err, cap)) != STUDIO_OK))
+		return st;
+	if (t->cert != NULL && !pem_pair_matches(t->cert, t->key)) {
+		say(err, cap, "option tls_key %s is not the key of tls_cert %s (or one of them is not PEM)", o->tls_key,
+		    o->tls_cert);
 		return STUDIO_USAGE;
 	}
 	return STUDIO_OK;
 }
 
+static bool
+url_has_scheme(const char *url, const char *const *schemes)
+{
+	for (; *schemes != NULL; schemes++)
+		if (strncmp(url, *schemes, strlen(*schemes)) == 0)
+			return true;
+	return false;
+}
+
+/* A dialer for url on s, with this producer's TLS configuration for tls+tcp, started in the background. */
+static int
+dial_writer(nng_socket s, const char *url, const tls_pem *t, char *err, size_t cap)
+{
+	static const char *const tls_schemes[] = { "tls+tcp://", "tls+tcp4://", "tls+tcp6://", NULL };
+	static const char *const plain[] = { "tcp://", "tcp4://", "tcp6://", "ipc://", NULL };
+	nng_tls_config *c = NULL;
+	nng_dialer d;
+	nng_url *u = NULL;
+	int rv;
+
+	if (url_has_scheme(url, tls_schemes)) {
+		if (t->ca == NULL) {
+			say(err, cap, "writer URL \"%s\": tls+tcp needs the options tls_ca, tls_cert and tls_key", url);
+			return NNG_EINVAL;
+		}
+	} else if (!url_has_scheme(url, plain)) {
+		say(err, cap, "writer URL \"%s\": the scheme must be tcp://, tls+tcp:// or ipc://", url);
+		return NNG_EINVAL;
+	}
+	if ((rv = nng_dialer_create(&d, s, url)) != 0) {
+		say(err, cap, "bad writer URL \"%s\": %s", url, nng_strerror(rv));
+		return rv;
+	}
+	if (t->ca != NULL && url_has_scheme(url, tls_schemes)) {
+		/* One configuration per dialer: the name checked is the URL's host. */
+		if ((rv = nng_tls_config_alloc(&c, NNG_TLS_MODE_CLIENT)) != 0 ||
+		    (rv = nng_tls_config_ca_chain(c, t->ca, NULL)) != 0 ||
+		    (rv = nng_tls_config_auth_mode(c, NNG_TLS_AUTH_MODE_REQUIRED)) != 0 ||
+		    (t->cert != NULL && (rv = nng_tls_config_own_cert(c, t->cert, t->key, NULL)) != 0) ||
+		    (rv = nng_url_parse(&u, url)) != 0 || (rv = nng_tls_config_server_name(c, u->u_hostname)) != 0 ||
+		    (rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, c)) != 0)
+			say(err, cap, "writer URL \"%s\": TLS configuration refused: %s", url, nng_strerror(rv));
+		if (c != NULL)
+			nng_tls_config_free(c); /* the dialer holds its own reference */
+		nng_url_free(u);
+		if (rv != 0) {
+			nng_dialer_close(d);
+			return rv;
+		}
+	}
+	/* In the background: a writer that is not up yet is dialed again and again. */
+	if ((rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK)) != 0) {
+		say(err, cap, "writer URL \"%s\": %s", url, nng_strerror(rv));
+		nng_dialer_close(d);
+	}
+	return rv;
+}
+
 studio_status
-studio_producer_new(const char *urls, const studio_producer_options *opt, studio_producer **out, char *err,
-                    size_t err_len)
+studio_producer_new(const char *urls, const studio_options *opt, studio_producer **out, char *err, size_t err_len)
 {
 	studio_producer *p = NULL;
+	pthread_condattr_t ca;
 	const char *cur = urls, *item;
+	tls_pem t = { 0 };
 	size_t len, n = 0;
-	char why[400];
 	studio_status st = STUDIO_USAGE;
 	int rv;
 
+	if (out == NULL) {
+		say(err, err_len, "out (where the producer goes) is NULL");
+		return STUDIO_USAGE;
+	}
 	*out = NULL;
 	if (urls == NULL) {
 		say(err, err_len, "no writer URL");
 		return STUDIO_USAGE;
 	}
-	p = st_xcalloc(1, sizeof(*p));
+	if ((p = calloc(1, sizeof(*p))) == NULL) {
+		say(err, err_len, "out of memory");
+		return STUDIO_NOMEM;
+	}
 	pthread_mutex_init(&p->mu, NULL);
-	pthread_cond_init(&p->cv, NULL);
-	if ((st = options_fill(&p->o, opt, err, err_len)) != STUDIO_OK)
-		goto fail;
-	st = STUDIO_USAGE;
-	p->o.tls_ca = p->o.tls_cert = p->o.tls_key = NULL; /* loaded below, not kept */
-	if (opt != NULL && (opt->tls_ca || opt->tls_cert || opt->tls_key) &&
-	    st_tls_load(opt->tls_cert, opt->tls_key, opt->tls_ca, why, sizeof(why)) != ST_OK) {
-		say(err, err_len, "%s", why);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	if (opt != NULL)
+		p->o = *opt;
+	else
+		options_defaults(&p->o);
+	p->o.tls_ca = p->o.tls_cert = p->o.tls_key = NULL; /* read below, not kept */
+	if (p->o.backoff_cap_ms < p->o.backoff_base_ms) {
+		say(err, err_len, "option backoff_cap_ms %u is below backoff_base_ms %u", p->o.backoff_cap_ms,
+		    p->o.backoff_base_ms);
 		goto fail;
 	}
-	p->socks = st_xcalloc(MAX_URLS, sizeof(*p->socks));
-	p->urls = st_xcalloc(MAX_URLS, sizeof(*p->urls));
+	if ((st = tls_pem_load(opt, &t, err, err_len)) != STUDIO_OK)
+		goto fail;
+	st = STUDIO_NOMEM;
+	if ((p->socks = calloc(MAX_URLS, sizeof(*p->socks))) == NULL ||
+	    (p->urls = calloc(MAX_URLS, sizeof(*p->urls))) == NULL) {
+		say(err, err_len, "out of memory");
+		goto fail;
+	}
+	st = STUDIO_USAGE;
 	while (st_list_next(&cur, &item, &len)) {
 		nng_socket s = NNG_SOCKET_INITIALIZER;
 		char *url;
@@ -700,12 +1242,17 @@ studio_producer_new(const char *urls, const studio_producer_options *opt, studio
 			say(err, err_len, "more than %d writer URLs", MAX_URLS);
 			goto fail;
 		}
-		url = st_xstrndup(item, len);
+		if ((url = strndup(item, len)) == NULL) {
+			say(err, err_len, "out of memory");
+			st = STUDIO_NOMEM;
+			goto fail;
+		}
 		p->urls[n] = url;
 		rv = nng_req0_open(&s);
 		p->socks[n++] = s; /* freed with p even when it failed (closing id 0 is a no-op) */
 		if (rv != 0) {
 			say(err, err_len, "cannot open a req0 socket: %s", nng_strerror(rv));
+			st = rv == NNG_ENOMEM ? STUDIO_NOMEM : STUDIO_USAGE;
 			goto fail;
 		}
 		nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, MAX_REPLY);
@@ -713,15 +1260,8 @@ studio_producer_new(const char *urls, const studio_producer_options *opt, studio
 		nng_socket_set_ms(s, NNG_OPT_RECONNMAXT, 2000);
 		/* Our own tries resend (with a new context); nng's timer would only add copies. */
 		nng_socket_set_ms(s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-		if (st_tls_url(url) && st_tls_url_usable(url, false) != NULL) {
-			say(err, err_len, "%s: %s", url, st_tls_url_usable(url, false));
+		if (dial_writer(s, url, &t, err, err_len) != 0)
 			goto fail;
-		}
-		/* In the background: a writer that is not up yet is dialed again and again. */
-		if ((rv = st_tls_dial(s, url, NNG_FLAG_NONBLOCK)) != 0) {
-			say(err, err_len, "bad writer URL \"%s\": %s", url, nng_strerror(rv));
-			goto fail;
-		}
 	}
 	if (n == 0) {
 		say(err, err_len, "no writer URL in \"%s\"", urls);
@@ -743,9 +1283,11 @@ studio_producer_new(const char *urls, const studio_producer_options *opt, studio
 		memcpy(&seed, p->id, sizeof(seed));
 		atomic_store(&p->rng, seed);
 	}
+	tls_pem_fini(&t);
 	*out = p;
 	return STUDIO_OK;
 fail:
+	tls_pem_fini(&t);
 	p->n_urls = n;
 	studio_producer_free(p);
 	return st;
@@ -758,20 +1300,24 @@ studio_producer_free(studio_producer *p)
 		return;
 	pthread_mutex_lock(&p->mu);
 	p->closing = true;
+	pthread_cond_broadcast(&p->cv); /* slot waiters and flushes return CLOSED */
 	pthread_mutex_unlock(&p->mu);
 	/* Closed sockets end every send and receive with NNG_ECLOSED. */
 	for (size_t i = 0; i < p->n_urls; i++)
 		nng_close(p->socks[i]);
 	/* Sleeping ops are not on a socket: cancel them, again until none is left
-	 * (one may start its sleep right after a round). */
+	 * (one may start its sleep right after a round).  Then wait for every
+	 * call still inside (a waiter wakes, sees closing and leaves). */
 	pthread_mutex_lock(&p->mu);
-	while (p->inflight > 0) {
-		for (op *o = p->ops; o != NULL; o = o->next)
+	while (p->inflight > 0 || p->users > 0) {
+		for (op *o = p->ops; o != NULL; o = o->next) {
 			nng_aio_cancel(o->aio);
+			nng_aio_cancel(o->timer);
+		}
 		producer_wait_ms(p, 50);
 	}
 	pthread_mutex_unlock(&p->mu);
-	for (size_t i = 0; i < p->n_urls; i++)
+	for (size_t i = 0; p->urls != NULL && i < p->n_urls; i++)
 		free(p->urls[i]);
 	free(p->urls);
 	free(p->socks);

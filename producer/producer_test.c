@@ -1,27 +1,48 @@
-/* producer_test: keys, back-off, local checks with the writer's words, options (no network). */
+/*
+ * producer_test: key bases, local checks with the writer's words, options
+ * and their bounds, the ABI checks, and what the library does with no
+ * writer at all (the deadline, the slot, free while a caller waits, where
+ * callbacks run).  No writer process: tests/integration/test_producer_lib.py
+ * has those.
+ */
 #include "studio_producer.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "producer_int.h"
 #include "st_test.h"
 #include "st_util.h"
 
 static void
-t_key_format(void)
+t_key_base(void)
 {
 	const uint8_t id[16] = { 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef,
 		                 0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32, 0x10 };
-	char k[PRODUCER_KEY_LEN + 1], k2[PRODUCER_KEY_LEN + 1];
+	char k[PRODUCER_KEY_BASE_LEN + 1], k2[PRODUCER_KEY_BASE_LEN + 1], long_base[STUDIO_KEY_BASE_MAX + 1];
 
-	producer_key_format(id, 0, k);
-	ST_CHECK_STR(k, "sp1-0123456789abcdeffedcba9876543210-0000000000000000");
-	ST_CHECK_EQ_U64(strlen(k), PRODUCER_KEY_LEN);
-	producer_key_format(id, UINT64_MAX, k2);
-	ST_CHECK_STR(k2, "sp1-0123456789abcdeffedcba9876543210-ffffffffffffffff");
-	producer_key_format(id, 1, k2);
+	producer_key_base_format(id, 0, k);
+	ST_CHECK_STR(k, "sp2-0123456789abcdeffedcba9876543210-0000000000000000");
+	ST_CHECK_EQ_U64(strlen(k), PRODUCER_KEY_BASE_LEN);
+	producer_key_base_format(id, UINT64_MAX, k2);
+	ST_CHECK_STR(k2, "sp2-0123456789abcdeffedcba9876543210-ffffffffffffffff");
+	producer_key_base_format(id, 1, k2);
 	ST_CHECK(strcmp(k, k2) != 0);
+	ST_CHECK(producer_key_base_valid(k));
+	ST_CHECK(producer_key_base_valid("orders-2026-12-04"));
+	ST_CHECK(!producer_key_base_valid(""));
+	ST_CHECK(!producer_key_base_valid("has space"));
+	ST_CHECK(!producer_key_base_valid("tab\t"));
+	ST_CHECK(!producer_key_base_valid("\xc3\xa9"));
+	memset(long_base, 'b', STUDIO_KEY_BASE_MAX - 1);
+	long_base[STUDIO_KEY_BASE_MAX - 1] = '\0';
+	ST_CHECK(producer_key_base_valid(long_base));
+	long_base[STUDIO_KEY_BASE_MAX - 1] = 'b';
+	long_base[STUDIO_KEY_BASE_MAX] = '\0';
+	ST_CHECK(!producer_key_base_valid(long_base));
 }
 
 /* The writer's rules and words (proto/wire.c), found before anything is sent. */
@@ -31,20 +52,20 @@ t_events_check(void)
 	static const char *const about65[65] = { "a" };
 	const char *about_ok[2] = { "x", "y" };
 	char long_topic[202], detail[512];
-	studio_event ok = { .topic = "t", .about = about_ok, .n_about = 2, .data = "{\"a\": 1}", .key = "k1" };
+	studio_event ok = { STUDIO_EVENT_INIT, .topic = "t", .about = about_ok, .n_about = 2, .data = "{\"a\": 1}", .key = "k1" };
 	static const struct {
 		studio_event ev;
 		studio_status want;
 		const char *detail;
 	} cases[] = {
-		{ { .topic = "a b" }, STUDIO_INVALID, "event 0: topic: bad character" },
-		{ { .topic = "" }, STUDIO_INVALID, "event 0: topic: empty" },
-		{ { .topic = NULL }, STUDIO_INVALID, "event 0: topic: empty" },
-		{ { .topic = "t", .data = "{" }, STUDIO_INVALID, "event 0: data: " },
-		{ { .topic = "t", .data = "1 2" }, STUDIO_INVALID, "event 0: data: " },
-		{ { .topic = "t", .key = "" }, STUDIO_INVALID, "event 0: key: empty" },
-		{ { .topic = "t", .about = about65, .n_about = 65 }, STUDIO_INVALID, "event 0: about: too many entries (65, max 64)" },
-		{ { .topic = "t", .n_about = 2 }, STUDIO_USAGE, "event 0: n_about 2 with about NULL" },
+		{ { STUDIO_EVENT_INIT, .topic = "a b" }, STUDIO_INVALID, "event 0: topic: bad character" },
+		{ { STUDIO_EVENT_INIT, .topic = "" }, STUDIO_INVALID, "event 0: topic: empty" },
+		{ { STUDIO_EVENT_INIT, .topic = NULL }, STUDIO_INVALID, "event 0: topic: empty" },
+		{ { STUDIO_EVENT_INIT, .topic = "t", .data = "{" }, STUDIO_INVALID, "event 0: data: " },
+		{ { STUDIO_EVENT_INIT, .topic = "t", .data = "1 2" }, STUDIO_INVALID, "event 0: data: " },
+		{ { STUDIO_EVENT_INIT, .topic = "t", .key = "" }, STUDIO_INVALID, "event 0: key: empty" },
+		{ { STUDIO_EVENT_INIT, .topic = "t", .about = about65, .n_about = 65 }, STUDIO_INVALID, "event 0: about: too many entries (65, max 64)" },
+		{ { STUDIO_EVENT_INIT, .topic = "t", .n_about = 2 }, STUDIO_USAGE, "event 0: n_about 2 with about NULL" },
 	};
 
 	ST_CHECK(studio_events_check(&ok, 1, detail, sizeof(detail)) == STUDIO_OK);
@@ -60,55 +81,327 @@ t_events_check(void)
 	memset(long_topic, 't', 201);
 	long_topic[201] = '\0';
 	{
-		studio_event two[2] = { ok, { .topic = long_topic } };
+		studio_event two[2] = { ok, { STUDIO_EVENT_INIT, .topic = long_topic } };
 
 		ST_CHECK(studio_events_check(two, 2, detail, sizeof(detail)) == STUDIO_INVALID);
 		ST_CHECK_STR(detail, "event 1: topic: too long");
 	}
 	ST_CHECK(studio_events_check(&ok, 0, detail, sizeof(detail)) == STUDIO_USAGE);
 	ST_CHECK(studio_events_check(NULL, 1, detail, sizeof(detail)) == STUDIO_USAGE);
+	/* An event not started with STUDIO_EVENT_INIT (or of another header's size) is not read. */
+	{
+		studio_event bare = { .topic = "t" }, sized[2] = { ok, ok };
+
+		ST_CHECK(studio_events_check(&bare, 1, detail, sizeof(detail)) == STUDIO_USAGE);
+		fprintf(stderr, "  no size: %s\n", detail);
+		ST_CHECK(strncmp(detail, "event 0: size 0 is not sizeof(studio_event)", 43) == 0);
+		sized[1].size = sizeof(studio_event) + 8;
+		ST_CHECK(studio_events_check(sized, 2, detail, sizeof(detail)) == STUDIO_USAGE);
+		ST_CHECK(strncmp(detail, "event 1: size ", 14) == 0);
+	}
+}
+
+static void
+t_version(void)
+{
+	fprintf(stderr, "  studio_version() = \"%s\", header \"%s\"\n", studio_version(), STUDIO_PRODUCER_VERSION);
+	ST_CHECK_STR(studio_version(), STUDIO_PRODUCER_VERSION);
+	ST_CHECK_STR(studio_status_str(STUDIO_FULL), "full");
+	ST_CHECK_STR(studio_status_str(STUDIO_NOMEM), "nomem");
+	ST_CHECK_STR(studio_status_str((studio_status)99), "unknown");
+}
+
+/* Options by name: ranges checked, so nothing above INT32_MAX becomes a negative nng duration. */
+static void
+t_options(void)
+{
+	studio_options *o = studio_options_new();
+	static const struct {
+		const char *name, *value;
+		studio_status want;
+	} cases[] = {
+		{ "try_timeout_ms", "2147483647", STUDIO_OK },
+		{ "try_timeout_ms", "2147483648", STUDIO_USAGE },
+		{ "try_timeout_ms", "4294967295", STUDIO_USAGE },
+		{ "try_timeout_ms", "99999999999999999999999", STUDIO_USAGE },
+		{ "try_timeout_ms", "0", STUDIO_USAGE },
+		{ "try_timeout_ms", "-1", STUDIO_USAGE },
+		{ "try_timeout_ms", "10s", STUDIO_USAGE },
+		{ "try_timeout_ms", "", STUDIO_USAGE },
+		{ "backoff_base_ms", "100", STUDIO_OK },
+		{ "backoff_cap_ms", "3000000000", STUDIO_USAGE },
+		{ "max_inflight", "65536", STUDIO_OK },
+		{ "max_inflight", "65537", STUDIO_USAGE },
+		{ "keys", "off", STUDIO_OK },
+		{ "keys", "no", STUDIO_USAGE },
+		{ "tls_ca", "/nonexistent", STUDIO_OK },
+		{ "no_such_option", "1", STUDIO_USAGE },
+	};
+	char err[256];
+
+	ST_CHECK(o != NULL);
+	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
+		studio_status st;
+
+		err[0] = '\0';
+		st = studio_options_set(o, cases[i].name, cases[i].value, err, sizeof(err));
+		fprintf(stderr, "  %s=%s -> %s \"%s\"\n", cases[i].name, cases[i].value, studio_status_str(st), err);
+		ST_CHECK(st == cases[i].want);
+	}
+	ST_CHECK(studio_options_set(o, NULL, "1", err, sizeof(err)) == STUDIO_USAGE);
+	ST_CHECK(studio_options_set(NULL, "keys", "on", err, sizeof(err)) == STUDIO_USAGE);
+	studio_options_free(o);
+	studio_options_free(NULL);
 }
 
 static void
 t_new_refuses(void)
 {
 	studio_producer *p = (studio_producer *)1;
-	studio_producer_options o = { .backoff_base_ms = 500, .backoff_cap_ms = 100 };
+	studio_options *o = studio_options_new();
 	char err[256];
 
 	ST_CHECK(studio_producer_new(NULL, NULL, &p, err, sizeof(err)) == STUDIO_USAGE && p == NULL);
+	/* out NULL is a usage error, not a crash */
+	ST_CHECK(studio_producer_new("tcp://127.0.0.1:1", NULL, NULL, err, sizeof(err)) == STUDIO_USAGE);
+	fprintf(stderr, "  out NULL: %s\n", err);
 	ST_CHECK(studio_producer_new(",,", NULL, &p, err, sizeof(err)) == STUDIO_USAGE);
 	ST_CHECK_STR(err, "no writer URL in \",,\"");
-	ST_CHECK(studio_producer_new("tcp://127.0.0.1:1", &o, &p, err, sizeof(err)) == STUDIO_USAGE);
-	ST_CHECK_STR(err, "backoff_cap_ms 100 is below backoff_base_ms 500");
+	studio_options_set(o, "backoff_base_ms", "500", NULL, 0);
+	studio_options_set(o, "backoff_cap_ms", "100", NULL, 0);
+	ST_CHECK(studio_producer_new("tcp://127.0.0.1:1", o, &p, err, sizeof(err)) == STUDIO_USAGE);
+	ST_CHECK_STR(err, "option backoff_cap_ms 100 is below backoff_base_ms 500");
 	ST_CHECK(studio_producer_new("nope://x", NULL, &p, err, sizeof(err)) == STUDIO_USAGE);
 	fprintf(stderr, "  bad scheme: %s\n", err);
-	ST_CHECK(strncmp(err, "bad writer URL \"nope://x\"", 25) == 0);
+	ST_CHECK_STR(err, "writer URL \"nope://x\": the scheme must be tcp://, tls+tcp:// or ipc://");
+	/* nng dials ws:// too, but a writer never listens on it */
+	ST_CHECK(studio_producer_new("ws://127.0.0.1:1/x", NULL, &p, err, sizeof(err)) == STUDIO_USAGE);
+	ST_CHECK(strstr(err, "the scheme must be") != NULL);
+	/* the library's words name its options, never a program's flags */
 	ST_CHECK(studio_producer_new("tls+tcp://127.0.0.1:1", NULL, &p, err, sizeof(err)) == STUDIO_USAGE);
 	fprintf(stderr, "  tls without files: %s\n", err);
+	ST_CHECK(strstr(err, "tls_ca") != NULL && strstr(err, "--") == NULL);
+	studio_options_free(o);
+	o = studio_options_new();
+	studio_options_set(o, "tls_ca", "/nonexistent/ca.pem", NULL, 0);
+	ST_CHECK(studio_producer_new("tls+tcp://127.0.0.1:1", o, &p, err, sizeof(err)) == STUDIO_USAGE);
+	fprintf(stderr, "  tls_ca missing: %s\n", err);
+	ST_CHECK(strncmp(err, "option tls_ca: /nonexistent/ca.pem: ", 36) == 0 && strstr(err, "--") == NULL);
+	studio_options_free(o);
 }
 
-/* A producer with nothing to talk to: the deadline ends the call, with a reason. */
+/*
+ * A producer with nothing to talk to: no try ever leaves (the sends fail),
+ * so the deadline ends the call UNAVAILABLE, "nothing was sent"; the key
+ * base is handed back all the same.
+ */
 static void
-t_no_writer_times_out(void)
+t_no_writer_nothing_sent(void)
 {
 	studio_producer *p = NULL;
-	studio_event ev = { .topic = "t" };
-	char err[256], detail[512];
+	studio_event ev = { STUDIO_EVENT_INIT, .topic = "t" };
+	char err[256], detail[512], base[STUDIO_KEY_BASE_MAX] = "", base2[STUDIO_KEY_BASE_MAX] = "mine-1";
 	uint64_t seq = 0;
+	studio_status st;
 
 	ST_CHECK(studio_producer_new("tcp://127.0.0.1:1", NULL, &p, err, sizeof(err)) == STUDIO_OK);
-	ST_CHECK(studio_publish(p, &ev, 1, &seq, 200, detail, sizeof(detail)) == STUDIO_TIMEOUT);
-	fprintf(stderr, "  no writer: %s\n", detail);
+	st = studio_publish(p, &ev, 1, base, &seq, 200, detail, sizeof(detail));
+	fprintf(stderr, "  no writer: %s: %s (base \"%s\")\n", studio_status_str(st), detail, base);
+	ST_CHECK(st == STUDIO_UNAVAILABLE);
+	ST_CHECK(strstr(detail, "nothing was sent") != NULL);
+	ST_CHECK(strncmp(base, "sp2-", 4) == 0 && strlen(base) == PRODUCER_KEY_BASE_LEN);
+	/* a caller's base is used and left as it was */
+	ST_CHECK(studio_publish(p, &ev, 1, base2, &seq, 100, detail, sizeof(detail)) == STUDIO_UNAVAILABLE);
+	ST_CHECK_STR(base2, "mine-1");
+	strcpy(base2, "bad base");
+	ST_CHECK(studio_publish(p, &ev, 1, base2, &seq, 100, detail, sizeof(detail)) == STUDIO_USAGE);
 	studio_producer_free(p);
+}
+
+/* A clock that jumps 1 s at every reading: every deadline has passed by the next look. */
+static atomic_uint_fast64_t jumpy_now;
+
+static uint64_t
+jumpy_clock(void *arg)
+{
+	(void)arg;
+	return atomic_fetch_add(&jumpy_now, 1000);
+}
+
+typedef struct cb_seen {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int calls;
+	pthread_t thread;
+	studio_status st;
+} cb_seen;
+
+static void
+seen_cb(void *arg, studio_status st, const uint64_t *seqs, size_t n, const char *detail)
+{
+	cb_seen *s = arg;
+
+	(void)seqs, (void)n, (void)detail;
+	pthread_mutex_lock(&s->mu);
+	s->calls++;
+	s->thread = pthread_self();
+	s->st = st;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void
+seen_wait(cb_seen *s, int calls)
+{
+	pthread_mutex_lock(&s->mu);
+	while (s->calls < calls)
+		pthread_cond_wait(&s->cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* The deadline has passed before the first try: the callback still runs on a library thread. */
+static void
+t_callback_not_on_caller(void)
+{
+	studio_options *o = studio_options_new();
+	studio_producer *p = NULL;
+	studio_event ev = { STUDIO_EVENT_INIT, .topic = "t" };
+	cb_seen s = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+	char err[256];
+	bool same;
+
+	producer_test_hooks(o, jumpy_clock, NULL, NULL);
+	ST_CHECK(studio_producer_new("tcp://127.0.0.1:1", o, &p, err, sizeof(err)) == STUDIO_OK);
+	ST_CHECK(studio_publish_async(p, &ev, 1, NULL, 10, 0, seen_cb, &s, err, sizeof(err)) == STUDIO_OK);
+	seen_wait(&s, 1);
+	same = pthread_equal(s.thread, pthread_self());
+	fprintf(stderr, "  callback status %s, on the caller's thread: %s\n", studio_status_str(s.st),
+	        same ? "yes" : "no");
+	ST_CHECK(!same);
+	ST_CHECK(s.st == STUDIO_UNAVAILABLE);
+	studio_producer_free(p);
+	studio_options_free(o);
+}
+
+static double
+since_s(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* max_inflight 1, the one slot taken: STUDIO_NONBLOCK answers FULL at once, not after timeout_ms. */
+static void
+t_nonblock_full(void)
+{
+	studio_options *o = studio_options_new();
+	studio_producer *p = NULL;
+	studio_event ev = { STUDIO_EVENT_INIT, .topic = "t" };
+	cb_seen s = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+	char err[256];
+	struct timespec t0;
+	studio_status st;
+	double took;
+
+	studio_options_set(o, "max_inflight", "1", NULL, 0);
+	ST_CHECK(studio_producer_new("tcp://127.0.0.1:1", o, &p, err, sizeof(err)) == STUDIO_OK);
+	ST_CHECK(studio_publish_async(p, &ev, 1, NULL, 600000, 0, seen_cb, &s, err, sizeof(err)) == STUDIO_OK);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	st = studio_publish_async(p, &ev, 1, NULL, 600000, STUDIO_NONBLOCK, seen_cb, &s, err, sizeof(err));
+	took = since_s(&t0);
+	fprintf(stderr, "  nonblock: %s \"%s\" after %.3f s (timeout 600 s)\n", studio_status_str(st), err, took);
+	ST_CHECK(st == STUDIO_FULL);
+	ST_CHECK(took < 60.0);
+	studio_producer_free(p);
+	seen_wait(&s, 1);
+	ST_CHECK_EQ_U64(s.calls, 1);
+	studio_options_free(o);
+}
+
+static void
+t_flush_times_out(void)
+{
+	studio_producer *p = NULL;
+	studio_event ev = { STUDIO_EVENT_INIT, .topic = "t" };
+	cb_seen s = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+	char err[256];
+
+	ST_CHECK(studio_producer_new("tcp://127.0.0.1:1", NULL, &p, err, sizeof(err)) == STUDIO_OK);
+	ST_CHECK(studio_producer_flush(p, 0) == STUDIO_OK);
+	ST_CHECK(studio_publish_async(p, &ev, 1, NULL, 600000, 0, seen_cb, &s, err, sizeof(err)) == STUDIO_OK);
+	ST_CHECK(studio_producer_flush(p, 100) == STUDIO_TIMEOUT);
+	studio_producer_free(p);
+	seen_wait(&s, 1);
+	fprintf(stderr, "  freed with one request out: %s\n", studio_status_str(s.st));
+	ST_CHECK(s.st == STUDIO_CLOSED); /* nothing ever left: no writer */
+}
+
+typedef struct waiting_caller {
+	studio_producer *p;
+	studio_status st;
+	char detail[512];
+} waiting_caller;
+
+static void *
+waiting_caller_main(void *arg)
+{
+	waiting_caller *w = arg;
+	studio_event ev = { STUDIO_EVENT_INIT, .topic = "t" };
+
+	/* blocks for a slot: the only one is taken */
+	w->st = studio_publish(w->p, &ev, 1, NULL, NULL, 600000, w->detail, sizeof(w->detail));
+	return NULL;
+}
+
+/*
+ * studio_producer_free while another thread waits for a slot: that thread
+ * wakes to a live producer and returns CLOSED (ASan and TSan run this: the
+ * waiter used to wake on a freed mutex).
+ */
+static void
+t_free_while_waiting_for_slot(void)
+{
+	studio_options *o = studio_options_new();
+	studio_event ev = { STUDIO_EVENT_INIT, .topic = "t" };
+	cb_seen s = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+	waiting_caller w = { 0 };
+	struct timespec t0;
+	pthread_t th;
+	char err[256];
+
+	studio_options_set(o, "max_inflight", "1", NULL, 0);
+	ST_CHECK(studio_producer_new("tcp://127.0.0.1:1", o, &w.p, err, sizeof(err)) == STUDIO_OK);
+	ST_CHECK(studio_publish_async(w.p, &ev, 1, NULL, 600000, 0, seen_cb, &s, err, sizeof(err)) == STUDIO_OK);
+	pthread_create(&th, NULL, waiting_caller_main, &w);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (producer_slot_waiters(w.p) == 0 && since_s(&t0) < 60) {
+		struct timespec ms = { 0, 1000000 };
+
+		nanosleep(&ms, NULL); /* polling a condition, not timing */
+	}
+	ST_CHECK_EQ_U64(producer_slot_waiters(w.p), 1);
+	studio_producer_free(w.p);
+	pthread_join(th, NULL);
+	fprintf(stderr, "  the waiter got %s \"%s\"\n", studio_status_str(w.st), w.detail);
+	ST_CHECK(w.st == STUDIO_CLOSED);
+	seen_wait(&s, 1);
+	studio_options_free(o);
 }
 
 int
 main(void)
 {
-	ST_RUN(t_key_format);
+	ST_RUN(t_key_base);
 	ST_RUN(t_events_check);
+	ST_RUN(t_version);
+	ST_RUN(t_options);
 	ST_RUN(t_new_refuses);
-	ST_RUN(t_no_writer_times_out);
+	ST_RUN(t_no_writer_nothing_sent);
+	ST_RUN(t_callback_not_on_caller);
+	ST_RUN(t_nonblock_full);
+	ST_RUN(t_flush_times_out);
+	ST_RUN(t_free_while_waiting_for_slot);
 	return st_test_done();
 }

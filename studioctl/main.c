@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #define PROG "studioctl"
@@ -48,7 +49,7 @@
 #define MAX_LINE (1024u * 1024)        /* one NDJSON event line */
 #define MAX_LINE_NODES 300000          /* 256 KiB of data is at most ~131k values */
 
-enum { O_WRITER, O_CONTROL, O_TOPIC, O_ABOUT, O_DATA, O_KEY, O_FILE, O_TICKS, O_COUNT, O_TIMEOUT_S,
+enum { O_WRITER, O_CONTROL, O_TOPIC, O_ABOUT, O_DATA, O_KEY, O_KEY_BASE, O_FILE, O_TICKS, O_COUNT, O_TIMEOUT_S,
        O_TIMEOUT_MS, O_TLS_CERT, O_TLS_KEY, O_TLS_CA, O_N };
 
 static st_opt opts[O_N] = {
@@ -63,6 +64,9 @@ static st_opt opts[O_N] = {
 	[O_DATA] = { .name = "data", .kind = ST_OPT_STR,
 	             .help = "publish: the event's data, a JSON text (absent: a change signal)" },
 	[O_KEY] = { .name = "key", .kind = ST_OPT_STR, .help = "publish: idempotency key" },
+	[O_KEY_BASE] = { .name = "key-base", .kind = ST_OPT_STR,
+	                 .help = "publish: key base of the events without a key (a rerun after an unknown outcome "
+	                         "passes the one printed; default: a new random one)" },
 	[O_FILE] = { .name = "file", .kind = ST_OPT_STR,
 	             .help = "publish: NDJSON file of events, one a line (- for stdin)" },
 	[O_TICKS] = { .name = "ticks", .kind = ST_OPT_BOOL, .def = "false", .help = "tail: also print ticks" },
@@ -79,8 +83,8 @@ static st_opt opts[O_N] = {
 };
 
 static const char usage[] =
-	PROG " publish --writer URL --topic T [--about A]... [--data JSON] [--key K]\n"
-	"       " PROG " publish --writer URL --file EVENTS.ndjson\n"
+	PROG " publish --writer URL --topic T [--about A]... [--data JSON] [--key K | --key-base B]\n"
+	"       " PROG " publish --writer URL --file EVENTS.ndjson [--key-base B]\n"
 	"       " PROG " tail --writer URL [--ticks] [--count N] [--timeout-s S]\n"
 	"       " PROG " stats|drain|reload --control URL";
 
@@ -174,6 +178,7 @@ ev_line_parse(ev_line *l, const char *line, size_t len, char *err, size_t cap)
 	size_t slen;
 
 	memset(l, 0, sizeof(*l));
+	l->ev.size = sizeof(l->ev); /* STUDIO_EVENT_INIT */
 	if (st_json_parse(line, len, MAX_LINE_NODES, &j) != ST_OK) {
 		char *tmp = st_xmalloc(len + 1);
 		size_t clen = 0;
@@ -286,31 +291,75 @@ blank(const st_buf *b)
 
 /*
  * The writers of --writer (one or more URLs), with --timeout-ms for each
- * request.  The TLS identity was loaded by st_preflight_tls.  Bad URLs
+ * request, and this process's TLS files (the library reads them for its
+ * producer: its TLS configuration is its own, not st_tls's).  Bad URLs
  * were refused by the option's check; what is left here is exit 2 too.
  */
 static studio_producer *
 producer_open(void)
 {
+	studio_options *o = studio_options_new();
 	studio_producer *p = NULL;
 	char err[512];
 
-	if (studio_producer_new(opts[O_WRITER].sval, NULL, &p, err, sizeof(err)) != STUDIO_OK)
+	if (o == NULL)
+		st_config_fail(PROG, "out of memory");
+	if ((opts[O_TLS_CA].sval[0] && studio_options_set(o, "tls_ca", opts[O_TLS_CA].sval, err, sizeof(err))) ||
+	    (opts[O_TLS_CERT].sval[0] && studio_options_set(o, "tls_cert", opts[O_TLS_CERT].sval, err, sizeof(err))) ||
+	    (opts[O_TLS_KEY].sval[0] && studio_options_set(o, "tls_key", opts[O_TLS_KEY].sval, err, sizeof(err))) ||
+	    studio_producer_new(opts[O_WRITER].sval, o, &p, err, sizeof(err)) != STUDIO_OK)
 		st_config_fail(PROG, "--writer %s: %s", opts[O_WRITER].sval, err);
+	studio_options_free(o);
 	return p;
 }
 
 /*
- * Publishes ev[0..n) as one request and prints the seqs, or exits 1: the
- * library retried busy, unavailable and silence until --timeout-ms, and
- * every retry carried the same keys (made for events without one).
+ * The key base of this run: --key-base, or a new random one.  Events
+ * without a key get BASE-INDEX (one event) or BASE-BATCH-INDEX (--file,
+ * batch numbers from 0; the batches of a file are the same on every run),
+ * so a rerun with the base printed after an unknown outcome sends the same
+ * keys and stores nothing twice.
+ */
+static char run_base[STUDIO_KEY_BASE_MAX - 16];
+
+static void
+run_base_init(void)
+{
+	uint8_t r[16];
+	char *o = run_base;
+
+	if (opts[O_KEY_BASE].sval != NULL) {
+		const char *b = opts[O_KEY_BASE].sval;
+		size_t len = strlen(b);
+
+		if (len == 0 || len >= sizeof(run_base))
+			st_config_fail(PROG, "--key-base: 1..%zu characters", sizeof(run_base) - 1);
+		for (size_t i = 0; i < len; i++)
+			if ((unsigned char)b[i] <= 0x20 || (unsigned char)b[i] >= 0x7f)
+				st_config_fail(PROG, "--key-base: printable ASCII without space only");
+		memcpy(run_base, b, len + 1);
+		return;
+	}
+	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+		st_config_fail(PROG, "getrandom: %s", strerror(errno));
+	o += sprintf(o, "sc1-");
+	for (size_t i = 0; i < sizeof(r); i++)
+		o += sprintf(o, "%02x", r[i]);
+}
+
+/*
+ * Publishes ev[0..n) as one request with key base base (NULL: the events
+ * carry their own keys) and prints the seqs, or exits 1: the library
+ * retried busy, unavailable and silence until --timeout-ms with the same
+ * keys.  An unknown outcome (some try unanswered) says how to rerun.
  */
 static void
-publish_request(studio_producer *p, const studio_event *ev, size_t n)
+publish_request(studio_producer *p, const studio_event *ev, size_t n, char *base)
 {
 	uint64_t *seqs = st_xcalloc(n, sizeof(*seqs));
 	char detail[600];
-	studio_status st = studio_publish(p, ev, n, seqs, (uint32_t)opts[O_TIMEOUT_MS].ival, detail, sizeof(detail));
+	studio_status st = studio_publish(p, ev, n, base, seqs, (uint32_t)opts[O_TIMEOUT_MS].ival, detail,
+	                                  sizeof(detail));
 
 	switch (st) {
 	case STUDIO_OK:
@@ -322,13 +371,28 @@ publish_request(studio_producer *p, const studio_event *ev, size_t n)
 	case STUDIO_INVALID:
 	case STUDIO_BUSY:
 	case STUDIO_UNAVAILABLE:
-		/* the writer's answer, "code: detail" */
-		fprintf(stderr, PROG ": refused: %s\n", detail);
+		/* the writer's answer, "code: detail", or no writer reached: nothing of this request was stored */
+		fprintf(stderr, PROG ": %s: %s\n", strstr(detail, "nothing was sent") ? "not stored" : "refused", detail);
 		break;
 	case STUDIO_USAGE:
 		st_config_fail(PROG, "%s", detail);
+	case STUDIO_TIMEOUT: {
+		/* one line: the library's reason (its own key advice cut: ours is the run's base) */
+		char *cut = strstr(detail, "; it may be stored");
+
+		if (cut != NULL)
+			*cut = '\0';
+		if (opts[O_KEY].sval == NULL)
+			fprintf(stderr, PROG ": outcome unknown after %lld ms (%s): run the same command again with "
+			        "--key-base %s, and nothing is stored twice\n", (long long)opts[O_TIMEOUT_MS].ival,
+			        detail, run_base);
+		else
+			fprintf(stderr, PROG ": outcome unknown after %lld ms (%s): run the same command again (same "
+			        "--key), and it is stored once\n", (long long)opts[O_TIMEOUT_MS].ival, detail);
+		break;
+	}
 	default:
-		fprintf(stderr, PROG ": %s (after %lld ms)\n", detail, (long long)opts[O_TIMEOUT_MS].ival);
+		fprintf(stderr, PROG ": %s: %s\n", studio_status_str(st), detail);
 		break;
 	}
 	exit(1);
@@ -337,7 +401,7 @@ publish_request(studio_producer *p, const studio_event *ev, size_t n)
 static int
 publish_one(void)
 {
-	studio_event ev = { 0 };
+	studio_event ev = { STUDIO_EVENT_INIT };
 	char **items = NULL, why[600];
 	size_t n_items = 0, *lens = NULL;
 	studio_producer *p;
@@ -364,7 +428,12 @@ publish_one(void)
 	if (event_problem(&ev, why, sizeof(why)) != NULL)
 		refuse("%s", why);
 	p = producer_open();
-	publish_request(p, &ev, 1);
+	{
+		char base[STUDIO_KEY_BASE_MAX];
+
+		snprintf(base, sizeof(base), "%s", run_base);
+		publish_request(p, &ev, 1, ev.key ? NULL : base);
+	}
 	studio_producer_free(p);
 	for (size_t i = 0; i < n_items; i++)
 		free(items[i]);
@@ -395,13 +464,17 @@ events_open(const char *path)
 	return tmp;
 }
 
-/* Sends batch[0..n) as one request and empties it. */
+/* Sends batch[0..n) as one request, key base RUN-BATCH, and empties it. */
 static void
 events_send(studio_producer *p, ev_line *batch, studio_event *evs, size_t *n)
 {
+	static unsigned long batch_no;
+	char base[STUDIO_KEY_BASE_MAX];
+
 	if (*n == 0)
 		return;
-	publish_request(p, evs, *n);
+	snprintf(base, sizeof(base), "%s-%lu", run_base, batch_no++);
+	publish_request(p, evs, *n, base);
 	for (size_t i = 0; i < *n; i++)
 		ev_line_fini(&batch[i]);
 	*n = 0;
@@ -493,6 +566,9 @@ cmd_publish(void)
 		st_config_fail(PROG, "publish needs --writer URL (or STUDIO_WRITER)");
 	if (opts[O_FILE].sval && opts[O_TOPIC].sval)
 		st_config_fail(PROG, "publish takes either --topic or --file, not both");
+	if (opts[O_KEY].sval && opts[O_KEY_BASE].sval)
+		st_config_fail(PROG, "publish takes either --key or --key-base, not both");
+	run_base_init();
 	if (opts[O_FILE].sval) {
 		if (opts[O_ABOUT].sval || opts[O_DATA].sval || opts[O_KEY].sval)
 			st_config_fail(PROG, "--about, --data and --key go in the file's lines with --file");

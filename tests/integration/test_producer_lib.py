@@ -1,3 +1,4 @@
+# ctest-timeout: 900
 """libstudio-producer against the real system (docs/clients.md).
 
 tests/tools/producer_drive (a producer on the library: requests without
@@ -18,6 +19,21 @@ it was told, and nothing else:
   off and retries until every request is stored.
 - bad_event_refused_locally: an event with a bad topic is refused by the
   library with exactly the words the writer answers to the same event.
+- timeout_then_republish_stores_once: a writer whose flush is slower than
+  the call's deadline; the call ends STUDIO_TIMEOUT (unknown) with the key
+  base it used; the same call again with that base gets the seq stored
+  first, and the row is there once.
+- pending_then_unavailable_is_timeout: a first try accepted by a slow
+  writer and left unanswered, the next one answered `unavailable` by a
+  draining writer: the call says TIMEOUT (the event is stored later), not
+  "unavailable, nothing stored"; republishing with the base stores nothing.
+- free_after_commit_never_says_closed: the producer freed while a request
+  sits accepted in the writer's pending batch: its callback says TIMEOUT,
+  never CLOSED; the event is stored; republishing with the base stores
+  nothing more.
+- tls_identity_is_the_producers: producer A with a certificate, then B in
+  the same process with the CA only: A publishes, B (no certificate of its
+  own) is not let in, A still publishes.
 - installed_with_pkg_config: `cmake --install` into a temporary prefix, the
   example built with `cc ... $(pkg-config --cflags --libs studio-producer)`
   (the shared library) and against the archive with `--static`, as a user
@@ -97,7 +113,7 @@ def check_exactly_once(env, d, topic, requests, batch):
     check_eq(len(rows), want, "rows stored")
     check_eq(len(keys), want, "distinct keys (every event has one, made by the library)")
     check_eq(len(ids), want, "distinct (request, index): no event stored twice")
-    check(all(k and k.startswith("sp1-") for k in keys), "every key is a generated one: %s" % sorted(keys)[:2])
+    check(all(k and k.startswith("sp2-") for k in keys), "every key is a generated one: %s" % sorted(keys)[:2])
     told = sorted(d.seqs.values())
     check_eq(told, [int(r[0]) for r in rows], "the seqs the producer was told are exactly the rows' seqs")
     by_id = {(int(r[2]), int(r[3])): int(r[0]) for r in rows}
@@ -183,6 +199,116 @@ def busy_is_retried():
         check_exactly_once(env, d, "pl.busy", 16, 40)
 
 
+def once(urls, topic, base, timeout_ms, try_ms, backoff_ms):
+    """producer_drive --once: (status, seq, base, detail)."""
+    p = subprocess.run([DRIVE, ",".join(urls), "--once", topic, base, str(timeout_ms), str(try_ms), str(backoff_ms)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    out = p.stdout.decode(errors="replace")
+    check_eq(p.returncode, 0, "producer_drive --once exit (stderr %r)" % p.stderr.decode(errors="replace")[-300:])
+    m = re.search(r"^result (\S+) (\d+) (\S*)\ndetail (.*)$", out, re.M)
+    check(m is not None, "producer_drive --once output: %r" % out)
+    log("once %s base %s -> %s seq %s (%s)" % (topic, base, m.group(1), m.group(2), m.group(4)))
+    return m.group(1), int(m.group(2)), m.group(3), m.group(4)
+
+
+def rows_of(env, topic):
+    return harness.psql(env.dsn, "SELECT seq, key FROM broker_event WHERE topic = '%s' ORDER BY seq" % topic)
+
+
+def wait_stored(env, topic, n, what):
+    harness.wait_until(lambda: len(rows_of(env, topic)) >= n, 60, what)
+
+
+@t.case
+def timeout_then_republish_stores_once():
+    with harness.Env() as env:
+        # The flush (every 5 s) comes long after the first call's 1 s deadline.
+        w = env.start_writer(flush_interval_ms=5000).wait_ready()
+        st, _, base, detail = once([w.ingest], "pl.retry", "-", 1000, 60000, 100)
+        check_eq(st, "timeout", "the first call, whose try the writer holds until its flush (%s)" % detail)
+        check(base.startswith("sp2-") and base in detail, "the key base is handed back and named: %r %r"
+              % (base, detail))
+        # The docs' advice: the same call again with the same base.
+        st2, seq, base2, detail2 = once([w.ingest], "pl.retry", base, 30000, 30000, 100)
+        check_eq(st2, "ok", "the republish (%s)" % detail2)
+        check_eq(base2, base, "the caller's base is left as it was")
+        rows = rows_of(env, "pl.retry")
+        check_eq(len(rows), 1, "rows stored for one event published twice: %s" % rows)
+        check_eq(int(rows[0][0]), seq, "the republish got the seq stored first")
+        check_eq(rows[0][1], base + "-0", "the event's key is BASE-0")
+
+
+@t.case
+def pending_then_unavailable_is_timeout():
+    with harness.Env() as env:
+        # Flushes every 20 s: long after the call's deadline.
+        slow = env.start_writer(flush_interval_ms=20000).wait_ready()
+        draining = env.start_writer(flush_interval_ms=100).wait_ready()
+        p = harness.studioctl("drain", "--control", draining.control, timeout=30)
+        check_eq(p.returncode, 0, "studioctl drain of the second writer (%r)" % p.stderr[-200:])
+        # try 1: the slow writer accepts and holds it (no reply within 1 s); try 2: the draining
+        # writer answers unavailable; the back-off (at least 2.5 s: half of 5 s, then jitter) runs
+        # past the 3.5 s deadline, so that answer is the last one heard.  (The
+        # library of 0.x answered "unavailable" here, and the event was stored at the flush.)
+        st, _, base, detail = once([slow.ingest, draining.ingest], "pl.pending", "-", 3500, 1000, 5000)
+        m = sc.parse_metrics(harness.http_get(draining.http_url + "/metrics")[2].decode())
+        refused = sc.metric(m, "studio_writer_rejected_total", error="unavailable") or 0
+        check(refused >= 1, "the draining writer answered unavailable (%d)" % refused)
+        check("unavailable: draining" in detail, "the last answer heard was the draining writer's: %r" % detail)
+        check_eq(st, "timeout", "an accepted try left unanswered, then unavailable (%s)" % detail)
+        wait_stored(env, "pl.pending", 1, "the held try committed by the slow writer's flush")
+        st2, seq, _, detail2 = once([slow.ingest], "pl.pending", base, 30000, 30000, 100)
+        check_eq(st2, "ok", "the republish with the base (%s)" % detail2)
+        rows = rows_of(env, "pl.pending")
+        check_eq(len(rows), 1, "rows: the event once (%s)" % rows)
+        check_eq(int(rows[0][0]), seq, "the republish got the stored seq")
+
+
+@t.case
+def free_after_commit_never_says_closed():
+    with harness.Env() as env:
+        w = env.start_writer(flush_interval_ms=8000).wait_ready()
+        p = subprocess.Popen([DRIVE, w.ingest, "--free-pending", "pl.free"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        first = p.stdout.readline().decode(errors="replace").split()
+        check(len(first) == 2 and first[0] == "sent", "producer_drive --free-pending: %r" % first)
+        base = first[1]
+        harness.wait_until(lambda: (harness.metric(w.http_url, "studio_writer_pending_events") or 0) >= 1, 60,
+                           "the event accepted into the writer's pending batch")
+        out, err = p.communicate(b"free\n", timeout=60)
+        out = out.decode(errors="replace")
+        log("free-pending: %s" % out.strip().replace("\n", " | "))
+        check_eq(p.returncode, 0, "producer_drive exit (stderr %r)" % err.decode(errors="replace")[-300:])
+        check("callback closed" not in out, "free of an accepted request does not say closed: %r" % out)
+        check("callback timeout" in out, "it says timeout (unknown): %r" % out)
+        wait_stored(env, "pl.free", 1, "the accepted event committed by the flush")
+        st, seq, _, detail = once([w.ingest], "pl.free", base, 30000, 30000, 100)
+        check_eq(st, "ok", "the republish with the base (%s)" % detail)
+        rows = rows_of(env, "pl.free")
+        check_eq(len(rows), 1, "rows: the event once (%s)" % rows)
+        check_eq(int(rows[0][0]), seq, "the republish got the stored seq")
+
+
+@t.case
+def tls_identity_is_the_producers():
+    from test_tls import Pki
+    with harness.Env() as env:
+        pki = Pki(env.tmp)
+        crt, key = pki.server
+        port = harness.free_port()
+        w = env.start_writer(ingest="tls+tcp://127.0.0.1:%d" % port, tls_cert=crt, tls_key=key,
+                             tls_ca=pki.ca).wait_ready()
+        p = subprocess.run([DRIVE, "tls+tcp://localhost:%d" % port, "--tls-two", "pl.tls", pki.ca, pki.client[0],
+                            pki.client[1]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        out = p.stdout.decode(errors="replace")
+        log("tls-two: %s" % out.strip().replace("\n", " | "))
+        check_eq(p.returncode, 0, "producer_drive --tls-two (stderr %r)" % p.stderr.decode(errors="replace")[-300:])
+        check_eq(out.split("\n")[:3], ["a ok", "b unavailable", "a2 ok"],
+                 "A (certificate) stored; B (CA only: no certificate of its own) never gets a connection, nothing sent")
+        check_eq(len(rows_of(env, "pl.tls")), 2, "rows stored: A's two events")
+        w.stop()
+
+
 @t.case
 def bad_event_refused_locally():
     with harness.Env() as env:
@@ -212,8 +338,8 @@ def sanitizer_flags():
     return []
 
 
-def pkg_config(env_pc, *args):
-    p = subprocess.run(["pkg-config"] + list(args) + ["studio-producer"], env=env_pc, stdout=subprocess.PIPE,
+def pkg_config(env_pc, pkg, *args):
+    p = subprocess.run(["pkg-config"] + list(args) + [pkg], env=env_pc, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, timeout=30)
     check_eq(p.returncode, 0, "pkg-config %s (%s)" % (" ".join(args), p.stderr.decode(errors="replace")))
     return p.stdout.decode().split()
@@ -237,6 +363,11 @@ def run_example(env, w, exe, topic, extra_env):
                                   % topic)), 10, "%s: rows with distinct keys" % topic)
 
 
+def nm_globals(path):
+    p = subprocess.run(["nm", "-g", "--defined-only", path], stdout=subprocess.PIPE, timeout=60)
+    return [ln.split()[2] for ln in p.stdout.decode().splitlines() if len(ln.split()) == 3]
+
+
 @t.case
 def installed_with_pkg_config():
     prefix = tempfile.mkdtemp(prefix="studio-prefix-")
@@ -248,19 +379,56 @@ def installed_with_pkg_config():
         check_eq(len(pc_dir), 1, "one studio-producer.pc under the prefix")
         libdir = os.path.dirname(pc_dir[0])
         env_pc = dict(os.environ, PKG_CONFIG_PATH=pc_dir[0])
+        others = [n for n in nm_globals(os.path.join(libdir, "libstudio-producer.a")) if not n.startswith("studio_")]
+        check_eq(others[:10], [], "global names of the installed archive other than studio_*")
         # The shared library, as `cc ... $(pkg-config --cflags --libs studio-producer)` links it.
         shared = os.path.join(prefix, "example-shared")
-        build_example(shared, pkg_config(env_pc, "--cflags", "--libs"))
-        # The archive: its path, and what --static adds (nng, msgpack, libcrypto).
+        build_example(shared, pkg_config(env_pc, "studio-producer", "--cflags", "--libs"))
+        ldd = subprocess.run(["ldd", shared], stdout=subprocess.PIPE, timeout=30).stdout.decode()
+        check("libstudio-producer.so.1" in ldd, "the shared example loads the .so.1:\n%s" % ldd)
+        # The archive: exactly what `pkg-config --static --libs studio-producer-static` prints.
         static = os.path.join(prefix, "example-static")
-        flags = [f for f in pkg_config(env_pc, "--cflags", "--libs", "--static") if f != "-lstudio-producer"]
-        build_example(static, [os.path.join(libdir, "libstudio-producer.a")] + flags)
+        flags = pkg_config(env_pc, "studio-producer-static", "--cflags", "--libs", "--static")
+        check(os.path.join(libdir, "libstudio-producer.a") in [os.path.normpath(f) for f in flags],
+              "the archive is on the static link line: %s" % flags)
+        build_example(static, flags)
         ldd = subprocess.run(["ldd", static], stdout=subprocess.PIPE, timeout=30).stdout.decode()
         check("studio-producer" not in ldd, "the static example does not load the shared library:\n%s" % ldd)
+        # A user's own st_log/proto_* next to the archive: no clash (they are local in it).
+        clash = os.path.join(prefix, "clash.c")
+        with open(clash, "w") as f:
+            f.write('#include <studio_producer.h>\nvoid st_log(void);\nvoid st_log(void) {}\n'
+                    'int proto_request_encode;\nint main(void) { st_log(); return studio_version()[0] == 0; }\n')
+        cc = subprocess.run(["cc", "-o", clash + ".bin", clash] + sanitizer_flags() + flags, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, timeout=120)
+        check_eq(cc.returncode, 0, "a program defining st_log and proto_request_encode links with the archive (%s)"
+                 % cc.stdout.decode(errors="replace")[-600:])
+        # The C example of docs/clients.md compiles as written, warnings as errors.
+        with open(os.path.join(ROOT, "docs", "clients.md")) as f:
+            doc = f.read()
+        blocks = re.findall(r"```c\n(.*?)```", doc[doc.index("## C producer library"):], re.S)
+        check_eq(len(blocks), 1, "C examples in the producer section of docs/clients.md")
+        doc_c = os.path.join(prefix, "doc_example.c")
+        with open(doc_c, "w") as f:
+            f.write(blocks[0])
+        cc = subprocess.run(["cc", "-Wall", "-Wextra", "-Werror", "-o", doc_c + ".bin", doc_c] + sanitizer_flags()
+                            + pkg_config(env_pc, "studio-producer", "--cflags", "--libs"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+        check_eq(cc.returncode, 0, "the docs' example compiles (%s)" % cc.stdout.decode(errors="replace")[-600:])
+        # Fully static, with the libraries docs/clients.md names (not with a sanitizer: it needs its .so).
+        if not sanitizer_flags():
+            full = os.path.join(prefix, "example-full-static")
+            extra = ["-static"] + flags + ["-lmbedtls", "-lmbedx509", "-lmbedcrypto", "-latomic"]
+            cc = subprocess.run(["cc", "-o", full, os.path.join(ROOT, "producer", "example.c")] + extra,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+            check_eq(cc.returncode, 0, "cc -static example.c %s (%s)" % (" ".join(extra),
+                                                                         cc.stdout.decode(errors="replace")[-600:]))
         with harness.Env() as env:
             w = env.start_writer().wait_ready()
             run_example(env, w, shared, "pl.shared", {"LD_LIBRARY_PATH": libdir})
             run_example(env, w, static, "pl.static", {})
+            if not sanitizer_flags():
+                run_example(env, w, full, "pl.full", {})
     finally:
         shutil.rmtree(prefix, ignore_errors=True)
 

@@ -8,9 +8,14 @@ a line that is not JSON at all.  Every refused or bad case must store
 nothing: the rows are counted after each, and a good publish at the end
 (which returns only after its commit, and flushes are in arrival order)
 proves nothing refused was stored late either.
+
+An unknown outcome (a writer that accepted the request and flushes after
+--timeout-ms) exits 1 with one line naming the --key-base to rerun with;
+the rerun as advised stores nothing twice, for one event and for a file.
 """
 import json
 import os
+import re
 
 import harness as h
 from harness import check, check_eq
@@ -130,6 +135,35 @@ def a_refusal_answered_by_the_writer_exits_1():
         check_eq(p.returncode, 1, "exit status of a publish the writer refuses (%r)" % err)
         check("refused: unavailable" in err, "the writer's answer is shown: %r" % err)
         check_eq(rows(env), before, "events stored by a refused publish")
+
+
+@t.case
+def unknown_outcome_rerun_as_advised_stores_once():
+    with h.Env() as env:
+        # Flushes every 5 s: a 1 s --timeout-ms ends before the writer answers.
+        w = env.start_writer(flush_interval_ms=5000).wait_ready()
+        for what, args in [("one event", ["--topic", "rerun.one", "--data", '{"n":1}']),
+                           ("a file", ["--file", ndjson(env, "rerun.ndjson",
+                                                        [{"topic": "rerun.file", "data": {"i": i}} for i in range(3)]
+                                                        + [{"topic": "rerun.file", "key": "own-key"}])])]:
+            topic = "rerun.one" if what == "one event" else "rerun.file"
+            want = 1 if what == "one event" else 4
+            p = h.studioctl("publish", "--writer", w.ingest, "--timeout-ms", "1000", *args)
+            err = p.stderr.decode(errors="replace")
+            check_eq(p.returncode, 1, "%s: exit of a publish whose outcome is unknown (%r)" % (what, err))
+            check_eq(len(err.splitlines()), 1, "%s: one line on stderr: %r" % (what, err))
+            m = re.search(r"outcome unknown after 1000 ms .*run the same command again with --key-base (\S+),", err)
+            check(m is not None, "%s: the line says how to rerun: %r" % (what, err))
+            h.wait_until(lambda: int(h.psql_one(env.dsn, "SELECT count(*) FROM broker_event WHERE topic = '%s'"
+                                                % topic)) == want, 60,
+                         "%s: the first run's events committed by the slow flush" % what)
+            p = h.studioctl("publish", "--writer", w.ingest, "--timeout-ms", "30000", "--key-base", m.group(1), *args)
+            check_eq(p.returncode, 0, "%s: the rerun as advised (%r)" % (what, p.stderr.decode(errors="replace")))
+            seqs = [int(x) for x in p.stdout.decode().split()]
+            stored = h.psql(env.dsn, "SELECT seq FROM broker_event WHERE topic = '%s' ORDER BY seq" % topic)
+            check_eq(sorted(seqs), [int(r[0]) for r in stored],
+                     "%s: rows stored once, and the rerun printed their first seqs" % what)
+            h.log("  %s: key base %s, seqs %s" % (what, m.group(1), seqs))
 
 
 if __name__ == "__main__":
