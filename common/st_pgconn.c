@@ -84,6 +84,18 @@ sock_unwatch(st_pgconn *c)
 	}
 }
 
+/* Closes the PGconn and what belongs to it (the state is the caller's to set). */
+static void
+conn_close(st_pgconn *c)
+{
+	sock_unwatch(c);
+	PQclear(c->res);
+	c->res = NULL;
+	PQfinish(c->pg);
+	c->pg = NULL;
+	c->flushing = false;
+}
+
 /*
  * Tears the connection down and tells whoever waits.  The callbacks run
  * last, with the connection already consistent (DOWN, reconnect timer set),
@@ -105,14 +117,9 @@ conn_down(st_pgconn *c, char *msg)
 	c->outage_logged = true;
 	st_resolve_cancel(c->lookup);
 	c->lookup = NULL;
-	sock_unwatch(c);
-	PQclear(c->res);
-	c->res = NULL;
-	PQfinish(c->pg);
-	c->pg = NULL;
+	conn_close(c);
 	c->st = PC_DOWN;
 	c->fn = NULL;
-	c->flushing = false;
 	timer_arm(c, wait);
 	if (fn != NULL)
 		fn(fn_arg, NULL, msg);
@@ -257,12 +264,7 @@ attempt_failed(st_pgconn *c, const char *why)
 	st_one_line(c->last_err);
 	st_debug("%s: %s", c->opts.name, c->last_err);
 	evtimer_del(c->timer);
-	sock_unwatch(c);
-	PQclear(c->res);
-	c->res = NULL;
-	PQfinish(c->pg);
-	c->pg = NULL;
-	c->flushing = false;
+	conn_close(c);
 	c->failed++;
 	c->attempt++;
 	attempts_run(c);

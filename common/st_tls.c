@@ -1,5 +1,6 @@
 /* st_tls: mutual TLS on tls+tcp:// nng links (st_tls.h). */
 #include "st_tls.h"
+#include "st_pem.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -7,9 +8,6 @@
 #include <string.h>
 
 #include <nng/supplemental/tls/tls.h>
-#include <openssl/bio.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
 
 #include "st_util.h"
 
@@ -43,26 +41,6 @@ read_pem(const char *flag, const char *path, char **out, char *why, size_t cap)
 	buf[n] = '\0';
 	*out = buf;
 	return ST_OK;
-}
-
-/*
- * The key belongs to the certificate.  mbedTLS takes any pair and only the
- * handshakes would fail, so this is checked here, with OpenSSL (already the
- * edge's token library), to make a mismatch a configuration error.
- */
-static bool
-pair_matches(const char *cert_pem, const char *key_pem)
-{
-	BIO *cb = BIO_new_mem_buf(cert_pem, -1), *kb = BIO_new_mem_buf(key_pem, -1);
-	X509 *x = cb ? PEM_read_bio_X509(cb, NULL, NULL, NULL) : NULL;
-	EVP_PKEY *k = kb ? PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL) : NULL;
-	bool ok = x != NULL && k != NULL && X509_check_private_key(x, k) == 1;
-
-	EVP_PKEY_free(k);
-	X509_free(x);
-	BIO_free(kb);
-	BIO_free(cb);
-	return ok;
 }
 
 /* A configuration with the CA and, when given, the own certificate. */
@@ -110,7 +88,7 @@ st_tls_load(const char *cert, const char *key, const char *ca, char *why, size_t
 	    (given(cert) && (read_pem("tls-cert", cert, &tls.cert, why, cap) != ST_OK ||
 	                     read_pem("tls-key", key, &tls.key, why, cap) != ST_OK)))
 		goto fail;
-	if (tls.cert != NULL && !pair_matches(tls.cert, tls.key)) {
+	if (tls.cert != NULL && !st_pem_pair_matches(tls.cert, tls.key)) {
 		snprintf(why, cap, "--tls-key %s is not the key of --tls-cert %s (or one of them is not PEM)", key, cert);
 		goto fail;
 	}

@@ -55,9 +55,6 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/tls/tls.h>
-#include <openssl/bio.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -69,6 +66,7 @@
 #include "producer_int.h"
 #include "st_buf.h"
 #include "st_clock.h"
+#include "st_pem.h"
 #include "st_util.h"
 #include "wire.h"
 
@@ -1072,22 +1070,6 @@ read_pem(const char *opt, const char *path, char **out, char *err, size_t cap)
 	return STUDIO_OK;
 }
 
-/* The key belongs to the certificate (mbedTLS would take any pair and only the handshakes would fail). */
-static bool
-pem_pair_matches(const char *cert_pem, const char *key_pem)
-{
-	BIO *cb = BIO_new_mem_buf(cert_pem, -1), *kb = BIO_new_mem_buf(key_pem, -1);
-	X509 *x = cb ? PEM_read_bio_X509(cb, NULL, NULL, NULL) : NULL;
-	EVP_PKEY *k = kb ? PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL) : NULL;
-	bool ok = x != NULL && k != NULL && X509_check_private_key(x, k) == 1;
-
-	EVP_PKEY_free(k);
-	X509_free(x);
-	BIO_free(kb);
-	BIO_free(cb);
-	return ok;
-}
-
 typedef struct tls_pem {
 	char *ca, *cert, *key; /* owned; NULL: not given */
 } tls_pem;
@@ -1120,7 +1102,7 @@ tls_pem_load(const studio_options *o, tls_pem *t, char *err, size_t cap)
 	if (o->tls_cert != NULL && ((st = read_pem("tls_cert", o->tls_cert, &t->cert, err, cap)) != STUDIO_OK ||
 	                            (st = read_pem("tls_key", o->tls_key, &t->key, err, cap)) != STUDIO_OK))
 		return st;
-	if (t->cert != NULL && !pem_pair_matches(t->cert, t->key)) {
+	if (t->cert != NULL && !st_pem_pair_matches(t->cert, t->key)) {
 		say(err, cap, "option tls_key %s is not the key of tls_cert %s (or one of them is not PEM)", o->tls_key,
 		    o->tls_cert);
 		return STUDIO_USAGE;

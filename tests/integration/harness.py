@@ -624,6 +624,49 @@ class Env:
         return False
 
 
+class SilentListener:
+    """A TCP listener on 127.0.0.1 that accepts, counts every connection and
+    never says a byte: a tripwire for programs that must not connect, or a
+    dead server that accepts TCP and never answers."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self.rounds = 0
+        self.conns = []
+        self._stop = False
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        self.sock.settimeout(0.1)
+        while not self._stop:
+            try:
+                c, _ = self.sock.accept()
+                self.accepted += 1
+                self.conns.append(c)
+            except OSError:
+                pass
+            self.rounds += 1
+
+    def count(self):
+        """Connections so far, including any still in the backlog: two more
+        accept rounds drain what the kernel queued before this call."""
+        r = self.rounds
+        h.wait_until(lambda: self.rounds >= r + 2, 10, "the tripwire's accept loop")
+        return self.accepted
+
+    def close(self):
+        self._stop = True
+        self.thread.join(2)
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
 class PgServer:
     """A PostgreSQL server of the test's own, which it may stop and restart
     (the shared STUDIO_TEST_PG_DSN server must never be restarted: other

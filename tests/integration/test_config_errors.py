@@ -15,7 +15,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 
 import harness as h
@@ -63,45 +62,8 @@ def expect_exit2(prog, args, needles, env=None, forbidden=()):
     return line
 
 
-class Tripwire:
-    """A TCP listener on 127.0.0.1 that counts every connection (and says nothing)."""
-
-    def __init__(self):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        self.rounds = 0
-        self.conns = []
-        self._stop = False
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-
-    def _loop(self):
-        self.sock.settimeout(0.1)
-        while not self._stop:
-            try:
-                c, _ = self.sock.accept()
-                self.accepted += 1
-                self.conns.append(c)
-            except OSError:
-                pass
-            self.rounds += 1
-
-    def count(self):
-        """Connections so far, including any still in the backlog: two more
-        accept rounds drain what the kernel queued before this call."""
-        r = self.rounds
-        h.wait_until(lambda: self.rounds >= r + 2, 10, "the tripwire's accept loop")
-        return self.accepted
-
-    def close(self):
-        self._stop = True
-        self.thread.join(2)
-        for c in self.conns:
-            c.close()
-        self.sock.close()
+# A listener on 127.0.0.1 that counts every connection and says nothing.
+Tripwire = h.SilentListener
 
 
 def holder():

@@ -21,8 +21,6 @@ database connection").
   12 h give-up time.  Every accepted event is stored exactly once.
 """
 import os
-import socket
-import threading
 import time
 
 import harness as h
@@ -31,38 +29,6 @@ from harness import check, check_eq
 t = h.Tests()
 
 READY_S = 60  # generous: a busy CI machine, and one silent address of connect_timeout
-
-
-class Silent:
-    """A TCP listener on 127.0.0.1 that accepts, counts and never says a byte."""
-
-    def __init__(self):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        self.conns = []
-        self._stop = False
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-
-    def _loop(self):
-        self.sock.settimeout(0.1)
-        while not self._stop:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.accepted += 1
-            self.conns.append(c)
-
-    def close(self):
-        self._stop = True
-        self.thread.join(2)
-        for c in self.conns:
-            c.close()
-        self.sock.close()
 
 
 def closed_port():
@@ -114,7 +80,7 @@ def first_host_refuses():
 
 @t.case
 def first_host_silent():
-    silent = Silent()
+    silent = h.SilentListener()
     try:
         with h.Env() as env:
             port = h.dsn_params(env.dsn)[1]
