@@ -437,6 +437,27 @@ t_free_while_waiting_for_slot(void)
 }
 
 
+/* The encoder's growth fails: ST_ENOMEM, and the buffer is as it was before the call (not half an encoding). */
+static void
+t_nomem_encoder_leaves_buffer(void)
+{
+	static char data[300];
+	proto_event ev = { .topic = { "t", 1 }, .data = { data, sizeof(data) }, .has_data = true };
+	st_buf b;
+
+	memset(data, '1', sizeof(data));
+	st_buf_init(&b);
+	st_buf_append(&b, "abc", 3); /* 64 bytes of room: the encoding must grow it */
+	st_alloc_fail_arm(1);
+	ST_CHECK(proto_request_try_encode(&b, &ev, 1, false) == ST_ENOMEM);
+	ST_CHECK(st_alloc_fail_fired());
+	st_alloc_fail_arm(0);
+	ST_CHECK_MEM(b.p, b.len, "abc");
+	ST_CHECK(proto_request_try_encode(&b, &ev, 1, false) == ST_OK);
+	ST_CHECK(b.len > 3 + sizeof(data) && memcmp(b.p, "abc", 3) == 0);
+	st_buf_fini(&b);
+}
+
 /*
  * Every allocation of a publish (the request, its encoding into a growing
  * st_buf, the writer's decoder run over it, the seqs) fails in turn:
@@ -702,6 +723,7 @@ main(void)
 	ST_RUN(t_nonblock_full);
 	ST_RUN(t_flush_times_out);
 	ST_RUN(t_free_while_waiting_for_slot);
+	ST_RUN(t_nomem_encoder_leaves_buffer);
 	ST_RUN(t_nomem_publish);
 	ST_RUN(t_nomem_reply);
 	ST_RUN(t_waits_ignore_wall_clock);
