@@ -1,4 +1,4 @@
-/* st_buf: growable byte buffer; doubles its capacity, always NUL-terminated. */
+/* st_buf: growable byte buffer; doubles its capacity, always NUL-terminated; fallible or aborting growth. */
 #include "st_buf.h"
 #include "st_util.h"
 
@@ -30,27 +30,50 @@ st_buf_reset(st_buf *b)
 		b->p[0] = '\0';
 }
 
+st_err
+st_buf_try_reserve(st_buf *b, size_t extra)
+{
+	size_t need, cap = b->cap ? b->cap : 64;
+	char *p;
+
+	if (extra > SIZE_MAX - 1 - b->len)
+		return ST_ENOMEM;
+	need = b->len + extra + 1;
+	if (need <= b->cap)
+		return ST_OK;
+	while (cap < need)
+		cap = cap <= SIZE_MAX / 2 ? cap * 2 : need;
+	if ((p = st_try_realloc(b->p, cap)) == NULL)
+		return ST_ENOMEM;
+	b->p = p;
+	b->cap = cap;
+	return ST_OK;
+}
+
+st_err
+st_buf_try_append(st_buf *b, const void *data, size_t len)
+{
+	if (st_buf_try_reserve(b, len) != ST_OK)
+		return ST_ENOMEM;
+	if (len)
+		memcpy(b->p + b->len, data, len);
+	b->len += len;
+	b->p[b->len] = '\0';
+	return ST_OK;
+}
+
 void
 st_buf_reserve(st_buf *b, size_t extra)
 {
-	size_t need = b->len + extra + 1, cap = b->cap ? b->cap : 64;
-
-	if (need <= b->cap)
-		return;
-	while (cap < need)
-		cap *= 2;
-	b->p = st_xrealloc(b->p, cap);
-	b->cap = cap;
+	if (st_buf_try_reserve(b, extra) != ST_OK)
+		st_oom("st_buf", extra);
 }
 
 void
 st_buf_append(st_buf *b, const void *data, size_t len)
 {
-	st_buf_reserve(b, len);
-	if (len)
-		memcpy(b->p + b->len, data, len);
-	b->len += len;
-	b->p[b->len] = '\0';
+	if (st_buf_try_append(b, data, len) != ST_OK)
+		st_oom("st_buf", len);
 }
 
 void

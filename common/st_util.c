@@ -1,4 +1,4 @@
-/* st_util: aborting allocators, panic, decimal parsing and formatting, the teardown watchdog. */
+/* st_util: fallible and aborting allocators (one implementation; failpoints for tests), panic, decimal parsing and formatting, the teardown watchdog. */
 #include "st_util.h"
 
 #include <ctype.h>
@@ -8,40 +8,116 @@
 #include <string.h>
 #include <unistd.h>
 
-static void
-oom(size_t n)
+#ifdef ST_ALLOC_FAILPOINTS
+#include <stdatomic.h>
+
+static atomic_ulong fail_countdown; /* 0: disarmed; k: the k-th next st_try_* call fails */
+static atomic_bool fail_fired;
+
+void
+st_alloc_fail_arm(unsigned long n)
 {
-	fprintf(stderr, "fatal: out of memory allocating %zu bytes\n", n);
+	atomic_store(&fail_fired, false);
+	atomic_store(&fail_countdown, n);
+}
+
+bool
+st_alloc_fail_fired(void)
+{
+	return atomic_load(&fail_fired);
+}
+
+static bool
+alloc_should_fail(void)
+{
+	unsigned long v = atomic_load(&fail_countdown);
+
+	while (v > 0)
+		if (atomic_compare_exchange_weak(&fail_countdown, &v, v - 1)) {
+			if (v == 1)
+				atomic_store(&fail_fired, true);
+			return v == 1;
+		}
+	return false;
+}
+#define ALLOC_FAILPOINT()                      \
+	do {                                   \
+		if (alloc_should_fail())       \
+			return NULL;           \
+	} while (0)
+#else
+#define ALLOC_FAILPOINT() \
+	do {              \
+	} while (0)
+#endif
+
+void
+st_oom(const char *what, size_t n)
+{
+	fprintf(stderr, "fatal: out of memory allocating %zu bytes (%s)\n", n, what);
 	abort();
+}
+
+void *
+st_try_malloc(size_t n)
+{
+	ALLOC_FAILPOINT();
+	return malloc(n ? n : 1);
+}
+
+void *
+st_try_calloc(size_t nmemb, size_t size)
+{
+	ALLOC_FAILPOINT();
+	return calloc(nmemb ? nmemb : 1, size ? size : 1); /* calloc refuses an overflowing product */
+}
+
+void *
+st_try_realloc(void *p, size_t n)
+{
+	ALLOC_FAILPOINT();
+	return realloc(p, n ? n : 1);
+}
+
+char *
+st_try_strndup(const char *s, size_t n)
+{
+	char *p;
+
+	if (n == SIZE_MAX || (p = st_try_malloc(n + 1)) == NULL)
+		return NULL;
+	memcpy(p, s, n);
+	p[n] = '\0';
+	return p;
 }
 
 void *
 st_xmalloc(size_t n)
 {
-	void *p = malloc(n ? n : 1);
+	void *p = st_try_malloc(n);
 
 	if (p == NULL)
-		oom(n);
+		st_oom("st_xmalloc", n);
 	return p;
 }
 
 void *
 st_xcalloc(size_t nmemb, size_t size)
 {
-	void *p = calloc(nmemb ? nmemb : 1, size ? size : 1);
+	void *p = st_try_calloc(nmemb, size);
 
 	if (p == NULL)
-		oom(nmemb * size);
+		st_oom("st_xcalloc", nmemb * size);
 	return p;
 }
 
 void *
 st_xrealloc(void *p, size_t n)
 {
-	void *q = realloc(p, n ? n : 1);
+	void *q = st_try_realloc(p, n);
 
 	if (q == NULL)
-		oom(n);
+		st_oom("st_xrealloc", n);
 	return q;
 }
 
@@ -54,10 +130,10 @@ st_xstrdup(const char *s)
 char *
 st_xstrndup(const char *s, size_t n)
 {
-	char *p = st_xmalloc(n + 1);
+	char *p = st_try_strndup(s, n);
 
-	memcpy(p, s, n);
-	p[n] = '\0';
+	if (p == NULL)
+		st_oom("st_xstrndup", n + 1);
 	return p;
 }
 

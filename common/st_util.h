@@ -1,21 +1,51 @@
 /*
- * st_util: allocation that aborts on failure, assertions, small helpers.
+ * st_util: allocation, assertions, small helpers.
  *
- * st_x* are for small fixed-size allocations only (the redis/h2o rule):
- * a failure there is not recoverable in any useful way.  Anything whose size
- * comes from input must be bounded by the caller *before* it allocates.
+ * Two kinds of allocation, one implementation:
+ *  - st_try_* return NULL when out of memory.  Code that a library runs
+ *    (libstudio-producer, and the shared parts of proto/ and common/ it
+ *    calls) uses only these: a library must never abort its host program,
+ *    so out of memory becomes an error (STUDIO_NOMEM) the caller handles.
+ *  - st_x* abort instead (the redis/h2o rule), for the daemons and
+ *    studioctl: a server's policy for out of memory is to die and be
+ *    restarted by its supervisor (its clients retry), because a process
+ *    that half-failed allocations across its event loop is harder to trust
+ *    than a fresh one; and allocations sized by input are bounded before
+ *    they happen, so what is left is small and not recoverable usefully.
+ * st_x* are st_try_* plus st_oom().
  */
 #ifndef ST_UTIL_H
 #define ST_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+void *st_try_malloc(size_t n);
+void *st_try_calloc(size_t nmemb, size_t size); /* NULL too when nmemb * size overflows */
+void *st_try_realloc(void *p, size_t n);        /* NULL: p is left as it was */
+char *st_try_strndup(const char *s, size_t n);
 
 void *st_xmalloc(size_t n);
 void *st_xcalloc(size_t nmemb, size_t size);
 void *st_xrealloc(void *p, size_t n);
 char *st_xstrdup(const char *s);
 char *st_xstrndup(const char *s, size_t n);
+
+/* Out of memory in a program that aborts on it: one line naming what, then abort(). */
+void st_oom(const char *what, size_t n) __attribute__((noreturn));
+
+#ifdef ST_ALLOC_FAILPOINTS
+/*
+ * Allocation-failure injection, compiled only into test binaries built
+ * with -DST_ALLOC_FAILPOINTS (producer_test), never into a library or a
+ * program: after st_alloc_fail_arm(n) the n-th next st_try_* call (any
+ * thread) fails once; 0 disarms.  st_alloc_fail_fired() says whether it
+ * did since the last arm.
+ */
+void st_alloc_fail_arm(unsigned long n);
+bool st_alloc_fail_fired(void);
+#endif
 
 /*
  * Makes s (a library's message: libpq's, a resolver's) fit one log line:

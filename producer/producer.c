@@ -42,9 +42,15 @@
  *
  * Memory: a request holds its encoded bytes (at most 16 MiB, the writer's
  * limit) and n seqs; at most max_inflight requests exist, so a producer
- * holds at most max_inflight x (16 MiB + 80 KiB) plus nng's buffers.  This
- * file's own allocations fail with STUDIO_NOMEM; the shared encoder and
- * decoder (proto/wire.c, common/st_buf.c) still abort when out of memory.
+ * holds at most max_inflight x (16 MiB + 80 KiB) plus nng's buffers.
+ * Out of memory is STUDIO_NOMEM, never an abort of the host program: this
+ * file allocates with st_try_* only, and calls only the fallible forms of
+ * the shared encoder and decoder (proto_request_try_encode,
+ * proto_request_try_decode, proto_reply_try_decode; st_buf_try_*).  A
+ * reply that cannot be decoded for memory ends the request STUDIO_NOMEM
+ * with a detail saying it may be stored (and the key base to publish
+ * again with).  producer_test fails each of these allocations in turn
+ * (st_alloc_fail_arm) under ASan.
  */
 #include "studio_producer.h"
 
@@ -275,7 +281,7 @@ options_defaults(studio_options *o)
 studio_options *
 studio_options_new(void)
 {
-	studio_options *o = malloc(sizeof(*o));
+	studio_options *o = st_try_malloc(sizeof(*o));
 
 	if (o != NULL)
 		options_defaults(o);
@@ -363,7 +369,7 @@ studio_options_set(studio_options *o, const char *name, const char *value, char 
 	}
 	free(*str);
 	*str = NULL;
-	if (value[0] != '\0' && (*str = strdup(value)) == NULL) {
+	if (value[0] != '\0' && (*str = st_try_strndup(value, strlen(value))) == NULL) {
 		say(err, err_len, "option %s: out of memory", name);
 		return STUDIO_NOMEM;
 	}
@@ -412,6 +418,7 @@ encode_checked(const studio_event *ev, size_t n, const char *key_base, st_buf *o
 	proto_request *r = NULL;
 	char why[DETAIL_MAX];
 	studio_status st = STUDIO_OK;
+	st_err rv;
 
 	if (ev == NULL || n == 0 || n > PROTO_MAX_BATCH) {
 		say(detail, cap, "a request holds 1..%u events (got %zu%s)", PROTO_MAX_BATCH, n,
@@ -437,10 +444,10 @@ encode_checked(const studio_event *ev, size_t n, const char *key_base, st_buf *o
 		}
 		n_about += ev[i].n_about;
 	}
-	pe = calloc(n, sizeof(*pe));
-	pool = calloc(n_about ? n_about : 1, sizeof(*pool));
+	pe = st_try_calloc(n, sizeof(*pe));
+	pool = st_try_calloc(n_about ? n_about : 1, sizeof(*pool));
 	if (key_base != NULL)
-		keys = calloc(n, sizeof(*keys));
+		keys = st_try_calloc(n, sizeof(*keys));
 	if (pe == NULL || pool == NULL || (key_base != NULL && keys == NULL)) {
 		say(detail, cap, "out of memory for %zu events", n);
 		st = STUDIO_NOMEM;
@@ -472,14 +479,18 @@ encode_checked(const studio_event *ev, size_t n, const char *key_base, st_buf *o
 		}
 	}
 	st_buf_reset(out);
-	proto_request_encode(out, pe, n, true);
+	if (proto_request_try_encode(out, pe, n, true) != ST_OK) {
+		say(detail, cap, "out of memory encoding %zu events", n);
+		st = STUDIO_NOMEM;
+		goto done;
+	}
 	/* The writer's decoder, bounds and words: what it would refuse is refused here. */
 	if (out->len > PROTO_MAX_REQUEST) {
 		say(detail, cap, "request of %zu bytes is larger than %u", out->len, PROTO_MAX_REQUEST);
 		st = STUDIO_INVALID;
-	} else if (proto_request_decode(out->p, out->len, &r, why, sizeof(why)) != ST_OK) {
-		say(detail, cap, "%s", why);
-		st = STUDIO_INVALID;
+	} else if ((rv = proto_request_try_decode(out->p, out->len, &r, why, sizeof(why))) != ST_OK) {
+		say(detail, cap, "%s%s", rv == ST_ENOMEM ? "checking the request: " : "", why);
+		st = rv == ST_ENOMEM ? STUDIO_NOMEM : STUDIO_INVALID;
 	}
 	proto_request_free(r);
 done:
@@ -548,19 +559,25 @@ op_finish(op *o, studio_status st)
  * detail says why and with which key base to publish again.
  */
 static void
-op_finish_unknown(op *o, const char *why)
+op_finish_maybe_stored(op *o, studio_status st)
 {
 	size_t len = strlen(o->detail);
 
-	if (why != NULL)
-		len = (size_t)snprintf(o->detail, sizeof(o->detail), "%s", why);
 	if (len < sizeof(o->detail) && o->key_base[0] != '\0')
 		snprintf(o->detail + len, sizeof(o->detail) - len, "; it may be stored: publish again with key base %s",
 		         o->key_base);
 	else if (len < sizeof(o->detail))
 		snprintf(o->detail + len, sizeof(o->detail) - len,
 		         "; it may be stored: publishing again is safe only for events with keys of their own");
-	op_finish(o, STUDIO_TIMEOUT);
+	op_finish(o, st);
+}
+
+static void
+op_finish_unknown(op *o, const char *why)
+{
+	if (why != NULL)
+		say(o->detail, sizeof(o->detail), "%s", why);
+	op_finish_maybe_stored(o, STUDIO_TIMEOUT);
 }
 
 /* The deadline passed: unknown once a try went unanswered, else the last answer. */
@@ -693,9 +710,18 @@ op_on_reply(op *o, nng_msg *m)
 {
 	proto_reply rep;
 	const char *url = o->p->urls[o->url_i];
+	st_err rv;
 
 	memset(&rep, 0, sizeof(rep));
-	if (proto_reply_decode(nng_msg_body(m), nng_msg_len(m), &rep) != ST_OK) {
+	rv = proto_reply_try_decode(nng_msg_body(m), nng_msg_len(m), &rep);
+	if (rv == ST_ENOMEM) {
+		/* An answer we cannot read: it may say stored.  Retrying would need memory too. */
+		nng_msg_free(m);
+		say(o->detail, sizeof(o->detail), "out of memory reading the reply of %s", url);
+		op_finish_maybe_stored(o, STUDIO_NOMEM);
+		return;
+	}
+	if (rv != ST_OK) {
 		nng_msg_free(m);
 		say(o->detail, sizeof(o->detail), "%s sent a reply that is not an ingest reply", url);
 		o->unanswered = true; /* not an answer we can read: the try may be stored */
@@ -857,7 +883,7 @@ publish_async_in(studio_producer *p, const studio_event *ev, size_t n, char *key
 	int rv;
 
 	deadline = now_ms(p) + timeout_ms;
-	if ((o = calloc(1, sizeof(*o))) == NULL) {
+	if ((o = st_try_calloc(1, sizeof(*o))) == NULL) {
 		say(detail, detail_len, "out of memory");
 		return STUDIO_NOMEM;
 	}
@@ -888,7 +914,7 @@ publish_async_in(studio_producer *p, const studio_event *ev, size_t n, char *key
 		st = STUDIO_NOMEM;
 		goto fail;
 	}
-	if ((o->seqs = calloc(n, sizeof(*o->seqs))) == NULL) {
+	if ((o->seqs = st_try_calloc(n, sizeof(*o->seqs))) == NULL) {
 		say(detail, detail_len, "out of memory for %zu seqs", n);
 		st = STUDIO_NOMEM;
 		goto fail;
@@ -1053,7 +1079,7 @@ read_pem(const char *opt, const char *path, char **out, char *err, size_t cap)
 		say(err, cap, "option %s: %s: %s", opt, path, strerror(errno));
 		return STUDIO_USAGE;
 	}
-	if ((buf = malloc(MAX_PEM + 1)) == NULL) {
+	if ((buf = st_try_malloc(MAX_PEM + 1)) == NULL) {
 		fclose(f);
 		say(err, cap, "option %s: out of memory", opt);
 		return STUDIO_NOMEM;
@@ -1188,7 +1214,7 @@ studio_producer_new(const char *urls, const studio_options *opt, studio_producer
 		say(err, err_len, "no writer URL");
 		return STUDIO_USAGE;
 	}
-	if ((p = calloc(1, sizeof(*p))) == NULL) {
+	if ((p = st_try_calloc(1, sizeof(*p))) == NULL) {
 		say(err, err_len, "out of memory");
 		return STUDIO_NOMEM;
 	}
@@ -1210,8 +1236,8 @@ studio_producer_new(const char *urls, const studio_options *opt, studio_producer
 	if ((st = tls_pem_load(opt, &t, err, err_len)) != STUDIO_OK)
 		goto fail;
 	st = STUDIO_NOMEM;
-	if ((p->socks = calloc(MAX_URLS, sizeof(*p->socks))) == NULL ||
-	    (p->urls = calloc(MAX_URLS, sizeof(*p->urls))) == NULL) {
+	if ((p->socks = st_try_calloc(MAX_URLS, sizeof(*p->socks))) == NULL ||
+	    (p->urls = st_try_calloc(MAX_URLS, sizeof(*p->urls))) == NULL) {
 		say(err, err_len, "out of memory");
 		goto fail;
 	}
@@ -1224,7 +1250,7 @@ studio_producer_new(const char *urls, const studio_options *opt, studio_producer
 			say(err, err_len, "more than %d writer URLs", MAX_URLS);
 			goto fail;
 		}
-		if ((url = strndup(item, len)) == NULL) {
+		if ((url = st_try_strndup(item, len)) == NULL) {
 			say(err, err_len, "out of memory");
 			st = STUDIO_NOMEM;
 			goto fail;

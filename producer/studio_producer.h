@@ -63,7 +63,9 @@ typedef enum studio_status {
 	STUDIO_CLOSED,      /* the producer is being freed and nothing of the request was sent */
 	STUDIO_USAGE,       /* bad arguments or options (a URL, a NULL, n out of 1..10000) */
 	STUDIO_FULL,        /* max_inflight requests are out (STUDIO_NONBLOCK, or no slot in time): nothing sent */
-	STUDIO_NOMEM,       /* out of memory: nothing sent */
+	STUDIO_NOMEM,       /* out of memory (never an abort): nothing sent, except from a callback after a
+	                       writer's reply could not be read: then the detail says "it may be stored" and
+	                       names the key base to publish again with, as for STUDIO_TIMEOUT */
 } studio_status;
 
 /* A static name for a status ("ok", "invalid", "busy", ...). */

@@ -22,7 +22,12 @@
  * producer; a bad reply or published message is ST_EPROTO (a peer of ours
  * broke the protocol).  Reply and published-message decoders skip map keys
  * they do not know (so version 1 can gain fields); the ingest decoder
- * refuses them, as the contract says.
+ * refuses them, as the contract says.  Out of memory is ST_ENOMEM from
+ * the *_try_* functions (the producer library's: it must not abort its
+ * host); their aborting forms (the daemons') are the same code plus
+ * st_oom(): the request and reply paths allocate only with st_try_*, so
+ * one implementation serves both.  The published-message decoder is the
+ * edge's alone and aborts (st_x*).
  *
  * SIZE.  Over 800 lines on purpose: the five formats of proto/README.md,
  * each encoder beside its decoder, over one bounded reader (struct rd).
@@ -333,11 +338,61 @@ check_text(proto_str s, size_t max)
 
 /* ---- msgpack-c packer into an st_buf --------------------------------- */
 
+/*
+ * The packer's sink: appends to an st_buf without aborting.  After the
+ * first failed append every later write is refused too (msgpack-c's pack
+ * calls return the sink's value but the encoders do not stop between
+ * them), and the encoder ends with packer_end: ST_ENOMEM, with the buffer
+ * cut back to where the encoding began.
+ */
+typedef struct packer {
+	msgpack_packer pk;
+	st_buf *out;
+	size_t start; /* out->len before the encoding */
+	bool nomem;
+} packer;
+
 static int
 buf_write(void *data, const char *b, size_t n)
 {
-	st_buf_append(data, b, n);
+	packer *w = data;
+
+	if (w->nomem)
+		return -1;
+	if (st_buf_try_append(w->out, b, n) != ST_OK) {
+		w->nomem = true;
+		return -1;
+	}
 	return 0;
+}
+
+static msgpack_packer *
+packer_begin(packer *w, st_buf *out)
+{
+	w->out = out;
+	w->start = out->len;
+	w->nomem = false;
+	msgpack_packer_init(&w->pk, w, buf_write);
+	return &w->pk;
+}
+
+static st_err
+packer_end(packer *w)
+{
+	if (!w->nomem)
+		return ST_OK;
+	w->out->len = w->start;
+	if (w->out->p != NULL)
+		w->out->p[w->start] = '\0';
+	return ST_ENOMEM;
+}
+
+/* The end of an encoder of the daemons' (published messages, replies): out of memory aborts (st_util.h). */
+static void
+packer_end_or_abort(packer *w, const char *what)
+{
+	if (packer_end(w) != ST_OK)
+		st_oom(what, 0);
 }
 
 static void
@@ -375,14 +430,21 @@ typedef struct str_pool {
 	size_t n, cap;
 } str_pool;
 
-static void
+/* ST_ENOMEM leaves the pool as it was (still the caller's to free). */
+static st_err
 pool_push(str_pool *pl, proto_str s)
 {
 	if (pl->n == pl->cap) {
-		pl->cap = pl->cap ? pl->cap * 2 : 16;
-		pl->v = st_xrealloc(pl->v, pl->cap * sizeof(*pl->v));
+		size_t cap = pl->cap ? pl->cap * 2 : 16;
+		proto_str *v = st_try_realloc(pl->v, cap * sizeof(*pl->v));
+
+		if (v == NULL)
+			return ST_ENOMEM;
+		pl->v = v;
+		pl->cap = cap;
 	}
 	pl->v[pl->n++] = s;
+	return ST_OK;
 }
 
 static void
@@ -507,7 +569,10 @@ event_decode(req_ctx *c, size_t idx, proto_event *ev)
 					set_detail(c->detail, c->dlen, "event %zu: about[%u]: %s", idx, a, why);
 					return ST_EINVAL;
 				}
-				pool_push(&c->abouts, s);
+				if (pool_push(&c->abouts, s) != ST_OK) {
+					set_detail(c->detail, c->dlen, "out of memory");
+					return ST_ENOMEM;
+				}
 			}
 			ev->n_about = na;
 			break;
@@ -529,7 +594,10 @@ event_decode(req_ctx *c, size_t idx, proto_event *ev)
 				return ST_EINVAL;
 			}
 			/* bounded by the request: the arena never exceeds the input */
-			st_buf_reserve(&c->arena, s.len);
+			if (st_buf_try_reserve(&c->arena, s.len) != ST_OK) {
+				set_detail(c->detail, c->dlen, "out of memory");
+				return ST_ENOMEM;
+			}
 			if (st_json_compact(s.p, s.len, c->arena.p + c->arena.len, &clen, &jerr) != ST_OK) {
 				set_detail(c->detail, c->dlen, "event %zu: data: invalid JSON: %s", idx, jerr);
 				return ST_EINVAL;
@@ -565,11 +633,12 @@ event_decode(req_ctx *c, size_t idx, proto_event *ev)
 }
 
 st_err
-proto_request_decode(const void *buf, size_t len, proto_request **out, char *detail, size_t detail_len)
+proto_request_try_decode(const void *buf, size_t len, proto_request **out, char *detail, size_t detail_len)
 {
 	proto_request *q = NULL;
 	req_ctx c;
 	uint32_t n = 1;
+	st_err err = ST_EINVAL;
 	int rv;
 
 	*out = NULL;
@@ -606,13 +675,17 @@ proto_request_decode(const void *buf, size_t len, proto_request **out, char *det
 			goto fail;
 		}
 	}
-	q = st_xcalloc(1, sizeof(*q));
-	q->ev = st_xcalloc(n, sizeof(*q->ev));
+	if ((q = st_try_calloc(1, sizeof(*q))) == NULL || (q->ev = st_try_calloc(n, sizeof(*q->ev))) == NULL) {
+		set_detail(detail, detail_len, "out of memory");
+		err = ST_ENOMEM;
+		goto fail;
+	}
 	q->n = n;
 	q->in_len = len;
 	for (size_t i = 0; i < n; i++)
-		if (event_decode(&c, i, &q->ev[i]) != ST_OK)
+		if ((err = event_decode(&c, i, &q->ev[i])) != ST_OK)
 			goto fail;
+	err = ST_EINVAL;
 	if (c.r.n != 0) {
 		set_detail(detail, detail_len, "trailing bytes after the request (%zu)", c.r.n);
 		goto fail;
@@ -624,8 +697,12 @@ proto_request_decode(const void *buf, size_t len, proto_request **out, char *det
 	q->abouts_cap = c.abouts.cap;
 	c.abouts.v = NULL;
 	if (c.arena.len) {
+		char *shrunk;
+
 		q->arena = st_buf_steal(&c.arena, &q->arena_len);
-		q->arena = st_xrealloc(q->arena, q->arena_len);
+		/* plain realloc, not a counted allocation: a shrink that fails keeps the larger block */
+		if ((shrunk = realloc(q->arena, q->arena_len)) != NULL)
+			q->arena = shrunk;
 	}
 	size_t ao = 0, doff = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -643,7 +720,17 @@ fail:
 	free(c.abouts.v);
 	st_buf_fini(&c.arena);
 	proto_request_free(q);
-	return ST_EINVAL;
+	return err;
+}
+
+st_err
+proto_request_decode(const void *buf, size_t len, proto_request **out, char *detail, size_t detail_len)
+{
+	st_err rv = proto_request_try_decode(buf, len, out, detail, detail_len);
+
+	if (rv == ST_ENOMEM)
+		st_oom("an ingest request", len);
+	return rv;
 }
 
 size_t
@@ -726,17 +813,25 @@ pack_event(msgpack_packer *pk, const proto_event *ev)
 	}
 }
 
+st_err
+proto_request_try_encode(st_buf *out, const proto_event *ev, size_t n, bool as_batch)
+{
+	packer w;
+	msgpack_packer *pk = packer_begin(&w, out);
+
+	ST_ASSERT(as_batch || n == 1);
+	if (as_batch)
+		msgpack_pack_array(pk, n);
+	for (size_t i = 0; i < n && !w.nomem; i++)
+		pack_event(pk, &ev[i]);
+	return packer_end(&w);
+}
+
 void
 proto_request_encode(st_buf *out, const proto_event *ev, size_t n, bool as_batch)
 {
-	msgpack_packer pk;
-
-	ST_ASSERT(as_batch || n == 1);
-	msgpack_packer_init(&pk, out, buf_write);
-	if (as_batch)
-		msgpack_pack_array(&pk, n);
-	for (size_t i = 0; i < n; i++)
-		pack_event(&pk, &ev[i]);
+	if (proto_request_try_encode(out, ev, n, as_batch) != ST_OK)
+		st_oom("an ingest request", 0);
 }
 
 /* ---- ingest reply -------------------------------------------------------- */
@@ -744,31 +839,35 @@ proto_request_encode(st_buf *out, const proto_event *ev, size_t n, bool as_batch
 void
 proto_reply_ok_encode(st_buf *out, const uint64_t *seqs, size_t n)
 {
-	msgpack_packer pk;
+	packer w;
+	msgpack_packer *pk;
 
-	msgpack_packer_init(&pk, out, buf_write);
-	msgpack_pack_map(&pk, 2);
-	pack_cstr(&pk, "ok");
-	msgpack_pack_true(&pk);
-	pack_cstr(&pk, "seqs");
-	msgpack_pack_array(&pk, n);
+	pk = packer_begin(&w, out);
+	msgpack_pack_map(pk, 2);
+	pack_cstr(pk, "ok");
+	msgpack_pack_true(pk);
+	pack_cstr(pk, "seqs");
+	msgpack_pack_array(pk, n);
 	for (size_t i = 0; i < n; i++)
-		msgpack_pack_uint64(&pk, seqs[i]);
+		msgpack_pack_uint64(pk, seqs[i]);
+	packer_end_or_abort(&w, "a reply");
 }
 
 void
 proto_reply_err_encode(st_buf *out, const char *code, const char *detail)
 {
-	msgpack_packer pk;
+	packer w;
+	msgpack_packer *pk;
 
-	msgpack_packer_init(&pk, out, buf_write);
-	msgpack_pack_map(&pk, 3);
-	pack_cstr(&pk, "ok");
-	msgpack_pack_false(&pk);
-	pack_cstr(&pk, "error");
-	pack_cstr(&pk, code);
-	pack_cstr(&pk, "detail");
-	pack_cstr(&pk, detail ? detail : "");
+	pk = packer_begin(&w, out);
+	msgpack_pack_map(pk, 3);
+	pack_cstr(pk, "ok");
+	msgpack_pack_false(pk);
+	pack_cstr(pk, "error");
+	pack_cstr(pk, code);
+	pack_cstr(pk, "detail");
+	pack_cstr(pk, detail ? detail : "");
+	packer_end_or_abort(&w, "a reply");
 }
 
 static void
@@ -781,11 +880,12 @@ copy_trunc(char *dst, size_t cap, proto_str s)
 }
 
 st_err
-proto_reply_decode(const void *buf, size_t len, proto_reply *out)
+proto_reply_try_decode(const void *buf, size_t len, proto_reply *out)
 {
 	rd r = {buf, len};
 	uint32_t n, ns = 0;
 	bool have_ok = false, have_seqs = false, have_error = false, have_detail = false;
+	st_err err = ST_EPROTO;
 	proto_str k, s;
 
 	memset(out, 0, sizeof(*out));
@@ -803,7 +903,10 @@ proto_reply_decode(const void *buf, size_t len, proto_reply *out)
 				goto fail;
 			have_seqs = true;
 			/* ns <= bytes left, checked by rd_arr */
-			out->seqs = st_xmalloc((ns ? ns : 1) * sizeof(*out->seqs));
+			if ((out->seqs = st_try_malloc((ns ? ns : 1) * sizeof(*out->seqs))) == NULL) {
+				err = ST_ENOMEM;
+				goto fail;
+			}
 			out->n_seqs = ns;
 			for (uint32_t i = 0; i < ns; i++)
 				if (rd_uint(&r, &out->seqs[i]) != RD_OK)
@@ -830,7 +933,17 @@ proto_reply_decode(const void *buf, size_t len, proto_reply *out)
 	return ST_OK;
 fail:
 	proto_reply_fini(out);
-	return ST_EPROTO;
+	return err;
+}
+
+st_err
+proto_reply_decode(const void *buf, size_t len, proto_reply *out)
+{
+	st_err rv = proto_reply_try_decode(buf, len, out);
+
+	if (rv == ST_ENOMEM)
+		st_oom("an ingest reply", len);
+	return rv;
 }
 
 void
@@ -856,49 +969,53 @@ struct proto_pub {
 void
 proto_pub_batch_encode(st_buf *out, const char *writer, uint64_t prev, const proto_pub_event *ev, size_t n)
 {
-	msgpack_packer pk;
+	packer w;
+	msgpack_packer *pk;
 
-	msgpack_packer_init(&pk, out, buf_write);
-	msgpack_pack_map(&pk, 5);
-	pack_cstr(&pk, "v");
-	msgpack_pack_uint64(&pk, PROTO_VERSION);
-	pack_cstr(&pk, "k");
-	pack_cstr(&pk, "batch");
-	pack_cstr(&pk, "w");
-	pack_cstr(&pk, writer);
-	pack_cstr(&pk, "prev");
-	msgpack_pack_uint64(&pk, prev);
-	pack_cstr(&pk, "ev");
-	msgpack_pack_array(&pk, n);
+	pk = packer_begin(&w, out);
+	msgpack_pack_map(pk, 5);
+	pack_cstr(pk, "v");
+	msgpack_pack_uint64(pk, PROTO_VERSION);
+	pack_cstr(pk, "k");
+	pack_cstr(pk, "batch");
+	pack_cstr(pk, "w");
+	pack_cstr(pk, writer);
+	pack_cstr(pk, "prev");
+	msgpack_pack_uint64(pk, prev);
+	pack_cstr(pk, "ev");
+	msgpack_pack_array(pk, n);
 	for (size_t i = 0; i < n; i++) {
-		msgpack_pack_array(&pk, 4);
-		msgpack_pack_uint64(&pk, ev[i].seq);
-		pack_pstr(&pk, ev[i].topic);
-		msgpack_pack_array(&pk, ev[i].n_about);
+		msgpack_pack_array(pk, 4);
+		msgpack_pack_uint64(pk, ev[i].seq);
+		pack_pstr(pk, ev[i].topic);
+		msgpack_pack_array(pk, ev[i].n_about);
 		for (uint32_t a = 0; a < ev[i].n_about; a++)
-			pack_pstr(&pk, ev[i].about[a]);
+			pack_pstr(pk, ev[i].about[a]);
 		if (ev[i].has_data)
-			pack_pstr(&pk, ev[i].data);
+			pack_pstr(pk, ev[i].data);
 		else
-			msgpack_pack_nil(&pk);
+			msgpack_pack_nil(pk);
 	}
+	packer_end_or_abort(&w, "a published message");
 }
 
 void
 proto_pub_tick_encode(st_buf *out, const char *writer, uint64_t head)
 {
-	msgpack_packer pk;
+	packer w;
+	msgpack_packer *pk;
 
-	msgpack_packer_init(&pk, out, buf_write);
-	msgpack_pack_map(&pk, 4);
-	pack_cstr(&pk, "v");
-	msgpack_pack_uint64(&pk, PROTO_VERSION);
-	pack_cstr(&pk, "k");
-	pack_cstr(&pk, "tick");
-	pack_cstr(&pk, "w");
-	pack_cstr(&pk, writer);
-	pack_cstr(&pk, "head");
-	msgpack_pack_uint64(&pk, head);
+	pk = packer_begin(&w, out);
+	msgpack_pack_map(pk, 4);
+	pack_cstr(pk, "v");
+	msgpack_pack_uint64(pk, PROTO_VERSION);
+	pack_cstr(pk, "k");
+	pack_cstr(pk, "tick");
+	pack_cstr(pk, "w");
+	pack_cstr(pk, writer);
+	pack_cstr(pk, "head");
+	msgpack_pack_uint64(pk, head);
+	packer_end_or_abort(&w, "a published message");
 }
 
 /* One [seq, topic, [about...], data-or-nil]. */
@@ -919,7 +1036,8 @@ pub_event_decode(rd *r, proto_pub_event *e, str_pool *abouts)
 	for (uint32_t a = 0; a < na; a++) {
 		if (rd_str(r, &s) != RD_OK || check_text(s, PROTO_MAX_ABOUT_LEN) != NULL)
 			return false;
-		pool_push(abouts, s);
+		if (pool_push(abouts, s) != ST_OK)
+			st_oom("a published message", 0); /* the edge's decoder: a daemon's policy */
 	}
 	e->n_about = na;
 	if (rd_is_nil(r)) {

@@ -9,6 +9,12 @@
  *
  * Decoded objects point into the input buffer: the caller keeps the input
  * alive (for an nng message: do not free it) until the object is freed.
+ *
+ * Out of memory: the *_try_* functions return ST_ENOMEM (nothing leaked,
+ * nothing half-built left to the caller); they are what libstudio-producer
+ * calls, as a library must never abort its host.  The others are the same
+ * code followed by st_oom() on ST_ENOMEM, for the daemons and studioctl,
+ * whose policy is to abort and be restarted (common/st_util.h).
  */
 #ifndef PROTO_WIRE_H
 #define PROTO_WIRE_H
@@ -79,6 +85,8 @@ typedef struct proto_request proto_request;
  * caller keeps buf alive until proto_request_free.
  */
 st_err proto_request_decode(const void *buf, size_t len, proto_request **out, char *detail, size_t detail_len);
+/* The same, with ST_ENOMEM (detail "out of memory") instead of aborting when an allocation fails. */
+st_err proto_request_try_decode(const void *buf, size_t len, proto_request **out, char *detail, size_t detail_len);
 size_t proto_request_count(const proto_request *r);
 const proto_event *proto_request_event(const proto_request *r, size_t i);
 /* Bytes this request holds in memory (input + events + about pool + arena), for the writer's buffer bound. */
@@ -93,7 +101,11 @@ size_t proto_request_bytes(const proto_request *r);
 size_t proto_request_bytes_max(size_t len);
 void proto_request_free(proto_request *r); /* NULL-safe */
 
-/* Encodes one event map / a batch array (for studioctl and tests). */
+/*
+ * Appends one event map / a batch array to out.  The try form returns
+ * ST_ENOMEM with out cut back to its length before the call.
+ */
+st_err proto_request_try_encode(st_buf *out, const proto_event *ev, size_t n, bool as_batch);
 void proto_request_encode(st_buf *out, const proto_event *ev, size_t n, bool as_batch);
 
 /* ---- ingest reply ---- */
@@ -110,7 +122,10 @@ typedef struct proto_reply {
 	char error[32];   /* NUL-terminated code (not ok) */
 	char detail[512]; /* NUL-terminated, truncated */
 } proto_reply;
+/* ST_OK, or ST_EPROTO (out left empty: nothing to fini). */
 st_err proto_reply_decode(const void *buf, size_t len, proto_reply *out);
+/* The same, with ST_ENOMEM (out left empty) instead of aborting when the seqs cannot be allocated. */
+st_err proto_reply_try_decode(const void *buf, size_t len, proto_reply *out);
 void proto_reply_fini(proto_reply *r);
 
 /* ---- published messages (writer pub0 -> edges' sub0) ---- */
