@@ -6,9 +6,10 @@
  * a current schema is left alone, so a writer starting next to serving
  * ones never queues a lock request in front of their flushes.  Otherwise it
  * takes the session advisory lock SCHEMA_MIGRATE_LOCK_KEY, reads the version
- * again and runs the steps that are missing in one transaction, with every
- * lock wait bounded by lock_timeout (a timeout is ST_EAGAIN: the caller
- * retries).  The steps are split by the locks they take (tables_sql,
+ * again and runs the steps that are missing in one transaction (only the
+ * concurrent build of version 4's key index runs before it, outside: it
+ * cannot run in a transaction block), with every lock wait bounded by
+ * lock_timeout (a timeout is ST_EAGAIN: the caller retries).  The steps are split by the locks they take (tables_sql,
  * functions_sql below); the daemon only runs those that take no lock a
  * reader or a flush could be waiting on.
  *
