@@ -163,20 +163,11 @@ def same_key_to_two_replicas_at_once():
     with h.Env() as env:
         w1 = env.start_writer(lock_key=77).wait_ready()
         w2 = env.start_writer(lock_key=77).wait_ready()
-        payload = h.mp_pack({"topic": "idem2", "data": '{"x":1}', "key": "race"})
         seqs = set()
         for rnd in range(10):
-            payload = h.mp_pack({"topic": "idem2", "data": '{"x":%d}' % rnd, "key": "race%d" % rnd})
-            procs = [subprocess.Popen([h.program("nngreq", h.TOOLS_DIR), u.ingest], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                     for u in (w1, w2, w1, w2)]
-            outs = [p.communicate(payload, timeout=30) for p in procs]
-            got = set()
-            for p, (out, err) in zip(procs, outs):
-                h.check_eq(p.returncode, 0, "nngreq exit (%s)" % err.decode().strip())
-                rep = h.json.loads(out)
-                h.check(rep.get("ok") is True, "reply %r" % (rep,))
-                got.add(rep["seqs"][0])
+            ev = {"topic": "idem2", "data": '{"x":%d}' % rnd, "key": "race%d" % rnd}
+            # all four at once (send_at_once): communicate() in turn sent each after the previous reply
+            got = set(send_at_once([(u, ev) for u in (w1, w2, w1, w2)]))
             h.check_eq(len(got), 1, "round %d: one seq for one key across replicas (%r)" % (rnd, got))
             seqs |= got
         n = int(h.psql_one(env.dsn, "SELECT count(*) FROM broker_event WHERE topic = 'idem2'"))
