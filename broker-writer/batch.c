@@ -3,12 +3,13 @@
  *
  * Three growable arrays: reqs (owner, first event, count, bytes) in arrival
  * order; evs, every accepted event with its SQL row; rows, the distinct
- * events sent to SQL with the seq/fresh answer beside them.  An event with
- * a key already seen in this batch does not get a row of its own: its row
- * is the first one's, so both receive the same seq (a producer retrying
+ * events sent to SQL with the seq/fresh answer beside them.  An event whose
+ * (topic, key) was already seen in this batch does not get a row of its
+ * own: its row is the first one's, so both receive the same seq (a producer retrying
  * within one flush interval gets the seq stored first, just as it would for
- * a key committed earlier).  The key index is an open-addressing table of
- * row numbers, at most half full, rebuilt on growth.
+ * a key committed earlier on that topic).  The key index is an
+ * open-addressing table of row numbers keyed by (topic, key), at most half
+ * full, rebuilt on growth.
  *
  * A request is checked against the bounds before anything is appended, and
  * its keys are only inserted after the check, so a refused request leaves no
@@ -80,19 +81,38 @@ grow(void *p, size_t *cap, size_t need, size_t elem)
 	return st_xrealloc(p, c * elem);
 }
 
-/* Returns the slot holding key, or the empty slot where it belongs. */
+/*
+ * A key is unique per (topic, key) (CONTRACT: the same key on another topic
+ * is another event), so the table is indexed by both: folding by the key
+ * alone let an event on junk/x take the row, and the seq, of the event with
+ * the same key on payments/777.
+ */
 static size_t
-key_slot(const batch *b, const char *p, size_t len)
+key_hash(const proto_event *ev)
+{
+	uint64_t h = st_hash_bytes(ev->topic.p, ev->topic.len);
+
+	/* combined, not concatenated: ("a", "bc") and ("ab", "c") must differ */
+	return (size_t)(h * 0x9e3779b97f4a7c15ULL ^ st_hash_bytes(ev->key.p, ev->key.len));
+}
+
+static bool
+same_key(const proto_event *a, const proto_event *b)
+{
+	return a->key.len == b->key.len && a->topic.len == b->topic.len &&
+	       memcmp(a->key.p, b->key.p, a->key.len) == 0 && memcmp(a->topic.p, b->topic.p, a->topic.len) == 0;
+}
+
+/* Returns the slot holding ev's (topic, key), or the empty slot where it belongs. */
+static size_t
+key_slot(const batch *b, const proto_event *ev)
 {
 	size_t mask = b->cap_keys - 1;
-	size_t i = (size_t)st_hash_bytes(p, len) & mask;
+	size_t i = key_hash(ev) & mask;
 
 	for (;;) {
 		uint32_t r = b->keys[i];
-		if (r == 0)
-			return i;
-		const proto_event *ev = b->rows[r - 1].ev;
-		if (ev->key.len == len && memcmp(ev->key.p, p, len) == 0)
+		if (r == 0 || same_key(b->rows[r - 1].ev, ev))
 			return i;
 		i = (i + 1) & mask;
 	}
@@ -109,8 +129,7 @@ keys_rehash(batch *b, size_t cap)
 	for (size_t i = 0; i < old_cap; i++) {
 		if (old[i] == 0)
 			continue;
-		const proto_event *ev = b->rows[old[i] - 1].ev;
-		b->keys[key_slot(b, ev->key.p, ev->key.len)] = old[i];
+		b->keys[key_slot(b, b->rows[old[i] - 1].ev)] = old[i];
 	}
 	free(old);
 }
@@ -159,7 +178,7 @@ batch_add(batch *b, void *owner, size_t n, size_t bytes, batch_event_fn at, cons
 		if (ev->has_key) {
 			if ((b->n_keys + 1) * 2 > b->cap_keys)
 				keys_rehash(b, b->cap_keys ? b->cap_keys * 2 : 256);
-			slot = key_slot(b, ev->key.p, ev->key.len);
+			slot = key_slot(b, ev);
 			if (b->keys[slot] != 0) {
 				b->evs[b->n_ev++] = (batch_ev){ .ev = ev, .row = b->keys[slot] - 1 };
 				continue;

@@ -5,8 +5,9 @@
  * A batch holds requests (an opaque owner pointer each, the ingest context
  * that will be answered) and their events, by pointer: the events stay
  * owned by the caller's decoded requests, which must outlive the batch's
- * use of them (until batch_reset).  Events with the same idempotency key are
- * folded: only the first becomes a SQL row, later ones share its seq.
+ * use of them (until batch_reset).  Events with the same topic and the same
+ * idempotency key are folded: only the first becomes a SQL row, later ones
+ * share its seq (the same key on another topic is another event).
  *
  * Bounds: at most max_events events (counted before folding) and max_bytes
  * of request bytes (the caller's proto_request_bytes).  A request that does

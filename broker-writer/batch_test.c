@@ -105,6 +105,38 @@ t_key_folding_and_order(void)
 }
 
 static void
+t_keys_fold_per_topic(void)
+{
+	/* issue 24 item 3: a key is unique per (topic, key).  "pay-777" first on junk/x, then on
+	 * payments/777: two rows, each its own seq; the same (topic, key) again still folds, also
+	 * within one request; a topic that is a prefix of another is another topic */
+	batch *b = batch_new(100, 1 << 20);
+	proto_event r1[2] = { ev("junk/x", "pay-777"), ev("payments/777", "pay-777") };
+	proto_event r2[3] = { ev("payments/777", "pay-777"), ev("junk/x", "pay-777"), ev("junk", "pay-777") };
+	int o1, o2;
+	uint64_t s[3];
+
+	ST_CHECK(batch_add(b, &o1, 2, 1, at, r1) == ST_OK);
+	ST_CHECK(batch_add(b, &o2, 3, 1, at, r2) == ST_OK);
+	ST_CHECK_EQ_U64(batch_events(b), 5);
+	ST_CHECK_EQ_U64(batch_rows(b), 3); /* (junk/x, pay-777), (payments/777, pay-777), (junk, pay-777) */
+	ST_CHECK(batch_row(b, 0) == &r1[0]);
+	ST_CHECK(batch_row(b, 1) == &r1[1]);
+	ST_CHECK(batch_row(b, 2) == &r2[2]);
+	batch_row_set(b, 0, 21, true);
+	batch_row_set(b, 1, 22, true);
+	batch_row_set(b, 2, 23, true);
+	batch_req_seqs(b, 0, s);
+	ST_CHECK_EQ_U64(s[0], 21);
+	ST_CHECK_EQ_U64(s[1], 22);
+	batch_req_seqs(b, 1, s);
+	ST_CHECK_EQ_U64(s[0], 22);
+	ST_CHECK_EQ_U64(s[1], 21);
+	ST_CHECK_EQ_U64(s[2], 23);
+	batch_free(b);
+}
+
+static void
 t_refused_request_leaves_no_key(void)
 {
 	batch *b = batch_new(2, 1 << 20);
@@ -333,6 +365,7 @@ main(void)
 	ST_RUN(t_bounds_events);
 	ST_RUN(t_bounds_bytes);
 	ST_RUN(t_key_folding_and_order);
+	ST_RUN(t_keys_fold_per_topic);
 	ST_RUN(t_refused_request_leaves_no_key);
 	ST_RUN(t_many_keys_rehash);
 	ST_RUN(t_encode);

@@ -6,9 +6,10 @@
  * a current schema is left alone, so a writer starting next to serving
  * ones never queues a lock request in front of their flushes.  Otherwise it
  * takes the session advisory lock SCHEMA_MIGRATE_LOCK_KEY, reads the version
- * again and runs the steps that are missing in one transaction, with every
- * lock wait bounded by lock_timeout (a timeout is ST_EAGAIN: the caller
- * retries).  The steps are split by the locks they take (tables_sql,
+ * again and runs the steps that are missing in one transaction (only the
+ * concurrent build of version 4's key index runs before it, outside: it
+ * cannot run in a transaction block), with every lock wait bounded by
+ * lock_timeout (a timeout is ST_EAGAIN: the caller retries).  The steps are split by the locks they take (tables_sql,
  * functions_sql below); the daemon only runs those that take no lock a
  * reader or a flush could be waiting on.
  *
@@ -37,6 +38,22 @@
  *   and broker_retain4; the version-3 names become wrappers of them.  The
  *   ALTER TABLE takes an AccessExclusiveLock on broker_event: `broker-writer
  *   migrate` only, as from version 1.
+ *   Also in version 4 (0.2 was not released between them, so one table-
+ *   change version, one `migrate`): idempotency keys are scoped to their
+ *   topic (issue 24).  The unique index broker_event_key on (key) becomes
+ *   broker_event_topic_key on (topic, key), and broker_append4 probes
+ *   (topic, key): with a global key, a peer that published `pay-777` on
+ *   junk/x first made the real event with that key on payments/777 be
+ *   answered with junk/x's seq and never stored.  The new index is built
+ *   CONCURRENTLY before the transaction (key_index_build): inserts go on
+ *   while it builds.  The old index is dropped inside the transaction,
+ *   together with the switch of broker_append4's probe, so that no flush
+ *   ever sees the new probe beside the old index (a key stored on another
+ *   topic would then fail the insert on broker_event_key) or the old probe
+ *   without it.  The version-3 names stay wrappers of broker_append4, so a
+ *   version-3 writer still running stores per (topic, key) in the database
+ *   too; only its own in-memory folding of one flush (batch.c) stays
+ *   global until it is replaced.
  *
  * broker_append4 is the whole flush (docs/writer.md).
  *
@@ -60,15 +77,16 @@
  * - No keys (the common case): the caller passes keys = NULL, and the flush
  *   is one INSERT ... SELECT first - 1 + o ... FROM unnest(...) WITH
  *   ORDINALITY: no join, no sort, no per-row nextval.
- * - Keys: one probe of the unique key index per keyed row finds the stored
- *   ones (returned, not inserted).  The LATERAL ... LIMIT 1 forces that
+ * - Keys: one probe of the unique (topic, key) index per keyed row finds
+ *   the stored ones (returned, not inserted).  The LATERAL ... LIMIT 1 forces that
  *   nested loop: a plain join was planned as a hash or merge join over a
  *   sequential scan of the whole table, which grows with the table (154 ms
  *   at 370,000 rows, against 7 us a probe).  The others are found by ordinal (a hash
  *   anti-join of two in-memory lists, never a second look at broker_event:
  *   a NOT EXISTS on broker_event was planned as a sequential scan of the
  *   whole table) and ranked with row_number() over the ordinal.  Keys repeated
- *   within one call must already be folded by the caller (batch.c); a call
+ *   within one call (the same topic and key) must already be folded by the
+ *   caller (batch.c); a call
  *   that breaks this fails on the count check instead of storing twice.
  * - about arrives as a PostgreSQL array literal per row ('{}', '{"a","b"}')
  *   and becomes text[] through array_in, instead of a JSON parse and a
@@ -102,7 +120,9 @@
  * migration").
  *
  * tables_sql creates what is missing, upgrades version 1's broker_flush and
- * adds version 4's column and index.
+ * adds version 4's column and index, and replaces the global key index by
+ * the (topic, key) one that key_index_build has built concurrently just
+ * before (on a fresh table it builds it here: nobody inserts yet).
  * On an existing table it takes exclusive locks even when it changes
  * nothing (CREATE INDEX IF NOT EXISTS a ShareLock on broker_event, ALTER
  * TABLE an AccessExclusiveLock on broker_flush): queued behind a reader's
@@ -126,8 +146,10 @@
  * - the timeouts bound a flush (a hung replica cannot hold the lock), and
  *   client_encoding UTF8 is what the events are.
  */
+#define SESSION_STATEMENT_TIMEOUT "'30s'"
+
 const char schema_session_sql[] =
-    "SET lock_timeout = '5s'; SET statement_timeout = '30s'; "
+    "SET lock_timeout = '5s'; SET statement_timeout = " SESSION_STATEMENT_TIMEOUT "; "
     "SET idle_in_transaction_session_timeout = '10s'; SET client_encoding = 'UTF8'; "
     "SET default_transaction_isolation = 'read committed'; SET default_transaction_read_only = off; "
     "SELECT set_config('synchronous_commit', 'on', false) "
@@ -143,7 +165,14 @@ static const char tables_sql[] =
     "  created_at timestamptz NOT NULL DEFAULT now(),\n"
     "  data_bytes int);\n"
     "ALTER TABLE broker_event ADD COLUMN IF NOT EXISTS data_bytes int;\n"
-    "CREATE UNIQUE INDEX IF NOT EXISTS broker_event_key ON broker_event (key) WHERE key IS NOT NULL;\n"
+    "CREATE UNIQUE INDEX IF NOT EXISTS broker_event_topic_key ON broker_event (topic, key) WHERE key IS NOT NULL;\n"
+    /* IF NOT EXISTS skips an invalid index too: key_index_build replaced it, and this proves it */
+    "DO $chk$ BEGIN\n"
+    "  IF NOT (SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = 'broker_event_topic_key'::regclass) THEN\n"
+    "    RAISE EXCEPTION 'broker_event_topic_key is invalid (a failed concurrent build): run migrate again';\n"
+    "  END IF;\n"
+    "END $chk$;\n"
+    "DROP INDEX IF EXISTS broker_event_key;\n"
     "CREATE INDEX IF NOT EXISTS broker_event_topic_seq ON broker_event (topic, seq);\n"
     "CREATE TABLE IF NOT EXISTS broker_meta (id int PRIMARY KEY CHECK (id = 1),\n"
     "  horizon bigint NOT NULL DEFAULT 0, schema_version int NOT NULL);\n"
@@ -201,8 +230,8 @@ static const char functions_sql[] =
     "  IF keys IS NOT NULL THEN\n"
     "    SELECT coalesce(array_agg(i.o::int ORDER BY i.o), '{}'), coalesce(array_agg(e.seq ORDER BY i.o), '{}')\n"
     "      INTO v_do, v_ds\n"
-    "      FROM unnest(keys) WITH ORDINALITY AS i(k, o)\n"
-    "      CROSS JOIN LATERAL (SELECT e.seq FROM broker_event e WHERE e.key = i.k LIMIT 1) e;\n"
+    "      FROM unnest(topics, keys) WITH ORDINALITY AS i(t, k, o)\n"
+    "      CROSS JOIN LATERAL (SELECT e.seq FROM broker_event e WHERE e.topic = i.t AND e.key = i.k LIMIT 1) e;\n"
     "  END IF;\n"
     "  v_n := coalesce(cardinality(topics), 0) - cardinality(v_do);\n"
     "  IF v_n > 0 THEN\n"
@@ -224,7 +253,7 @@ static const char functions_sql[] =
     "    END IF;\n"
     "    GET DIAGNOSTICS v_ins = ROW_COUNT;\n"
     "    IF v_ins <> v_n THEN\n"
-    "      RAISE EXCEPTION 'broker_append4: % rows inserted, % expected (a key repeated in one call?)',\n"
+    "      RAISE EXCEPTION 'broker_append4: % rows inserted, % expected (a topic and key repeated in one call?)',\n"
     "        v_ins, v_n;\n"
     "    END IF;\n"
     "  END IF;\n"
@@ -430,6 +459,58 @@ schema_check_encoding(PGconn *conn, char *err, size_t errlen)
 	return ST_EINVAL;
 }
 
+/*
+ * Version 4's unique index on (topic, key), built without blocking inserts
+ * (issue 24): CREATE UNIQUE INDEX CONCURRENTLY takes a ShareUpdateExclusiveLock,
+ * which no flush, retention call or reader conflicts with, and waits (each
+ * wait bounded by lock_timeout: ST_EAGAIN, retried) for the transactions
+ * that write broker_event or hold an old snapshot to end; it never makes
+ * them wait.  It cannot run in a transaction block, so it runs here, as one
+ * statement of its own, before the migration's transaction.  A build that
+ * failed (a lock timeout, a lost connection) leaves an INVALID index that
+ * inserts still maintain and IF NOT EXISTS would take for done: it is
+ * dropped (concurrently too) and built again.  The caller holds the
+ * migration lock, so an invalid index here is never another migrate's
+ * build in progress.  statement_timeout is lifted for the build (a large
+ * table takes longer than a flush's 30 s, and a cancelled build only leaves
+ * an invalid index to rebuild again and again); lock waits stay bounded.
+ */
+static st_err
+key_index_build(PGconn *conn, char *err, size_t errlen)
+{
+	char state[16];
+	st_err rv;
+
+	if ((rv = query_value(conn,
+	                      "SELECT CASE WHEN to_regclass('broker_event') IS NULL THEN 'none'"
+	                      " WHEN to_regclass('broker_event_topic_key') IS NULL THEN 'missing'"
+	                      " WHEN (SELECT i.indisvalid FROM pg_index i"
+	                      "       WHERE i.indexrelid = to_regclass('broker_event_topic_key')) THEN 'valid'"
+	                      " ELSE 'invalid' END",
+	                      state, sizeof(state), err, errlen)) != ST_OK)
+		return rv;
+	if (strcmp(state, "none") == 0 || strcmp(state, "valid") == 0)
+		return ST_OK; /* a fresh table gets it in tables_sql; a valid one was built by an earlier attempt */
+	if ((rv = exec_ok(conn, "SET statement_timeout = 0", "migrate key index", err, errlen)) != ST_OK)
+		return rv;
+	if (strcmp(state, "invalid") == 0) {
+		st_warn("migrate: dropping the invalid index broker_event_topic_key left by a failed build");
+		rv = exec_ok(conn, "DROP INDEX CONCURRENTLY IF EXISTS broker_event_topic_key", "migrate key index drop",
+		             err, errlen);
+	}
+	if (rv == ST_OK)
+		rv = exec_ok(conn,
+		             "CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS broker_event_topic_key"
+		             " ON broker_event (topic, key) WHERE key IS NOT NULL",
+		             "migrate key index", err, errlen);
+	/* back to the session's bound for the rest (schema_session_sql) */
+	if (exec_ok(conn, "SET statement_timeout = " SESSION_STATEMENT_TIMEOUT, "migrate", NULL, 0) != ST_OK && rv == ST_OK) {
+		set_err(err, errlen, "migrate", PQerrorMessage(conn));
+		rv = ST_EDB;
+	}
+	return rv;
+}
+
 st_err
 schema_migrate(PGconn *conn, schema_mode mode, int *found, char *err, size_t errlen)
 {
@@ -461,6 +542,8 @@ schema_migrate(PGconn *conn, schema_mode mode, int *found, char *err, size_t err
 	    (rv = judge(conn, mode, version, &done, err, errlen)) != ST_OK || done)
 		goto unlock;
 	*found = version;
+	if (version < SCHEMA_ONLINE_FROM && (rv = key_index_build(conn, err, errlen)) != ST_OK)
+		goto unlock;
 	if ((rv = exec_ok(conn, "BEGIN", "migrate", err, errlen)) != ST_OK)
 		goto unlock;
 	if ((version < SCHEMA_ONLINE_FROM && (rv = exec_ok(conn, tables_sql, "migrate tables", err, errlen)) != ST_OK) ||
@@ -569,7 +652,7 @@ schema_migrate_retry(const char *dsn, schema_mode mode, volatile sig_atomic_t *s
 		if (!daemon && (rv != ST_EAGAIN || attempts >= SCHEMA_MIGRATE_LOCK_ATTEMPTS)) {
 			if (rv == ST_EAGAIN)
 				st_error("migrate: no lock in %d attempts of %d ms (%s); a long transaction holds a table "
-				         "(see pg_stat_activity): run migrate again when it ends",
+				         "or an old snapshot (see pg_stat_activity): run migrate again when it ends",
 				         attempts, SCHEMA_LOCK_TIMEOUT_MS, err);
 			else
 				st_error("migrate: %s", err);

@@ -4,7 +4,8 @@
  * schema_migrate reads the recorded version first, with no lock and no DDL,
  * and leaves a current (or newer, still compatible) schema alone.  Missing
  * steps run in one transaction under the session advisory lock
- * SCHEMA_MIGRATE_LOCK_KEY, with lock_timeout SCHEMA_LOCK_TIMEOUT_MS.  It
+ * SCHEMA_MIGRATE_LOCK_KEY, with lock_timeout SCHEMA_LOCK_TIMEOUT_MS (an
+ * index built CONCURRENTLY runs just before that transaction).  It
  * BLOCKS (plain PQexec): it is for `broker-writer migrate` and for the
  * daemon's start, before the event loop runs.
  */
@@ -20,7 +21,8 @@
 
 #define SCHEMA_VERSION 4
 /* The oldest version the daemon upgrades by itself (functions only, no table lock): version 4 adds a
- * column to broker_event and an index to broker_flush, so only a fresh database or this one. */
+ * column to broker_event, an index to broker_flush and replaces broker_event's key index by one on
+ * (topic, key), so only a fresh database or this one. */
 #define SCHEMA_ONLINE_FROM 4
 /* Fixed; distinct from the default --lock-key (and lock-key + 1). */
 #define SCHEMA_MIGRATE_LOCK_KEY 7450000001

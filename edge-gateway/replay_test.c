@@ -493,7 +493,7 @@ main(void)
 	         "CREATE TABLE broker_event (seq bigint GENERATED ALWAYS AS IDENTITY (CACHE 1) PRIMARY KEY,"
 	         " topic text NOT NULL, about text[] NOT NULL DEFAULT '{}', data json, key text,"
 	         " created_at timestamptz NOT NULL DEFAULT now(), data_bytes int);"
-	         "CREATE UNIQUE INDEX broker_event_key ON broker_event (key) WHERE key IS NOT NULL;"
+	         "CREATE UNIQUE INDEX broker_event_topic_key ON broker_event (topic, key) WHERE key IS NOT NULL;"
 	         "CREATE INDEX broker_event_topic_seq ON broker_event (topic, seq);"
 	         "CREATE TABLE broker_meta (id int PRIMARY KEY CHECK (id = 1), horizon bigint NOT NULL DEFAULT 0,"
 	         " schema_version int NOT NULL)",

@@ -1,5 +1,7 @@
-"""e2e: an idempotency key stores an event once; every retry, same request or
-not, through the same writer or another replica, gets the seq stored first."""
+"""e2e: an idempotency key stores an event once per topic; every retry, same
+request or not, through the same writer or another replica, gets the seq
+stored first.  The same key on another topic is another event (issue 24
+item 3: a key squatted on junk/x must not swallow the event on payments/777)."""
 import subprocess
 import time
 
@@ -50,25 +52,122 @@ def same_key_same_seq():
         sse.close()
 
 
+def key_rows(env, key):
+    """(seq, topic, data) of the stored rows with this key, in seq order."""
+    return [(int(a), b, c) for a, b, c in
+            h.psql(env.dsn, "SELECT seq, topic, data::text FROM broker_event WHERE key = '%s' ORDER BY seq" % key)]
+
+
+def send_at_once(jobs):
+    """Sends every (writer, event) at the same time (one nngreq each); returns their replies in order."""
+    procs = [subprocess.Popen([h.program("nngreq", h.TOOLS_DIR), w.ingest], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for w, _ in jobs]
+    # every payload first: communicate() one after the other would send the next only after the
+    # previous reply, i.e. after its flush
+    for p, (_, ev) in zip(procs, jobs):
+        p.stdin.write(h.mp_pack(ev))
+        p.stdin.close()
+    outs = [(p.stdout.read(), p.stderr.read(), p.wait(30)) for p in procs]
+    outs = [(o, e) for o, e, _ in outs]
+    replies = []
+    for p, (out, err) in zip(procs, outs):
+        h.check_eq(p.returncode, 0, "nngreq exit (%s)" % err.decode().strip())
+        rep = h.json.loads(out)
+        h.check(rep.get("ok") is True and len(rep.get("seqs", [])) == 1, "reply %r" % (rep,))
+        replies.append(rep["seqs"][0])
+    return replies
+
+
+@t.case
+def key_squatting_across_topics_stores_both_events():
+    """A peer publishes pay-777 on junk/x first; the real event with key
+    pay-777 on payments/777 is another event: stored, with its own seq, and
+    streamed to payments/777.  Also when both arrive in one request, in one
+    flush, and at two writers at once; the same (topic, key) still stores once."""
+    with h.Env() as env:
+        w = env.start_writer(flush_interval_ms=1500).wait_ready()
+        e = env.start_edge([w]).wait_ready()
+        sse = h.SseClient(e.url + "/v1/stream?topic=payments/777")
+        h.wait_until(lambda: sse.status is not None, 10, "the SSE response head")
+        h.check_eq(sse.status, 200, "stream status")
+
+        # separate flushes: the squatter's row is committed first
+        squat = h.request(w, {"topic": "junk/x", "data": '"squat"', "key": "pay-777"})
+        h.check(squat.get("ok") is True, "squatter's publish: %r" % (squat,))
+        s_junk = squat["seqs"][0]
+        real = h.request(w, {"topic": "payments/777", "data": '{"amount":777}', "key": "pay-777"})
+        h.check(real.get("ok") is True, "real publish: %r" % (real,))
+        s_pay = real["seqs"][0]
+        h.check(s_pay != s_junk, "the event on payments/777 gets its own seq, not the squatter's: %d vs %d"
+                % (s_pay, s_junk))
+        h.check_eq(key_rows(env, "pay-777"), [(s_junk, "junk/x", '"squat"'), (s_pay, "payments/777",
+                                                                              '{"amount":777}')],
+                   "rows with key pay-777")
+        h.check_eq(h.request(w, {"topic": "payments/777", "data": '{"amount":1}', "key": "pay-777"}),
+                   {"ok": True, "seqs": [s_pay]}, "a resend on payments/777 gets the seq stored on payments/777")
+        h.check_eq(h.request(w, {"topic": "junk/x", "data": '"again"', "key": "pay-777"}),
+                   {"ok": True, "seqs": [s_junk]}, "a resend on junk/x gets the seq stored on junk/x")
+        sse.wait_items(1, 30)
+        h.check_items_match_rows(sse.items()[:1], h.db_events(env.dsn, ["payments/777"]),
+                                 "the payments/777 stream carries the real event")
+
+        # one request: the same key on two topics is two rows; repeated on one topic, one
+        r = h.request(w, [{"topic": "junk/y", "data": "1", "key": "pay-778"},
+                          {"topic": "payments/778", "data": "2", "key": "pay-778"},
+                          {"topic": "payments/778", "data": "3", "key": "pay-778"},
+                          {"topic": "junk/y", "data": "4", "key": "pay-778"}])
+        h.check(r.get("ok") is True and len(r["seqs"]) == 4, "one request: %r" % (r,))
+        a, b, c, d = r["seqs"]
+        h.check(a != b, "one request: another topic, another seq: %r" % (r["seqs"],))
+        h.check(c == b and d == a, "one request: the same (topic, key) folds: %r" % (r["seqs"],))
+        h.check_eq(key_rows(env, "pay-778"), [(a, "junk/y", "1"), (b, "payments/778", "2")], "rows with key pay-778")
+
+        # one flush, two requests: retried with a new key until both landed in the same flush (same created_at)
+        same_flush = False
+        for rnd in range(5):
+            k = "pay-779-%d" % rnd
+            s1, s2, s3 = send_at_once([(w, {"topic": "junk/z", "data": "1", "key": k}),
+                                       (w, {"topic": "payments/779", "data": "2", "key": k}),
+                                       (w, {"topic": "payments/779", "data": "3", "key": k})])
+            h.check(s1 != s2 and s2 == s3, "round %d: seqs %r (another topic another seq, the same topic one)"
+                    % (rnd, (s1, s2, s3)))
+            h.check_eq([(x[0], x[1]) for x in key_rows(env, k)], sorted([(s1, "junk/z"), (s2, "payments/779")]),
+                       "round %d: rows with key %s" % (rnd, k))
+            times = [r[0] for r in h.psql(env.dsn, "SELECT created_at FROM broker_event WHERE key = '%s'" % k)]
+            h.log("round %d: seqs %r, created_at %r" % (rnd, (s1, s2, s3), times))
+            if len(set(times)) == 1:
+                same_flush = True
+                break
+        h.check(same_flush, "some round put both topics' events into one flush (created_at of the last: %r)"
+                % (times,))
+        sse.close()
+
+        # two writers at once: the database's unique index on (topic, key) decides
+        w1 = env.start_writer(lock_key=79).wait_ready()
+        w2 = env.start_writer(lock_key=79).wait_ready()
+        for rnd in range(5):
+            k = "pay-780-%d" % rnd
+            junk = {"topic": "junk/w", "data": "1", "key": k}
+            pay = {"topic": "payments/780", "data": "2", "key": k}
+            j1, p2, p1, j2 = send_at_once([(w1, junk), (w2, pay), (w1, pay), (w2, junk)])
+            h.check(j1 == j2 and p1 == p2 and j1 != p1, "round %d: two writers: junk %r, payments %r"
+                    % (rnd, (j1, j2), (p1, p2)))
+            h.check_eq([(x[0], x[1]) for x in key_rows(env, k)], sorted([(j1, "junk/w"), (p1, "payments/780")]),
+                       "round %d: rows with key %s" % (rnd, k))
+        h.check_eq(w1.stop(), 0, "writer 1 exit status")
+        h.check_eq(w2.stop(), 0, "writer 2 exit status")
+
+
 @t.case
 def same_key_to_two_replicas_at_once():
     with h.Env() as env:
         w1 = env.start_writer(lock_key=77).wait_ready()
         w2 = env.start_writer(lock_key=77).wait_ready()
-        payload = h.mp_pack({"topic": "idem2", "data": '{"x":1}', "key": "race"})
         seqs = set()
         for rnd in range(10):
-            payload = h.mp_pack({"topic": "idem2", "data": '{"x":%d}' % rnd, "key": "race%d" % rnd})
-            procs = [subprocess.Popen([h.program("nngreq", h.TOOLS_DIR), u.ingest], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                     for u in (w1, w2, w1, w2)]
-            outs = [p.communicate(payload, timeout=30) for p in procs]
-            got = set()
-            for p, (out, err) in zip(procs, outs):
-                h.check_eq(p.returncode, 0, "nngreq exit (%s)" % err.decode().strip())
-                rep = h.json.loads(out)
-                h.check(rep.get("ok") is True, "reply %r" % (rep,))
-                got.add(rep["seqs"][0])
+            ev = {"topic": "idem2", "data": '{"x":%d}' % rnd, "key": "race%d" % rnd}
+            # all four at once (send_at_once): communicate() in turn sent each after the previous reply
+            got = set(send_at_once([(u, ev) for u in (w1, w2, w1, w2)]))
             h.check_eq(len(got), 1, "round %d: one seq for one key across replicas (%r)" % (rnd, got))
             seqs |= got
         n = int(h.psql_one(env.dsn, "SELECT count(*) FROM broker_event WHERE topic = 'idem2'"))

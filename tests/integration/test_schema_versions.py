@@ -217,16 +217,22 @@ class V3Flusher(threading.Thread):
     """Flushes through broker_append3 from psql, one event at a time, as a
     version-3 writer does; records when each flush returned."""
 
-    def __init__(self, dsn):
+    def __init__(self, dsn, keyed=False):
         super().__init__(daemon=True)
         self.dsn, self.replies, self.errors, self.stop = dsn, [], [], False
+        self.keyed = keyed  # each flush with a fresh key and a key stored before (probed, not stored)
 
     def run(self):
         i = 0
         while not self.stop:
             try:
-                h.psql(self.dsn, "SET lock_timeout = '5s'; SELECT * FROM broker_append3(%d, 'v3:%d', ARRAY['mig'], "
-                       "ARRAY['{}'], ARRAY['{\"i\":%d}'], NULL)" % (LOCK_KEY, i, i))
+                if self.keyed:
+                    h.psql(self.dsn, "SET lock_timeout = '5s'; SELECT * FROM broker_append3(%d, 'v3k:%d', "
+                           "ARRAY['mig', 'mig'], ARRAY['{}', '{}'], ARRAY['{\"i\":%d}', '0'], "
+                           "ARRAY['v3k-%d', 'v3k-0'])" % (LOCK_KEY, i, i, i + 1))
+                else:
+                    h.psql(self.dsn, "SET lock_timeout = '5s'; SELECT * FROM broker_append3(%d, 'v3:%d', "
+                           "ARRAY['mig'], ARRAY['{}'], ARRAY['{\"i\":%d}'], NULL)" % (LOCK_KEY, i, i))
                 self.replies.append(time.monotonic())
             except h.TestFailure as e:
                 self.errors.append(str(e))
@@ -275,7 +281,7 @@ def version_3_is_upgraded_by_migrate_while_version_3_writers_flush():
         check(gap < 2.0, "longest gap of the version-3 flushes during the upgrade: %.3f s (bound 2 s: one "
               "lock_timeout of 1 s and a flush)" % gap)
         tags = sorted(set(r[1] for r in sf.ddl_seen(env.dsn)))
-        check_eq(tags, ["ALTER TABLE", "CREATE FUNCTION", "CREATE INDEX", "CREATE TABLE"],
+        check_eq(tags, ["ALTER TABLE", "CREATE FUNCTION", "CREATE INDEX", "CREATE TABLE", "DROP INDEX"],
                  "the statement kinds of the upgrade")
         rows = h.psql(env.dsn, "SELECT seq, data_bytes, octet_length(data::text) FROM broker_event ORDER BY seq")
         before = [(int(a), b) for a, b, _ in rows if int(a) in old]
@@ -322,7 +328,10 @@ def the_flush_record_trim_is_an_index_scan():
     broker_flush."""
     with h.Env() as env:
         env.psql("INSERT INTO broker_flush (id, prev, created_at) SELECT 'x' || i, 0, "
-                 "now() - interval '48 hours' + i * interval '1 second' FROM generate_series(1, 100000) i")
+                 "now() - interval '48 hours' + i * interval '1 second' FROM generate_series(1, 100000) i "
+                 # none within a minute of the 24-hour line: one crossing it between the count below and
+                 # the call would be trimmed but not counted
+                 "WHERE i NOT BETWEEN 86400 - 60 AND 86400 + 60")
         env.psql("ANALYZE broker_flush")
         expired = int(env.psql("SELECT count(*) FROM broker_flush WHERE created_at < now() - interval '24 hours'")[0][0])
         p = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", env.dsn],
@@ -339,6 +348,145 @@ def the_flush_record_trim_is_an_index_scan():
         left = int(env.psql("SELECT count(*) FROM broker_flush WHERE created_at < now() - interval '24 hours'")[0][0])
         check_eq(left, expired - 5000, "expired records left after one call (of %d: it trims its chunk, 5,000)"
                  % expired)
+
+@t.case
+def the_key_probe_is_one_probe_of_the_topic_key_index():
+    """broker_append4 finds stored keys per (topic, key) with the unique index
+    broker_event_topic_key (issue 24 item 3), one probe a keyed row: not the
+    (topic, seq) index, which would walk every row of a busy topic, and not a
+    Seq Scan.  The global key index is gone."""
+    with h.Env() as env:
+        env.psql("INSERT INTO broker_event (topic, key) SELECT 'busy', 'k' || i FROM generate_series(1, 100000) i")
+        env.psql("ANALYZE broker_event")
+        indexes = sorted(r[0] for r in env.psql("SELECT indexname FROM pg_indexes WHERE tablename = 'broker_event'"))
+        check_eq(indexes, ["broker_event_pkey", "broker_event_topic_key", "broker_event_topic_seq"],
+                 "broker_event's indexes (no global key index)")
+        p = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", env.dsn],
+                           input="LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "
+                           "SET auto_explain.log_nested_statements = on; SET auto_explain.log_level = notice; "
+                           "SET client_min_messages = notice; SELECT * FROM broker_append4(%d, 'probe:1', "
+                           "ARRAY['busy', 'other'], ARRAY['{}', '{}'], ARRAY['1', '2'], ARRAY['k77', 'k77']);\n"
+                           % LOCK_KEY, capture_output=True, text=True, timeout=60)
+        check_eq(p.returncode, 0, "psql exit status (%s)" % p.stderr[-500:])
+        plans = [b for b in p.stderr.split("NOTICE:") if "unnest" in b and "Aggregate" in b]
+        log("FIGURE the key probe's plan:\n%s" % (plans[0].strip() if plans else p.stderr[-2000:]))
+        check(plans, "auto_explain printed the key probe's plan")
+        check("broker_event_topic_key" in plans[0], "the probe uses the index broker_event_topic_key")
+        check("broker_event_topic_seq" not in plans[0] and "Seq Scan on broker_event" not in plans[0],
+              "the probe neither walks a topic nor scans broker_event")
+        got = env.psql("SELECT dup_ords, dup_seqs FROM broker_flush WHERE id = 'probe:1'")
+        k77 = h.psql_one(env.dsn, "SELECT seq FROM broker_event WHERE topic = 'busy' AND key = 'k77'")
+        check_eq(got, [("{1}", "{%s}" % k77)], "k77 is stored on busy (row 1), new on other (row 2)")
+
+def v3_keyed(dsn, fid, topic, key):
+    """A keyed one-event flush through broker_append3 (a version-3 writer): (first_seq, n_fresh, dup_seqs)."""
+    row = h.psql(dsn, "SELECT first_seq, n_fresh, dup_seqs FROM broker_append3(%d, '%s', ARRAY['%s'], "
+                 "ARRAY['{}'], ARRAY['1'], ARRAY['%s'])" % (LOCK_KEY, fid, topic, key))[0]
+    return int(row[0]), int(row[1]), row[2]
+
+
+class Snapshot:
+    """A repeatable-read transaction that keeps its snapshot open (a report, a
+    pg_dump): CREATE INDEX CONCURRENTLY waits for it to end."""
+
+    def __init__(self, dsn):
+        env = dict(os.environ, PGAPPNAME="old_snapshot")
+        self.p = subprocess.Popen(["psql", "-X", "-q", dsn], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, text=True, env=env)
+        self.p.stdin.write("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM broker_meta;\n")
+        self.p.stdin.flush()
+        h.wait_until(lambda: h.psql_one(dsn, "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                                        "'old_snapshot' AND state = 'idle in transaction' AND backend_xmin IS "
+                                        "NOT NULL") == "1", 10, "the old snapshot is held")
+
+    def end(self):
+        if self.p.poll() is None:
+            try:
+                self.p.stdin.write("COMMIT;\n")
+                self.p.stdin.close()
+            except OSError:
+                pass
+            self.p.wait(10)
+
+
+@t.case
+def version_3_keys_become_per_topic_with_the_index_built_concurrently():
+    """Issue 24 item 3 on an existing database: `migrate` builds the unique
+    index on (topic, key) with CREATE INDEX CONCURRENTLY, next to version-3
+    writers flushing keyed events (their longest gap bounded by one
+    lock_timeout); an old snapshot makes the build time out (lock_timeout),
+    which leaves an INVALID index: migrate retries, drops it and builds it
+    again, as it does with an invalid index found at its start.  Afterwards
+    the global key index is gone and a version-3 writer (its function a
+    wrapper) stores a key squatted on another topic as a new event."""
+    with h.Env(migrate=False) as env:
+        with open(os.path.join(sf.HERE, "schema_v3.sql"), encoding="utf-8") as f:
+            h.psql(env.dsn, f.read())
+        squat = v3_keyed(env.dsn, "squat:1", "junk/x", "pay-777")
+        check_eq(squat[1], 1, "the squatter's event is stored on version 3")
+        check_eq(v3_keyed(env.dsn, "real:0", "payments/777", "pay-777"), (0, 0, "{%d}" % squat[0]),
+                 "version 3's global key: the real event is taken for the squatter's (the defect)")
+        # an invalid index of that name, as a failed earlier build leaves it (here: a unique violation)
+        h.psql(env.dsn, "INSERT INTO broker_event (topic) VALUES ('dup'), ('dup')")
+        try:
+            h.psql(env.dsn, "CREATE UNIQUE INDEX CONCURRENTLY broker_event_topic_key ON broker_event (topic)")
+        except h.TestFailure:
+            pass
+        check_eq(h.psql_one(env.dsn, "SELECT indisvalid FROM pg_index WHERE indexrelid = "
+                            "'broker_event_topic_key'::regclass"), "f", "the planted index is invalid")
+        fl = V3Flusher(env.dsn, keyed=True)
+        fl.start()
+        snap = None
+        lines = []
+        p = None
+        try:
+            h.wait_until(lambda: len(fl.replies) >= 5, 30, "the version-3 keyed flushes run")
+            snap = Snapshot(env.dsn)
+            t0 = time.monotonic()
+            p = subprocess.Popen([h.program("broker-writer"), "migrate", "--pg-dsn", env.dsn], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+            reader = threading.Thread(target=lambda: lines.extend(iter(p.stdout.readline, "")), daemon=True)
+            reader.start()
+            h.wait_until(lambda: any("lock timeout" in x and "retrying" in x for x in lines), 60,
+                         "migrate's concurrent build times out behind the old snapshot and is retried")
+            h.wait_until(lambda: len([x for x in fl.replies if x > t0]) >= 5, 30,
+                         "version-3 flushes go on while the build waits")
+            snap.end()
+            rc = p.wait(120)
+            reader.join(10)
+            h.wait_until(lambda: fl.replies and fl.replies[-1] > time.monotonic() - 0.5, 30,
+                         "version-3 flushes after the upgrade")
+            t1 = time.monotonic()
+        finally:
+            fl.stop = True
+            if snap is not None:
+                snap.end()
+            if p is not None and p.poll() is None:
+                p.kill()
+        fl.join(60)
+        text = "".join(lines)
+        log("migrate said:\n%s" % text.strip())
+        gap = fl.longest_gap(t0, t1)
+        log("FIGURE longest gap of version-3 keyed flushes while migrate built the key index next to an old "
+            "snapshot: %.3f s (%d flushes in %.1f s)" % (gap, len([x for x in fl.replies if t0 < x < t1]), t1 - t0))
+        check_eq(rc, 0, "migrate exits 0 once the snapshot ended (%s)" % text.strip())
+        check("dropping the invalid index broker_event_topic_key" in text, "migrate dropped an invalid index: %s"
+              % text.strip())
+        check(not fl.errors, "every version-3 flush succeeds: %s" % fl.errors[:3])
+        check(gap < 2.0, "longest gap of the version-3 flushes during the upgrade: %.3f s (bound 2 s)" % gap)
+        check_eq(sf.schema_version(env.dsn), 4, "version after migrate")
+        idx = h.psql(env.dsn, "SELECT c.relname, i.indisvalid, pg_get_indexdef(i.indexrelid) FROM pg_index i "
+                     "JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'broker_event'::regclass "
+                     "AND c.relname IN ('broker_event_key', 'broker_event_topic_key') ORDER BY 1")
+        check_eq(idx, [("broker_event_topic_key", "t", "CREATE UNIQUE INDEX broker_event_topic_key ON "
+                        "public.broker_event USING btree (topic, key) WHERE (key IS NOT NULL)")],
+                 "the key indexes after migrate")
+        n = int(h.psql_one(env.dsn, "SELECT count(*) FROM broker_event WHERE key = 'v3k-0'"))
+        check_eq(n, 1, "the key every version-3 flush repeated is stored once")
+        real = v3_keyed(env.dsn, "real:1", "payments/777", "pay-777")
+        check(real[1] == 1 and real[0] > squat[0], "a version-3 writer now stores the real event: %r" % (real,))
+        check_eq(v3_keyed(env.dsn, "real:2", "payments/777", "pay-777"), (0, 0, "{%d}" % real[0]),
+                 "and a resend on payments/777 gets its seq")
 
 
 t.main()
