@@ -544,12 +544,13 @@ conn_put_head(http_stream *c, int status, const char *ctype, enum head_kind kind
 	if (kind == HEAD_STREAM)
 		st_buf_puts(&b, "X-Accel-Buffering: no\r\n");
 	st_buf_puts(&b, keep ? "Connection: keep-alive\r\n" : "Connection: close\r\n");
-	/* Retry-After is not a CORS-safelisted response header: without the
-	 * expose line a cross-origin script could not read how long to wait. */
+	/* Retry-After and Studio-Until are not CORS-safelisted response headers:
+	 * without the expose line a cross-origin script could not read how long
+	 * to wait, or the bound its until=head resolved to. */
 	if (cors)
 		st_buf_printf(&b,
 		              "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n"
-		              "Access-Control-Expose-Headers: Retry-After\r\n",
+		              "Access-Control-Expose-Headers: Retry-After, Studio-Until\r\n",
 		              cors);
 	/* Only ever beside an echoed origin: never with a wildcard (Fetch standard, CORS protocol). */
 	if (cors && c->srv->cors_credentials)

@@ -639,7 +639,7 @@ t_options_cors(void)
 	cl_puts(fd, "GET /hello HTTP/1.1\r\nOrigin: https://b.example\r\n\r\n");
 	ST_CHECK(cl_read_resps(fd, &b, &r, 1, 3000) == 1);
 	ST_CHECK_STR(hdr(&r, "Access-Control-Allow-Origin", v, sizeof(v)), "https://b.example");
-	ST_CHECK_STR(hdr(&r, "Access-Control-Expose-Headers", v, sizeof(v)), "Retry-After");
+	ST_CHECK_STR(hdr(&r, "Access-Control-Expose-Headers", v, sizeof(v)), "Retry-After, Studio-Until");
 	ST_CHECK_STR(hdr(&r, "Access-Control-Allow-Credentials", v, sizeof(v)), "true");
 	st_buf_reset(&b);
 	cl_puts(fd, "OPTIONS /v1/stream HTTP/1.1\r\nOrigin: https://b.example\r\n\r\n");

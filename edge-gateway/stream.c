@@ -82,6 +82,8 @@
 #include "stream_internal.h"
 
 #include <event2/event.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -736,9 +738,14 @@ stream_start_response(stream *s)
 {
 	static const http_stream_cbs cbs = { on_writable, on_close };
 	http_req *req = s->req;
+	char until[48] = "";
 
+	/* The bound until=head resolved to: a client that reconnects sends it
+	 * instead of "head", so the bound does not move forward after a cut. */
+	if (s->has_until && s->until_known)
+		snprintf(until, sizeof(until), "Studio-Until: %" PRIu64 "\r\n", s->until);
 	s->req = NULL;
-	s->hs = http_stream_start(req, 200, streams_content_type(s->fmt), NULL, &cbs, s);
+	s->hs = http_stream_start(req, 200, streams_content_type(s->fmt), until[0] != '\0' ? until : NULL, &cbs, s);
 	stream_arm_expiry(s);
 }
 

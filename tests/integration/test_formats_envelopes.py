@@ -96,6 +96,20 @@ with harness.Env() as env:
             check(c.transport_complete, "%s: the response ended cleanly after complete" % fmt)
 
     @t.case
+    def until_head_states_its_bound():
+        # The bound until=head resolved to, in a header a reconnecting client sends instead of
+        # "head" (so a cut never moves it forward), readable cross-origin.
+        head = sc.db_head(env.dsn)
+        st, hdrs, body = harness.http_get("http://127.0.0.1:%d%s" % (port, stream_path([TOPIC], "ndjson", until="head")),
+                                          headers={"Last-Event-ID": str(head - 1), "Origin": ORIGIN}, timeout=30)
+        check_eq((st, hdrs.get("studio-until")), (200, str(head)), "status and Studio-Until of an until=head stream")
+        check("Studio-Until" in hdrs.get("access-control-expose-headers", ""),
+              "Studio-Until exposed to cross-origin scripts: %r" % hdrs.get("access-control-expose-headers"))
+        st, hdrs, _ = harness.http_get("http://127.0.0.1:%d%s" % (port, stream_path([TOPIC], "ndjson", until=str(head))),
+                                       headers={"Last-Event-ID": str(head - 1)}, timeout=30)
+        check_eq((st, hdrs.get("studio-until")), (200, str(head)), "a numeric until is stated as it is")
+
+    @t.case
     def curl_consumes_sse():
         d = seqs0[-1]
         p = subprocess.run(["curl", "-sN", "--max-time", "10", "-H", "Last-Event-ID: %d" % (d - 3),

@@ -151,6 +151,7 @@ export class StudioStream {
   #abort = null; // the open fetch's AbortController
   #esEnd = null; // ends the open EventSource connection
   #closed = false;
+  #untilBound = null; // the bound until: "head" resolved to at the first connection (Studio-Until), fetch only
   #delivered = false; // the current connection delivered an item, resync, position or heartbeat
   #resolveDone;
   #signal = null;
@@ -321,7 +322,10 @@ export class StudioStream {
     const u = new URL(base, here);
     u.searchParams.delete("topic");
     for (const t of this.#topics) u.searchParams.append("topic", t);
-    if (this.#o.until != null) u.searchParams.set("until", String(this.#o.until));
+    // until=head is resolved by the edge at the first connection (Studio-Until):
+    // later connections send that bound, so a cut never moves it forward.
+    const until = this.#untilBound ?? this.#o.until;
+    if (until != null) u.searchParams.set("until", String(until));
     if (this.#format !== "sse") u.searchParams.set("format", this.#format);
     if (forEventSource && this.#lastEventId !== null) u.searchParams.set("last_event_id", this.#lastEventId);
     if (token && this.#o.tokenInQuery) u.searchParams.set("access_token", token);
@@ -475,6 +479,9 @@ export class StudioStream {
     }
     this.#state = "open";
     this.#authRetried = false;
+    const bound = res.headers.get("studio-until");
+    if (this.#o.until === "head" && this.#untilBound === null && bound !== null && /^[0-9]{1,20}$/.test(bound))
+      this.#untilBound = bound;
     this.#notify("onOpen", { url: base, lastEventId: this.#lastEventId });
     const reader = res.body.getReader();
     const decoder = new TextDecoder();

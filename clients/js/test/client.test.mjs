@@ -165,3 +165,19 @@ test("close() stops a waiting client: no further request", async () => {
   srv.close();
   assert.equal(srv.seen.length, 1);
 });
+
+test("until: head is sent once; reconnections send the bound the edge resolved (Studio-Until)", async () => {
+  const srv = await scripted([
+    (res) => {
+      res.writeHead(200, { "Content-Type": "application/x-ndjson", "Studio-Until": "7" });
+      res.end(item(5)); // cut before the bound
+    },
+    (res) => stream(res, item(6) + item(7) + env({ type: "complete" })),
+  ]);
+  const { s, got } = run(srv.url, { lastEventId: 4, until: "head" });
+  await s.done;
+  srv.close();
+  const untils = srv.seen.map((x) => new URL(x.url, "http://h").searchParams.get("until"));
+  assert.deepEqual(untils, ["head", "7"]);
+  assert.deepEqual(got.items, [5, 6, 7]);
+});
