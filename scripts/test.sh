@@ -31,8 +31,8 @@ st_build "$ST_ROOT/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTUDIO_WERROR=ON
 # the other builds do not; nothing runs from it.
 st_build "$ST_ROOT/build-release" -DCMAKE_BUILD_TYPE=Release -DSTUDIO_WERROR=ON
 if [ "${STUDIO_TEST_ONLY_PLAIN:-0}" != 1 ]; then
-	st_build "$ST_ROOT/build-asan" -DCMAKE_BUILD_TYPE=Debug -DSTUDIO_SANITIZE=ON -DSTUDIO_WERROR=ON
-	st_build "$ST_ROOT/build-tsan" -DCMAKE_BUILD_TYPE=Debug -DSTUDIO_TSAN=ON -DSTUDIO_WERROR=ON
+	st_build "$ST_ROOT/build-asan" -DCMAKE_BUILD_TYPE=Debug -DSTUDIO_SANITIZER=address -DSTUDIO_WERROR=ON
+	st_build "$ST_ROOT/build-tsan" -DCMAKE_BUILD_TYPE=Debug -DSTUDIO_SANITIZER=thread -DSTUDIO_WERROR=ON
 fi
 
 trap 'st_pg_stop' EXIT

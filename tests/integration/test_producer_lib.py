@@ -331,9 +331,10 @@ def sanitizer_flags():
             cache = f.read()
     except OSError:
         return []
-    if re.search(r"^STUDIO_SANITIZE:BOOL=ON$", cache, re.M):
+    m = re.search(r"^STUDIO_SANITIZER:STRING=(.*)$", cache, re.M)
+    if m and m.group(1) == "address":
         return ["-fsanitize=address,undefined"]
-    if re.search(r"^STUDIO_TSAN:BOOL=ON$", cache, re.M):
+    if m and m.group(1) == "thread":
         return ["-fsanitize=thread"]
     return []
 
