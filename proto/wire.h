@@ -30,6 +30,7 @@
 #define PROTO_MAX_ABOUT_LEN 200u              /* bytes per entry */
 #define PROTO_MAX_DATA (256u * 1024)          /* bytes of the JSON text */
 #define PROTO_MAX_KEY 200u                    /* bytes */
+#define PROTO_MAX_TOKEN 8192u                 /* bytes of a request map's token (st_auth's bound) */
 /*
  * Bytes of one published message.  The writer's messages are far smaller
  * (broker-writer/publish.h: at most ~256 KiB of events, or one event of at
@@ -65,7 +66,11 @@ typedef struct proto_event {
 	bool has_key;
 } proto_event;
 
-/* ---- ingest request: one map (one event) or an array of maps (a batch) ---- */
+/*
+ * ---- ingest request: one map (one event), an array of maps (a batch), or
+ * the request map {"token": T, "events": [map, ...]} (token optional here:
+ * the writer decides whether it is required) ----
+ */
 
 typedef struct proto_request proto_request;
 
@@ -79,6 +84,14 @@ typedef struct proto_request proto_request;
  * caller keeps buf alive until proto_request_free.
  */
 st_err proto_request_decode(const void *buf, size_t len, proto_request **out, char *detail, size_t detail_len);
+/*
+ * The token of a request map, read without decoding its events (so the
+ * writer refuses an unauthenticated request before reserving memory for
+ * its decode): true with *token pointing into buf when buf is a request
+ * map, well-formed as far as its keys go, holding a token; false (and
+ * *token empty) for anything else.  Pure, bounded, no allocation.
+ */
+bool proto_request_token_peek(const void *buf, size_t len, proto_str *token);
 size_t proto_request_count(const proto_request *r);
 const proto_event *proto_request_event(const proto_request *r, size_t i);
 /* Bytes this request holds in memory (input + events + about pool + arena), for the writer's buffer bound. */
@@ -95,6 +108,14 @@ void proto_request_free(proto_request *r); /* NULL-safe */
 
 /* Encodes one event map / a batch array (for studioctl and tests). */
 void proto_request_encode(st_buf *out, const proto_event *ev, size_t n, bool as_batch);
+
+/*
+ * Writes the request map {"token": token, "events": <batch>} where
+ * batch[0..len) is an array already encoded by proto_request_encode
+ * (as_batch): a producer encodes a batch once and wraps it with the token
+ * current at each send (tokens rotate).
+ */
+void proto_request_wrap(st_buf *out, proto_str token, const void *batch, size_t len);
 
 /* ---- ingest reply ---- */
 

@@ -1,10 +1,10 @@
 /*
- * auth_test: JWKS parsing, token verification, topic patterns and token
+ * st_auth_test: JWKS parsing, token verification, topic patterns and token
  * extraction, table-driven, with real keys: RSA and EC keys are generated
  * by OpenSSL for the run, exported as JWK members, and tokens are signed by
  * libjwt (the forged ones by hand).  Time is a fake wall clock.
  */
-#include "auth.h"
+#include "st_auth.h"
 
 #include <jwt.h>
 #include <openssl/bn.h>
@@ -116,13 +116,13 @@ keys_setup(void)
 		 k, n, e, x, y);
 }
 
-static auth_keys *
+static st_auth_keys *
 load_jwks(void)
 {
-	auth_keys *ks = NULL;
+	st_auth_keys *ks = NULL;
 	char why[256] = "";
 
-	if (auth_keys_parse(jwks, strlen(jwks), &ks, why, sizeof(why)) != ST_OK)
+	if (st_auth_keys_parse(jwks, strlen(jwks), &ks, why, sizeof(why)) != ST_OK)
 		fprintf(stderr, "jwks refused: %s\n", why);
 	return ks;
 }
@@ -176,11 +176,11 @@ forge(const char *header, const char *claims, const void *secret, size_t slen)
 static void
 t_keys_valid(void)
 {
-	auth_keys *ks = load_jwks();
+	st_auth_keys *ks = load_jwks();
 
 	ST_CHECK(ks != NULL);
-	ST_CHECK_EQ_U64(auth_keys_count(ks), 3);
-	auth_keys_unref(ks);
+	ST_CHECK_EQ_U64(st_auth_keys_count(ks), 3);
+	st_auth_keys_unref(ks);
 }
 
 static void
@@ -239,9 +239,9 @@ t_keys_refused(void)
 	};
 
 	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
-		auth_keys *ks = NULL;
+		st_auth_keys *ks = NULL;
 		char why[256] = "";
-		st_err rv = auth_keys_parse(cases[i].doc, strlen(cases[i].doc), &ks, why, sizeof(why));
+		st_err rv = st_auth_keys_parse(cases[i].doc, strlen(cases[i].doc), &ks, why, sizeof(why));
 
 		if (rv == ST_OK || strstr(why, cases[i].why) == NULL)
 			fprintf(stderr, "case %zu: rv %d why \"%s\" (want \"%s\")\n", i, (int)rv, why, cases[i].why);
@@ -256,13 +256,13 @@ t_keys_short_rsa(void)
 {
 	EVP_PKEY *small = EVP_RSA_gen(1024);
 	char n[400], e[16], doc[1024], why[256] = "";
-	auth_keys *ks = NULL;
+	st_auth_keys *ks = NULL;
 
 	bn_b64(small, OSSL_PKEY_PARAM_RSA_N, n);
 	bn_b64(small, OSSL_PKEY_PARAM_RSA_E, e);
 	snprintf(doc, sizeof(doc),
 		 "{\"keys\":[{\"kty\":\"RSA\",\"kid\":\"r\",\"alg\":\"RS256\",\"n\":\"%s\",\"e\":\"%s\"}]}", n, e);
-	ST_CHECK(auth_keys_parse(doc, strlen(doc), &ks, why, sizeof(why)) == ST_EINVAL);
+	ST_CHECK(st_auth_keys_parse(doc, strlen(doc), &ks, why, sizeof(why)) == ST_EINVAL);
 	ST_CHECK(strstr(why, "2048") != NULL);
 	EVP_PKEY_free(small);
 }
@@ -272,19 +272,19 @@ t_keys_load(void)
 {
 	char path[] = "/tmp/auth_test_XXXXXX";
 	int fd = mkstemp(path);
-	auth_keys *ks = NULL;
+	st_auth_keys *ks = NULL;
 	char why[256] = "";
 
 	ST_ASSERT(fd != -1);
 	ST_ASSERT(write(fd, jwks, strlen(jwks)) == (ssize_t)strlen(jwks));
 	close(fd);
-	ST_CHECK(auth_keys_load(path, &ks, why, sizeof(why)) == ST_OK);
-	ST_CHECK_EQ_U64(auth_keys_count(ks), 3);
-	auth_keys_unref(ks);
+	ST_CHECK(st_auth_keys_load(path, &ks, why, sizeof(why)) == ST_OK);
+	ST_CHECK_EQ_U64(st_auth_keys_count(ks), 3);
+	st_auth_keys_unref(ks);
 	unlink(path);
-	ST_CHECK(auth_keys_load(path, &ks, why, sizeof(why)) == ST_EINVAL);
+	ST_CHECK(st_auth_keys_load(path, &ks, why, sizeof(why)) == ST_EINVAL);
 	ST_CHECK(strstr(why, "cannot read") != NULL);
-	ST_CHECK(auth_keys_load("/tmp", &ks, why, sizeof(why)) == ST_EINVAL);
+	ST_CHECK(st_auth_keys_load("/tmp", &ks, why, sizeof(why)) == ST_EINVAL);
 }
 
 /* ---- verification ----------------------------------------------------------- */
@@ -294,88 +294,88 @@ t_keys_load(void)
 static void
 t_verify_table(void)
 {
-	auth_keys *ks = load_jwks();
-	auth_policy pol = { .leeway_s = 30 };
-	auth_policy aud = { .leeway_s = 30, .audience = "studio", .issuer = "https://idp.example" };
+	st_auth_keys *ks = load_jwks();
+	st_auth_policy pol = { .leeway_s = 30 };
+	st_auth_policy aud = { .leeway_s = 30, .audience = "studio", .issuer = "https://idp.example" };
 	char big[16384 + 1];
 	struct {
 		const char *name;
 		char *tok;
-		const auth_policy *pol;
-		enum auth_result want;
+		const st_auth_policy *pol;
+		enum st_auth_result want;
 	} cases[] = {
-		{ "HS256", sign("HS256", "hs1", GOOD_CLAIMS), &pol, AUTH_OK },
-		{ "RS256", sign("RS256", "rsa1", GOOD_CLAIMS), &pol, AUTH_OK },
-		{ "ES256", sign("ES256", "ec1", GOOD_CLAIMS), &pol, AUTH_OK },
-		{ "alg none", forge("{\"alg\":\"none\",\"kid\":\"hs1\"}", GOOD_CLAIMS, NULL, 0), &pol, AUTH_INVALID },
-		{ "alg none, no kid", forge("{\"alg\":\"none\"}", GOOD_CLAIMS, NULL, 0), &pol, AUTH_INVALID },
+		{ "HS256", sign("HS256", "hs1", GOOD_CLAIMS), &pol, ST_AUTH_OK },
+		{ "RS256", sign("RS256", "rsa1", GOOD_CLAIMS), &pol, ST_AUTH_OK },
+		{ "ES256", sign("ES256", "ec1", GOOD_CLAIMS), &pol, ST_AUTH_OK },
+		{ "alg none", forge("{\"alg\":\"none\",\"kid\":\"hs1\"}", GOOD_CLAIMS, NULL, 0), &pol, ST_AUTH_INVALID },
+		{ "alg none, no kid", forge("{\"alg\":\"none\"}", GOOD_CLAIMS, NULL, 0), &pol, ST_AUTH_INVALID },
 		{ "HS256 keyed with the RSA public key",
 		  forge("{\"alg\":\"HS256\",\"kid\":\"rsa1\"}", GOOD_CLAIMS, rsa_pub_pem, strlen(rsa_pub_pem)), &pol,
-		  AUTH_INVALID },
+		  ST_AUTH_INVALID },
 		{ "repeated alg member",
 		  forge("{\"alg\":\"RS256\",\"kid\":\"rsa1\",\"alg\":\"HS256\"}", GOOD_CLAIMS, rsa_pub_pem,
 			strlen(rsa_pub_pem)),
-		  &pol, AUTH_INVALID },
+		  &pol, ST_AUTH_INVALID },
 		{ "RS256 header on the HS key",
-		  forge("{\"alg\":\"RS256\",\"kid\":\"hs1\"}", GOOD_CLAIMS, hs_secret, 32), &pol, AUTH_INVALID },
+		  forge("{\"alg\":\"RS256\",\"kid\":\"hs1\"}", GOOD_CLAIMS, hs_secret, 32), &pol, ST_AUTH_INVALID },
 		{ "hand-made HS256",
 		  forge("{\"alg\":\"HS256\",\"kid\":\"hs1\",\"typ\":\"JWT\"}", GOOD_CLAIMS, hs_secret, 32), &pol,
-		  AUTH_OK },
+		  ST_AUTH_OK },
 		{ "crit header",
 		  forge("{\"alg\":\"HS256\",\"kid\":\"hs1\",\"crit\":[\"x\"]}", GOOD_CLAIMS, hs_secret, 32), &pol,
-		  AUTH_INVALID },
-		{ "unknown kid", sign("HS256", "nope", GOOD_CLAIMS), &pol, AUTH_INVALID },
-		{ "no kid", sign("HS256", NULL, GOOD_CLAIMS), &pol, AUTH_INVALID },
-		{ "expired", sign("HS256", "hs1", "{\"exp\":1899999000,\"topics\":[\"*\"]}"), &pol, AUTH_EXPIRED },
+		  ST_AUTH_INVALID },
+		{ "unknown kid", sign("HS256", "nope", GOOD_CLAIMS), &pol, ST_AUTH_INVALID },
+		{ "no kid", sign("HS256", NULL, GOOD_CLAIMS), &pol, ST_AUTH_INVALID },
+		{ "expired", sign("HS256", "hs1", "{\"exp\":1899999000,\"topics\":[\"*\"]}"), &pol, ST_AUTH_EXPIRED },
 		{ "expired within leeway", sign("HS256", "hs1", "{\"exp\":1899999980,\"topics\":[\"*\"]}"), &pol,
-		  AUTH_OK },
-		{ "exp missing", sign("HS256", "hs1", "{\"topics\":[\"*\"]}"), &pol, AUTH_INVALID },
-		{ "exp a string", sign("HS256", "hs1", "{\"exp\":\"1900000600\"}"), &pol, AUTH_INVALID },
-		{ "exp with a fraction", sign("HS256", "hs1", "{\"exp\":1900000600.5}"), &pol, AUTH_OK },
-		{ "exp far away", sign("HS256", "hs1", "{\"exp\":1000000000000000}"), &pol, AUTH_OK },
-		{ "exp past the bound", sign("HS256", "hs1", "{\"exp\":1000000000000001}"), &pol, AUTH_INVALID },
+		  ST_AUTH_OK },
+		{ "exp missing", sign("HS256", "hs1", "{\"topics\":[\"*\"]}"), &pol, ST_AUTH_INVALID },
+		{ "exp a string", sign("HS256", "hs1", "{\"exp\":\"1900000600\"}"), &pol, ST_AUTH_INVALID },
+		{ "exp with a fraction", sign("HS256", "hs1", "{\"exp\":1900000600.5}"), &pol, ST_AUTH_OK },
+		{ "exp far away", sign("HS256", "hs1", "{\"exp\":1000000000000000}"), &pol, ST_AUTH_OK },
+		{ "exp past the bound", sign("HS256", "hs1", "{\"exp\":1000000000000001}"), &pol, ST_AUTH_INVALID },
 		/* libjwt's JSON parser refuses to encode an integer past int64: signed by hand. */
 		{ "exp huge", forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}", "{\"exp\":99999999999999999999999}", hs_secret, 32),
-		  &pol, AUTH_INVALID },
-		{ "exp negative", sign("HS256", "hs1", "{\"exp\":-1}"), &pol, AUTH_INVALID },
+		  &pol, ST_AUTH_INVALID },
+		{ "exp negative", sign("HS256", "hs1", "{\"exp\":-1}"), &pol, ST_AUTH_INVALID },
 		/* libjwt would re-encode 1.9e9 as 1900000000.0: signed by hand to keep the exponent. */
 		{ "exp with an exponent", forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}", "{\"exp\":1.9e9}", hs_secret, 32),
-		  &pol, AUTH_INVALID },
+		  &pol, ST_AUTH_INVALID },
 		{ "nbf in the future", sign("HS256", "hs1", "{\"exp\":1900000600,\"nbf\":1900000300}"), &pol,
-		  AUTH_INVALID },
-		{ "nbf within leeway", sign("HS256", "hs1", "{\"exp\":1900000600,\"nbf\":1900000020}"), &pol, AUTH_OK },
+		  ST_AUTH_INVALID },
+		{ "nbf within leeway", sign("HS256", "hs1", "{\"exp\":1900000600,\"nbf\":1900000020}"), &pol, ST_AUTH_OK },
 		{ "iat in the future", sign("HS256", "hs1", "{\"exp\":1900000600,\"iat\":1900000300}"), &pol,
-		  AUTH_INVALID },
-		{ "iat in the past", sign("HS256", "hs1", "{\"exp\":1900000600,\"iat\":1899999000}"), &pol, AUTH_OK },
+		  ST_AUTH_INVALID },
+		{ "iat in the past", sign("HS256", "hs1", "{\"exp\":1900000600,\"iat\":1899999000}"), &pol, ST_AUTH_OK },
 		{ "aud and iss right",
 		  sign("HS256", "hs1", "{\"exp\":1900000600,\"aud\":\"studio\",\"iss\":\"https://idp.example\"}"), &aud,
-		  AUTH_OK },
+		  ST_AUTH_OK },
 		{ "aud in an array",
 		  sign("HS256", "hs1",
 		       "{\"exp\":1900000600,\"aud\":[\"x\",\"studio\"],\"iss\":\"https://idp.example\"}"),
-		  &aud, AUTH_OK },
+		  &aud, ST_AUTH_OK },
 		{ "aud wrong",
 		  sign("HS256", "hs1", "{\"exp\":1900000600,\"aud\":\"other\",\"iss\":\"https://idp.example\"}"), &aud,
-		  AUTH_INVALID },
+		  ST_AUTH_INVALID },
 		{ "aud missing", sign("HS256", "hs1", "{\"exp\":1900000600,\"iss\":\"https://idp.example\"}"), &aud,
-		  AUTH_INVALID },
+		  ST_AUTH_INVALID },
 		{ "iss wrong", sign("HS256", "hs1", "{\"exp\":1900000600,\"aud\":\"studio\",\"iss\":\"https://evil\"}"),
-		  &aud, AUTH_INVALID },
+		  &aud, ST_AUTH_INVALID },
 		{ "aud ignored when not configured", sign("HS256", "hs1", "{\"exp\":1900000600,\"aud\":\"other\"}"),
-		  &pol, AUTH_OK },
+		  &pol, ST_AUTH_OK },
 		{ "topics not an array", sign("HS256", "hs1", "{\"exp\":1900000600,\"topics\":\"orders/1\"}"), &pol,
-		  AUTH_INVALID },
+		  ST_AUTH_INVALID },
 		{ "topics holds a number", sign("HS256", "hs1", "{\"exp\":1900000600,\"topics\":[1]}"), &pol,
-		  AUTH_INVALID },
+		  ST_AUTH_INVALID },
 		{ "claims not an object", forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}", "[1]", hs_secret, 32), &pol,
-		  AUTH_INVALID },
+		  ST_AUTH_INVALID },
 		{ "claims not JSON", forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}", "{", hs_secret, 32), &pol,
-		  AUTH_INVALID },
-		{ "empty", st_xstrdup(""), &pol, AUTH_INVALID },
-		{ "one segment", st_xstrdup("abc"), &pol, AUTH_INVALID },
-		{ "four segments", st_xstrdup("a.b.c.d"), &pol, AUTH_INVALID },
-		{ "header not base64url", st_xstrdup("a+b.c.d"), &pol, AUTH_INVALID },
-		{ "16 KiB", NULL, &pol, AUTH_INVALID },
+		  ST_AUTH_INVALID },
+		{ "empty", st_xstrdup(""), &pol, ST_AUTH_INVALID },
+		{ "one segment", st_xstrdup("abc"), &pol, ST_AUTH_INVALID },
+		{ "four segments", st_xstrdup("a.b.c.d"), &pol, ST_AUTH_INVALID },
+		{ "header not base64url", st_xstrdup("a+b.c.d"), &pol, ST_AUTH_INVALID },
+		{ "16 KiB", NULL, &pol, ST_AUTH_INVALID },
 	};
 
 	memset(big, 'A', sizeof(big) - 1);
@@ -385,18 +385,18 @@ t_verify_table(void)
 	cases[ST_ARRAY_LEN(cases) - 1].tok = st_xstrdup(big);
 	ST_ASSERT(ks != NULL);
 	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
-		auth_grant *g = NULL;
+		st_auth_grant *g = NULL;
 		const char *why = NULL;
-		enum auth_result r =
-			auth_verify(ks, cases[i].tok, strlen(cases[i].tok), NOW_S * 1000, cases[i].pol, &g, &why);
+		enum st_auth_result r =
+			st_auth_verify(ks, cases[i].tok, strlen(cases[i].tok), NOW_S * 1000, cases[i].pol, &g, &why);
 
 		if (r != cases[i].want)
-			fprintf(stderr, "case \"%s\": got %s (%s), want %s\n", cases[i].name, auth_result_name(r),
-				why ? why : "-", auth_result_name(cases[i].want));
+			fprintf(stderr, "case \"%s\": got %s (%s), want %s\n", cases[i].name, st_auth_result_name(r),
+				why ? why : "-", st_auth_result_name(cases[i].want));
 		ST_CHECK(r == cases[i].want);
-		ST_CHECK((r == AUTH_OK) == (g != NULL));
-		ST_CHECK(r == AUTH_OK || why != NULL);
-		auth_grant_free(g);
+		ST_CHECK((r == ST_AUTH_OK) == (g != NULL));
+		ST_CHECK(r == ST_AUTH_OK || why != NULL);
+		st_auth_grant_free(g);
 		free(cases[i].tok);
 	}
 	/* Tampering: every good token with one signature byte changed, and truncated. */
@@ -406,51 +406,51 @@ t_verify_table(void)
 		for (size_t i = 0; i < 3; i++) {
 			char *tok = sign(algs[i], kids[i], GOOD_CLAIMS);
 			size_t len = strlen(tok);
-			auth_grant *g = NULL;
+			st_auth_grant *g = NULL;
 
 			tok[len - 3] = tok[len - 3] == 'A' ? 'B' : 'A';
-			ST_CHECK(auth_verify(ks, tok, len, NOW_S * 1000, &pol, &g, NULL) == AUTH_INVALID);
-			ST_CHECK(auth_verify(ks, tok, len - 10, NOW_S * 1000, &pol, &g, NULL) == AUTH_INVALID);
+			ST_CHECK(st_auth_verify(ks, tok, len, NOW_S * 1000, &pol, &g, NULL) == ST_AUTH_INVALID);
+			ST_CHECK(st_auth_verify(ks, tok, len - 10, NOW_S * 1000, &pol, &g, NULL) == ST_AUTH_INVALID);
 			ST_CHECK(g == NULL);
 			free(tok);
 		}
 	}
-	auth_keys_unref(ks);
+	st_auth_keys_unref(ks);
 }
 
 static void
 t_grant_exp(void)
 {
-	auth_keys *ks = load_jwks();
-	auth_policy pol = { 0 };
+	st_auth_keys *ks = load_jwks();
+	st_auth_policy pol = { 0 };
 	char *tok = sign("ES256", "ec1", GOOD_CLAIMS);
-	auth_grant *g = NULL;
+	st_auth_grant *g = NULL;
 
-	ST_CHECK(auth_verify(ks, tok, strlen(tok), NOW_S * 1000, &pol, &g, NULL) == AUTH_OK);
-	ST_CHECK_EQ_U64(auth_grant_exp_ms(g), 1900000600000ull);
-	auth_grant_free(g);
+	ST_CHECK(st_auth_verify(ks, tok, strlen(tok), NOW_S * 1000, &pol, &g, NULL) == ST_AUTH_OK);
+	ST_CHECK_EQ_U64(st_auth_grant_exp_ms(g), 1900000600000ull);
+	st_auth_grant_free(g);
 	/* No leeway: expired exactly at exp. */
-	ST_CHECK(auth_verify(ks, tok, strlen(tok), 1900000600000ull, &pol, &g, NULL) == AUTH_EXPIRED);
-	ST_CHECK(auth_verify(ks, tok, strlen(tok), 1900000599999ull, &pol, &g, NULL) == AUTH_OK);
-	auth_grant_free(g);
+	ST_CHECK(st_auth_verify(ks, tok, strlen(tok), 1900000600000ull, &pol, &g, NULL) == ST_AUTH_EXPIRED);
+	ST_CHECK(st_auth_verify(ks, tok, strlen(tok), 1900000599999ull, &pol, &g, NULL) == ST_AUTH_OK);
+	st_auth_grant_free(g);
 	free(tok);
-	auth_keys_unref(ks);
+	st_auth_keys_unref(ks);
 }
 
 static void
 t_topics_claim_renamed(void)
 {
-	auth_keys *ks = load_jwks();
-	auth_policy pol = { .topics_claim = "scope_topics" };
+	st_auth_keys *ks = load_jwks();
+	st_auth_policy pol = { .topics_claim = "scope_topics" };
 	char *tok = sign("HS256", "hs1", "{\"exp\":1900000600,\"scope_topics\":[\"a\"],\"topics\":[\"b\"]}");
-	auth_grant *g = NULL;
+	st_auth_grant *g = NULL;
 
-	ST_CHECK(auth_verify(ks, tok, strlen(tok), NOW_S * 1000, &pol, &g, NULL) == AUTH_OK);
-	ST_CHECK(auth_grant_covers(g, "a", 1));
-	ST_CHECK(!auth_grant_covers(g, "b", 1));
-	auth_grant_free(g);
+	ST_CHECK(st_auth_verify(ks, tok, strlen(tok), NOW_S * 1000, &pol, &g, NULL) == ST_AUTH_OK);
+	ST_CHECK(st_auth_grant_covers(g, "a", 1));
+	ST_CHECK(!st_auth_grant_covers(g, "b", 1));
+	st_auth_grant_free(g);
 	free(tok);
-	auth_keys_unref(ks);
+	st_auth_keys_unref(ks);
 }
 
 static void
@@ -478,29 +478,29 @@ t_covers_table(void)
 		{ "[]", "a", false },
 		{ "null", "a", false }, /* no claim at all */
 	};
-	auth_keys *ks = load_jwks();
-	auth_policy pol = { 0 };
+	st_auth_keys *ks = load_jwks();
+	st_auth_policy pol = { 0 };
 
 	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
 		char claims[256];
 		char *tok;
-		auth_grant *g = NULL;
+		st_auth_grant *g = NULL;
 
 		if (strcmp(cases[i].claims, "null") == 0)
 			snprintf(claims, sizeof(claims), "{\"exp\":1900000600}");
 		else
 			snprintf(claims, sizeof(claims), "{\"exp\":1900000600,\"topics\":%s}", cases[i].claims);
 		tok = sign("HS256", "hs1", claims);
-		ST_CHECK(auth_verify(ks, tok, strlen(tok), NOW_S * 1000, &pol, &g, NULL) == AUTH_OK);
-		if (g && auth_grant_covers(g, cases[i].topic, strlen(cases[i].topic)) != cases[i].want) {
+		ST_CHECK(st_auth_verify(ks, tok, strlen(tok), NOW_S * 1000, &pol, &g, NULL) == ST_AUTH_OK);
+		if (g && st_auth_grant_covers(g, cases[i].topic, strlen(cases[i].topic)) != cases[i].want) {
 			fprintf(stderr, "case %zu: %s covers %s: want %d\n", i, cases[i].claims, cases[i].topic,
 				(int)cases[i].want);
 			ST_CHECK(false);
 		}
-		auth_grant_free(g);
+		st_auth_grant_free(g);
 		free(tok);
 	}
-	auth_keys_unref(ks);
+	st_auth_keys_unref(ks);
 }
 
 /* ---- extraction --------------------------------------------------------------- */
@@ -511,33 +511,33 @@ t_extract_table(void)
 	static const struct {
 		const char *authz, *cookie, *query;
 		bool allow_query;
-		enum auth_source src;
+		enum st_auth_source src;
 		const char *tok;
 	} cases[] = {
-		{ "Bearer abc.def.ghi", NULL, NULL, false, AUTH_SRC_HEADER, "abc.def.ghi" },
-		{ "bearer   abc  ", NULL, NULL, false, AUTH_SRC_HEADER, "abc" },
-		{ "Bearer", NULL, NULL, false, AUTH_SRC_HEADER, "" },
-		{ "BearerX abc", NULL, NULL, false, AUTH_SRC_NONE, NULL },
-		{ "Basic dXNlcjpwYXNz", NULL, NULL, false, AUTH_SRC_NONE, NULL },
-		{ "Basic dXNlcjpwYXNz", "studio_token=t1", NULL, false, AUTH_SRC_COOKIE, "t1" },
-		{ "Bearer h", "studio_token=c", "q", true, AUTH_SRC_HEADER, "h" },
-		{ NULL, "a=1; studio_token=tok; b=2", NULL, false, AUTH_SRC_COOKIE, "tok" },
-		{ NULL, "a=1;studio_token=\"tok\"", NULL, false, AUTH_SRC_COOKIE, "tok" },
-		{ NULL, "xstudio_token=no; studio_tokens=no", NULL, false, AUTH_SRC_NONE, NULL },
-		{ NULL, "studio_token", NULL, false, AUTH_SRC_NONE, NULL },
-		{ NULL, "studio_token=", NULL, false, AUTH_SRC_COOKIE, "" },
-		{ NULL, "\"", NULL, false, AUTH_SRC_NONE, NULL },
-		{ NULL, "studio_token=\"", NULL, false, AUTH_SRC_COOKIE, "\"" },
-		{ NULL, NULL, "qtok", false, AUTH_SRC_NONE, NULL },
-		{ NULL, NULL, "qtok", true, AUTH_SRC_QUERY, "qtok" },
-		{ NULL, "other=1", "qtok", true, AUTH_SRC_QUERY, "qtok" },
-		{ NULL, NULL, NULL, true, AUTH_SRC_NONE, NULL },
+		{ "Bearer abc.def.ghi", NULL, NULL, false, ST_AUTH_SRC_HEADER, "abc.def.ghi" },
+		{ "bearer   abc  ", NULL, NULL, false, ST_AUTH_SRC_HEADER, "abc" },
+		{ "Bearer", NULL, NULL, false, ST_AUTH_SRC_HEADER, "" },
+		{ "BearerX abc", NULL, NULL, false, ST_AUTH_SRC_NONE, NULL },
+		{ "Basic dXNlcjpwYXNz", NULL, NULL, false, ST_AUTH_SRC_NONE, NULL },
+		{ "Basic dXNlcjpwYXNz", "studio_token=t1", NULL, false, ST_AUTH_SRC_COOKIE, "t1" },
+		{ "Bearer h", "studio_token=c", "q", true, ST_AUTH_SRC_HEADER, "h" },
+		{ NULL, "a=1; studio_token=tok; b=2", NULL, false, ST_AUTH_SRC_COOKIE, "tok" },
+		{ NULL, "a=1;studio_token=\"tok\"", NULL, false, ST_AUTH_SRC_COOKIE, "tok" },
+		{ NULL, "xstudio_token=no; studio_tokens=no", NULL, false, ST_AUTH_SRC_NONE, NULL },
+		{ NULL, "studio_token", NULL, false, ST_AUTH_SRC_NONE, NULL },
+		{ NULL, "studio_token=", NULL, false, ST_AUTH_SRC_COOKIE, "" },
+		{ NULL, "\"", NULL, false, ST_AUTH_SRC_NONE, NULL },
+		{ NULL, "studio_token=\"", NULL, false, ST_AUTH_SRC_COOKIE, "\"" },
+		{ NULL, NULL, "qtok", false, ST_AUTH_SRC_NONE, NULL },
+		{ NULL, NULL, "qtok", true, ST_AUTH_SRC_QUERY, "qtok" },
+		{ NULL, "other=1", "qtok", true, ST_AUTH_SRC_QUERY, "qtok" },
+		{ NULL, NULL, NULL, true, ST_AUTH_SRC_NONE, NULL },
 	};
 
 	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
 		const char *tok = NULL;
 		size_t len = 0;
-		enum auth_source src = auth_token_extract(cases[i].authz, cases[i].cookie, NULL, cases[i].query,
+		enum st_auth_source src = st_auth_token_extract(cases[i].authz, cases[i].cookie, NULL, cases[i].query,
 							  cases[i].allow_query, &tok, &len);
 
 		if (src != cases[i].src)
@@ -551,8 +551,8 @@ t_extract_table(void)
 		const char *tok;
 		size_t len;
 
-		ST_CHECK(auth_token_extract(NULL, "studio_token=a; sid=b", "sid", NULL, false, &tok, &len) ==
-			 AUTH_SRC_COOKIE);
+		ST_CHECK(st_auth_token_extract(NULL, "studio_token=a; sid=b", "sid", NULL, false, &tok, &len) ==
+			 ST_AUTH_SRC_COOKIE);
 		ST_CHECK_MEM(tok, len, "b");
 	}
 }
@@ -563,52 +563,52 @@ static void
 t_store_check_and_swap(void)
 {
 	st_clock_fake wall;
-	auth_config cfg = { .policy = { .leeway_s = 0 }, .wall = &wall.clock };
-	auth_store *st;
+	st_auth_config cfg = { .policy = { .leeway_s = 0 }, .wall = &wall.clock };
+	st_auth_store *st;
 	const char *topics[] = { "orders/1", "users/1" };
 	size_t lens[] = { 8, 7 };
 	char hdr[4096];
 	char *tok = sign("HS256", "hs1", GOOD_CLAIMS);
 	const char *why;
 	uint64_t exp = 0;
-	auth_keys *other = NULL;
+	st_auth_keys *other = NULL;
 	char w[128];
 
 	st_clock_fake_init(&wall, NOW_S * 1000);
-	st = auth_store_new(load_jwks(), &cfg);
+	st = st_auth_store_new(load_jwks(), &cfg);
 	snprintf(hdr, sizeof(hdr), "Bearer %s", tok);
-	ST_CHECK(auth_store_check(st, hdr, NULL, NULL, topics, lens, 1, &exp, &why) == AUTH_OK);
+	ST_CHECK(st_auth_store_check(st, hdr, NULL, NULL, topics, lens, 1, &exp, &why) == ST_AUTH_OK);
 	ST_CHECK_EQ_U64(exp, 1900000600000ull);
-	ST_CHECK(auth_store_check(st, hdr, NULL, NULL, topics, lens, 2, &exp, &why) == AUTH_FORBIDDEN);
-	ST_CHECK(auth_store_check(st, NULL, NULL, NULL, topics, lens, 1, &exp, &why) == AUTH_MISSING);
+	ST_CHECK(st_auth_store_check(st, hdr, NULL, NULL, topics, lens, 2, &exp, &why) == ST_AUTH_FORBIDDEN);
+	ST_CHECK(st_auth_store_check(st, NULL, NULL, NULL, topics, lens, 1, &exp, &why) == ST_AUTH_MISSING);
 	/* A query token is not looked at unless allowed. */
-	ST_CHECK(auth_store_check(st, NULL, NULL, tok, topics, lens, 1, &exp, &why) == AUTH_MISSING);
+	ST_CHECK(st_auth_store_check(st, NULL, NULL, tok, topics, lens, 1, &exp, &why) == ST_AUTH_MISSING);
 	wall.now = 1900000600000ull;
-	ST_CHECK(auth_store_check(st, hdr, NULL, NULL, topics, lens, 1, &exp, &why) == AUTH_EXPIRED);
+	ST_CHECK(st_auth_store_check(st, hdr, NULL, NULL, topics, lens, 1, &exp, &why) == ST_AUTH_EXPIRED);
 	wall.now = NOW_S * 1000;
 	/* Rotation: a set without hs1 refuses the old token. */
 	{
 		const char *doc = "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"hs2\",\"alg\":\"HS256\","
 				  "\"k\":\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"}]}";
 
-		ST_ASSERT(auth_keys_parse(doc, strlen(doc), &other, w, sizeof(w)) == ST_OK);
+		ST_ASSERT(st_auth_keys_parse(doc, strlen(doc), &other, w, sizeof(w)) == ST_OK);
 	}
-	auth_store_swap(st, other);
-	ST_CHECK_EQ_U64(auth_store_key_count(st), 1);
-	ST_CHECK(auth_store_check(st, hdr, NULL, NULL, topics, lens, 1, &exp, &why) == AUTH_INVALID);
+	st_auth_store_swap(st, other);
+	ST_CHECK_EQ_U64(st_auth_store_key_count(st), 1);
+	ST_CHECK(st_auth_store_check(st, hdr, NULL, NULL, topics, lens, 1, &exp, &why) == ST_AUTH_INVALID);
 	free(tok);
 	tok = sign("HS256", "hs2", GOOD_CLAIMS);
 	snprintf(hdr, sizeof(hdr), "studio_token=%s", tok);
-	ST_CHECK(auth_store_check(st, NULL, hdr, NULL, topics, lens, 1, &exp, &why) == AUTH_OK);
+	ST_CHECK(st_auth_store_check(st, NULL, hdr, NULL, topics, lens, 1, &exp, &why) == ST_AUTH_OK);
 	free(tok);
-	auth_store_free(st);
+	st_auth_store_free(st);
 	/* The query, when allowed. */
 	cfg.query_token = true;
-	st = auth_store_new(load_jwks(), &cfg);
+	st = st_auth_store_new(load_jwks(), &cfg);
 	tok = sign("HS256", "hs1", GOOD_CLAIMS);
-	ST_CHECK(auth_store_check(st, NULL, NULL, tok, topics, lens, 1, &exp, &why) == AUTH_OK);
+	ST_CHECK(st_auth_store_check(st, NULL, NULL, tok, topics, lens, 1, &exp, &why) == ST_AUTH_OK);
 	free(tok);
-	auth_store_free(st);
+	st_auth_store_free(st);
 }
 
 int

@@ -1,5 +1,7 @@
 /*
- * auth: JWKS keys, JWT verification, topic claims (see auth.h).
+ * st_auth: JWKS keys, JWT verification, topic claims (see st_auth.h).
+ * Shared by the edge (subscribers, --auth-keys) and the writer (producers,
+ * --ingest-keys): one parser, one set of rules, one reload.
  *
  * DESIGN
  *
@@ -8,7 +10,7 @@
  * bytes as that alg's key: given an RSA public key in PEM and a header
  * saying HS256, it would check an HMAC keyed with the PEM text, which
  * anyone holding the public key can forge.  So before libjwt sees the
- * token: its length is bounded (AUTH_TOKEN_MAX), its shape is three
+ * token: its length is bounded (ST_AUTH_TOKEN_MAX), its shape is three
  * base64url segments, its header is decoded into a bounded buffer and read
  * with st_json, the kid selects exactly one key, and the header's alg must
  * equal that key's alg.  No key has alg "none" (the parser accepts only
@@ -23,11 +25,11 @@
  * reload builds a whole new set and swaps a pointer: the store's mutex is
  * held only to take a reference or to swap, never during crypto.
  *
- * SIZE.  Over 800 lines on purpose: the three layers of auth.h (key set,
+ * SIZE.  Over 800 lines on purpose: the three layers of st_auth.h (key set,
  * verification, store) share the key struct and the bounded base64url
- * reader, and each layer is tested on its own (auth_test, fuzz target auth).
+ * reader, and each layer is tested on its own (st_auth_test, fuzz target auth).
  */
-#include "auth.h"
+#include "st_auth.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,34 +51,34 @@
 #include "st_json.h"
 #include "st_util.h"
 
-#define AUTH_KID_MAX 256
+#define ST_AUTH_KID_MAX 256
 /* A JOSE header is a few members: 1 KiB of base64url is plenty. */
-#define AUTH_HEADER_B64_MAX 1024
-#define AUTH_HEADER_NODES 64
-#define AUTH_PAYLOAD_NODES (AUTH_PATTERNS_MAX + 256)
-#define AUTH_KEYS_NODES 4096
-#define AUTH_HS_MIN_BYTES 32
-#define AUTH_RSA_MIN_BITS 2048
-#define AUTH_RSA_MAX_BYTES 1024 /* 8192-bit modulus */
+#define ST_AUTH_HEADER_B64_MAX 1024
+#define ST_AUTH_HEADER_NODES 64
+#define ST_AUTH_PAYLOAD_NODES (ST_AUTH_PATTERNS_MAX + 256)
+#define ST_AUTH_KEYS_NODES 4096
+#define ST_AUTH_HS_MIN_BYTES 32
+#define ST_AUTH_RSA_MIN_BITS 2048
+#define ST_AUTH_RSA_MAX_BYTES 1024 /* 8192-bit modulus */
 
-enum auth_alg { ALG_HS256, ALG_RS256, ALG_ES256, ALG_COUNT };
+enum st_auth_alg { ALG_HS256, ALG_RS256, ALG_ES256, ALG_COUNT };
 static const char *const alg_names[ALG_COUNT] = { "HS256", "RS256", "ES256" };
 static const jwt_alg_t alg_jwt[ALG_COUNT] = { JWT_ALG_HS256, JWT_ALG_RS256, JWT_ALG_ES256 };
 
-typedef struct auth_key {
+typedef struct st_auth_key {
 	char *kid; /* owned */
-	enum auth_alg alg;
+	enum st_auth_alg alg;
 	unsigned char *material; /* owned: the HMAC secret, or a PEM public key (NUL-terminated) */
 	size_t material_len;
-} auth_key;
+} st_auth_key;
 
-struct auth_keys {
+struct st_auth_keys {
 	atomic_uint refs;
 	size_t n;
-	auth_key *keys; /* owned, n */
+	st_auth_key *keys; /* owned, n */
 };
 
-struct auth_grant {
+struct st_auth_grant {
 	uint64_t exp_ms;
 	bool all; /* "*" */
 	size_t n;
@@ -84,21 +86,21 @@ struct auth_grant {
 	size_t *lens;
 };
 
-struct auth_store {
+struct st_auth_store {
 	pthread_mutex_t mu; /* guards cur only */
-	auth_keys *cur;     /* one reference */
-	auth_policy policy; /* strings owned */
+	st_auth_keys *cur;     /* one reference */
+	st_auth_policy policy; /* strings owned */
 	char *cookie;       /* owned */
 	bool query_token;
 	const st_clock *wall; /* borrowed */
 };
 
-static const char *const result_names[AUTH_RESULT_COUNT] = { "ok", "missing", "invalid", "expired", "forbidden" };
+static const char *const result_names[ST_AUTH_RESULT_COUNT] = { "ok", "missing", "invalid", "expired", "forbidden" };
 
 const char *
-auth_result_name(enum auth_result r)
+st_auth_result_name(enum st_auth_result r)
 {
-	return (unsigned)r < AUTH_RESULT_COUNT ? result_names[r] : "invalid";
+	return (unsigned)r < ST_AUTH_RESULT_COUNT ? result_names[r] : "invalid";
 }
 
 /* ---- base64url --------------------------------------------------------- */
@@ -219,9 +221,9 @@ done:
 }
 
 static st_err
-rsa_pem(const st_json *j, int obj, auth_key *k, const char **why)
+rsa_pem(const st_json *j, int obj, st_auth_key *k, const char **why)
 {
-	unsigned char nb[AUTH_RSA_MAX_BYTES], eb[8];
+	unsigned char nb[ST_AUTH_RSA_MAX_BYTES], eb[8];
 	size_t nlen, elen;
 	BIGNUM *n = NULL, *e = NULL;
 	OSSL_PARAM_BLD *bld = NULL;
@@ -248,7 +250,7 @@ rsa_pem(const st_json *j, int obj, auth_key *k, const char **why)
 		*why = "RSA key refused by OpenSSL";
 		goto done;
 	}
-	if (EVP_PKEY_get_bits(pk) < AUTH_RSA_MIN_BITS) {
+	if (EVP_PKEY_get_bits(pk) < ST_AUTH_RSA_MIN_BITS) {
 		*why = "RSA modulus shorter than 2048 bits";
 		goto done;
 	}
@@ -263,7 +265,7 @@ done:
 }
 
 static st_err
-ec_pem(const st_json *j, int obj, auth_key *k, const char **why)
+ec_pem(const st_json *j, int obj, st_auth_key *k, const char **why)
 {
 	unsigned char pt[65];
 	size_t xl, yl;
@@ -301,7 +303,7 @@ done:
 }
 
 static st_err
-oct_secret(const st_json *j, int obj, auth_key *k, const char **why)
+oct_secret(const st_json *j, int obj, st_auth_key *k, const char **why)
 {
 	size_t slen, n;
 	const char *s = st_json_str(j, st_json_get(j, obj, "k"), &slen);
@@ -315,7 +317,7 @@ oct_secret(const st_json *j, int obj, auth_key *k, const char **why)
 		*why = "oct k must be base64url";
 		return ST_EINVAL;
 	}
-	if (n < AUTH_HS_MIN_BYTES) {
+	if (n < ST_AUTH_HS_MIN_BYTES) {
 		*why = "oct k shorter than 32 bytes (RFC 7518 3.2 asks 256 bits for HS256)";
 		return ST_EINVAL;
 	}
@@ -324,7 +326,7 @@ oct_secret(const st_json *j, int obj, auth_key *k, const char **why)
 }
 
 static void
-key_fini(auth_key *k)
+key_fini(st_auth_key *k)
 {
 	free(k->kid);
 	if (k->material) {
@@ -335,7 +337,7 @@ key_fini(auth_key *k)
 }
 
 static void
-keys_free(auth_keys *ks)
+keys_free(st_auth_keys *ks)
 {
 	if (ks == NULL)
 		return;
@@ -349,7 +351,7 @@ keys_free(auth_keys *ks)
 static const char *const private_members[] = { "d", "p", "q", "dp", "dq", "qi", "oth" };
 
 static st_err
-key_parse(const st_json *j, int obj, auth_key *k, const char **why)
+key_parse(const st_json *j, int obj, st_auth_key *k, const char **why)
 {
 	size_t kid_len;
 	const char *kty = st_json_str(j, st_json_get(j, obj, "kty"), NULL);
@@ -360,7 +362,7 @@ key_parse(const st_json *j, int obj, auth_key *k, const char **why)
 
 	if (st_json_type(j, obj) != ST_JSON_OBJECT)
 		return *why = "a key must be an object", ST_EINVAL;
-	if (kid == NULL || kid_len == 0 || kid_len > AUTH_KID_MAX || strlen(kid) != kid_len)
+	if (kid == NULL || kid_len == 0 || kid_len > ST_AUTH_KID_MAX || strlen(kid) != kid_len)
 		return *why = "kid must be a string of 1..256 bytes", ST_EINVAL;
 	if (kty == NULL)
 		return *why = "kty is required", ST_EINVAL;
@@ -388,7 +390,7 @@ key_parse(const st_json *j, int obj, auth_key *k, const char **why)
 						  : "an EC key's alg must be ES256",
 		       ST_EINVAL;
 	k->kid = st_xstrndup(kid, kid_len);
-	k->alg = (enum auth_alg)want;
+	k->alg = (enum st_auth_alg)want;
 	switch (want) {
 	case ALG_HS256: return oct_secret(j, obj, k, why);
 	case ALG_RS256: return rsa_pem(j, obj, k, why);
@@ -409,21 +411,21 @@ kid_text(const char *kid, char *buf, size_t cap)
 }
 
 st_err
-auth_keys_parse(const char *text, size_t len, auth_keys **out, char *why, size_t cap)
+st_auth_keys_parse(const char *text, size_t len, st_auth_keys **out, char *why, size_t cap)
 {
 	char kid_buf[65];
 	st_json *j = NULL;
-	auth_keys *ks = NULL;
+	st_auth_keys *ks = NULL;
 	const char *reason = NULL;
 	size_t n, bad = 0;
 	int arr;
 
 	*out = NULL;
-	if (len > AUTH_KEYS_MAX_BYTES) {
+	if (len > ST_AUTH_KEYS_MAX_BYTES) {
 		reason = "larger than 1 MiB";
 		goto fail;
 	}
-	if (st_json_parse(text, len, AUTH_KEYS_NODES, &j) != ST_OK) {
+	if (st_json_parse(text, len, ST_AUTH_KEYS_NODES, &j) != ST_OK) {
 		reason = "not a JSON document (or more than 4096 values)";
 		goto fail;
 	}
@@ -433,7 +435,7 @@ auth_keys_parse(const char *text, size_t len, auth_keys **out, char *why, size_t
 		goto fail;
 	}
 	n = st_json_count(j, arr);
-	if (n == 0 || n > AUTH_KEYS_MAX) {
+	if (n == 0 || n > ST_AUTH_KEYS_MAX) {
 		reason = "\"keys\" must hold 1..64 keys";
 		goto fail;
 	}
@@ -472,7 +474,7 @@ fail:
 }
 
 st_err
-auth_keys_load(const char *path, auth_keys **out, char *why, size_t cap)
+st_auth_keys_load(const char *path, st_auth_keys **out, char *why, size_t cap)
 {
 	struct stat stbuf;
 	char *buf = NULL;
@@ -485,7 +487,7 @@ auth_keys_load(const char *path, auth_keys **out, char *why, size_t cap)
 		snprintf(why, cap, "cannot read: %s", strerror(errno));
 		goto done;
 	}
-	if (!S_ISREG(stbuf.st_mode) || stbuf.st_size > AUTH_KEYS_MAX_BYTES) {
+	if (!S_ISREG(stbuf.st_mode) || stbuf.st_size > ST_AUTH_KEYS_MAX_BYTES) {
 		snprintf(why, cap, "not a regular file of at most 1 MiB");
 		goto done;
 	}
@@ -501,7 +503,7 @@ auth_keys_load(const char *path, auth_keys **out, char *why, size_t cap)
 		}
 		got += (size_t)r;
 	}
-	rv = auth_keys_parse(buf, got, out, why, cap);
+	rv = st_auth_keys_parse(buf, got, out, why, cap);
 done:
 	if (fd != -1)
 		close(fd);
@@ -509,22 +511,22 @@ done:
 	return rv;
 }
 
-auth_keys *
-auth_keys_ref(auth_keys *ks)
+st_auth_keys *
+st_auth_keys_ref(st_auth_keys *ks)
 {
 	atomic_fetch_add_explicit(&ks->refs, 1, memory_order_relaxed);
 	return ks;
 }
 
 void
-auth_keys_unref(auth_keys *ks)
+st_auth_keys_unref(st_auth_keys *ks)
 {
 	if (ks != NULL && atomic_fetch_sub_explicit(&ks->refs, 1, memory_order_acq_rel) == 1)
 		keys_free(ks);
 }
 
 size_t
-auth_keys_count(const auth_keys *ks)
+st_auth_keys_count(const st_auth_keys *ks)
 {
 	return ks ? ks->n : 0;
 }
@@ -532,7 +534,7 @@ auth_keys_count(const auth_keys *ks)
 /* ---- claims ------------------------------------------------------------ */
 
 void
-auth_grant_free(auth_grant *g)
+st_auth_grant_free(st_auth_grant *g)
 {
 	if (g == NULL)
 		return;
@@ -544,13 +546,13 @@ auth_grant_free(auth_grant *g)
 }
 
 uint64_t
-auth_grant_exp_ms(const auth_grant *g)
+st_auth_grant_exp_ms(const st_auth_grant *g)
 {
 	return g->exp_ms;
 }
 
 bool
-auth_grant_covers(const auth_grant *g, const char *topic, size_t len)
+st_auth_grant_covers(const st_auth_grant *g, const char *topic, size_t len)
 {
 	if (g->all)
 		return true;
@@ -570,12 +572,12 @@ auth_grant_covers(const auth_grant *g, const char *topic, size_t len)
 }
 
 /* Seconds in 31 million years: bounds a NumericDate so that ms and the leeway never overflow. */
-#define AUTH_DATE_MAX 1000000000000000ull
+#define ST_AUTH_DATE_MAX 1000000000000000ull
 
 /*
  * A NumericDate (RFC 7519 2): seconds since the epoch, a JSON number.
  * Fractions are truncated; negative numbers and exponents are refused, and
- * so is anything past AUTH_DATE_MAX.
+ * so is anything past ST_AUTH_DATE_MAX.
  */
 static st_err
 numeric_date(const st_json *j, int node, uint64_t *secs)
@@ -591,7 +593,7 @@ numeric_date(const st_json *j, int node, uint64_t *secs)
 		return ST_EINVAL;
 	for (; i < len && p[i] >= '0' && p[i] <= '9'; i++) {
 		v = v * 10 + (uint64_t)(p[i] - '0');
-		if (v > AUTH_DATE_MAX)
+		if (v > ST_AUTH_DATE_MAX)
 			return ST_ERANGE;
 	}
 	if (i < len && p[i] == '.')
@@ -618,43 +620,43 @@ aud_holds(const st_json *j, int node, const char *aud)
 	return false;
 }
 
-static enum auth_result
-claims_read(const st_json *j, uint64_t now_ms, const auth_policy *pol, auth_grant **out, const char **why)
+static enum st_auth_result
+claims_read(const st_json *j, uint64_t now_ms, const st_auth_policy *pol, st_auth_grant **out, const char **why)
 {
 	const char *claim = pol->topics_claim && *pol->topics_claim ? pol->topics_claim : "topics";
 	uint64_t exp, t, leeway_ms = (uint64_t)pol->leeway_s * 1000;
-	auth_grant *g;
+	st_auth_grant *g;
 	int node;
 
 	if (st_json_type(j, 0) != ST_JSON_OBJECT)
-		return *why = "claims are not an object", AUTH_INVALID;
+		return *why = "claims are not an object", ST_AUTH_INVALID;
 	if (numeric_date(j, st_json_get(j, 0, "exp"), &exp) != ST_OK)
-		return *why = "exp missing or not a NumericDate", AUTH_INVALID;
+		return *why = "exp missing or not a NumericDate", ST_AUTH_INVALID;
 	if (now_ms >= exp * 1000 + leeway_ms)
-		return *why = "expired", AUTH_EXPIRED;
+		return *why = "expired", ST_AUTH_EXPIRED;
 	if ((node = st_json_get(j, 0, "nbf")) != -1) {
 		if (numeric_date(j, node, &t) != ST_OK)
-			return *why = "nbf not a NumericDate", AUTH_INVALID;
+			return *why = "nbf not a NumericDate", ST_AUTH_INVALID;
 		if (t * 1000 > now_ms + leeway_ms)
-			return *why = "not yet valid (nbf)", AUTH_INVALID;
+			return *why = "not yet valid (nbf)", ST_AUTH_INVALID;
 	}
 	if ((node = st_json_get(j, 0, "iat")) != -1) {
 		if (numeric_date(j, node, &t) != ST_OK)
-			return *why = "iat not a NumericDate", AUTH_INVALID;
+			return *why = "iat not a NumericDate", ST_AUTH_INVALID;
 		if (t * 1000 > now_ms + leeway_ms)
-			return *why = "issued in the future (iat)", AUTH_INVALID;
+			return *why = "issued in the future (iat)", ST_AUTH_INVALID;
 	}
 	if (pol->audience && *pol->audience && !aud_holds(j, st_json_get(j, 0, "aud"), pol->audience))
-		return *why = "aud does not name this service", AUTH_INVALID;
+		return *why = "aud does not name this service", ST_AUTH_INVALID;
 	if (pol->issuer && *pol->issuer) {
 		const char *iss = st_json_str(j, st_json_get(j, 0, "iss"), NULL);
 
 		if (iss == NULL || strcmp(iss, pol->issuer) != 0)
-			return *why = "iss is not the configured issuer", AUTH_INVALID;
+			return *why = "iss is not the configured issuer", ST_AUTH_INVALID;
 	}
 	node = st_json_get(j, 0, claim);
-	if (node != -1 && (st_json_type(j, node) != ST_JSON_ARRAY || st_json_count(j, node) > AUTH_PATTERNS_MAX))
-		return *why = "topics claim is not an array of at most 256 strings", AUTH_INVALID;
+	if (node != -1 && (st_json_type(j, node) != ST_JSON_ARRAY || st_json_count(j, node) > ST_AUTH_PATTERNS_MAX))
+		return *why = "topics claim is not an array of at most 256 strings", ST_AUTH_INVALID;
 	g = st_xcalloc(1, sizeof(*g));
 	g->exp_ms = exp * 1000;
 	if (node != -1 && st_json_count(j, node) > 0) {
@@ -667,8 +669,8 @@ claims_read(const st_json *j, uint64_t now_ms, const auth_policy *pol, auth_gran
 			const char *s = st_json_str(j, st_json_at(j, node, i), &len);
 
 			if (s == NULL) {
-				auth_grant_free(g);
-				return *why = "topics claim holds a non-string", AUTH_INVALID;
+				st_auth_grant_free(g);
+				return *why = "topics claim holds a non-string", ST_AUTH_INVALID;
 			}
 			if (len == 1 && s[0] == '*')
 				g->all = true;
@@ -678,13 +680,13 @@ claims_read(const st_json *j, uint64_t now_ms, const auth_policy *pol, auth_gran
 	}
 	/* A token without the claim is valid and covers nothing: 403, not 401. */
 	*out = g;
-	return AUTH_OK;
+	return ST_AUTH_OK;
 }
 
 /* ---- verification ------------------------------------------------------ */
 
-static const auth_key *
-key_find(const auth_keys *ks, const char *kid)
+static const st_auth_key *
+key_find(const st_auth_keys *ks, const char *kid)
 {
 	for (size_t i = 0; i < ks->n; i++)
 		if (strcmp(ks->keys[i].kid, kid) == 0)
@@ -692,36 +694,36 @@ key_find(const auth_keys *ks, const char *kid)
 	return NULL;
 }
 
-enum auth_result
-auth_verify(const auth_keys *ks, const char *token, size_t len, uint64_t now_ms, const auth_policy *pol,
-	    auth_grant **out, const char **why)
+enum st_auth_result
+st_auth_verify(const st_auth_keys *ks, const char *token, size_t len, uint64_t now_ms, const st_auth_policy *pol,
+	    st_auth_grant **out, const char **why)
 {
 	const char *dummy, *dot1, *dot2, *kid, *alg;
-	unsigned char hdr[AUTH_HEADER_B64_MAX];
+	unsigned char hdr[ST_AUTH_HEADER_B64_MAX];
 	unsigned char *payload = NULL;
 	size_t hlen, plen;
 	st_json *hj = NULL, *pj = NULL;
-	const auth_key *key;
+	const st_auth_key *key;
 	char *copy = NULL;
 	jwt_t *jwt = NULL;
-	enum auth_result r = AUTH_INVALID;
+	enum st_auth_result r = ST_AUTH_INVALID;
 
 	if (why == NULL)
 		why = &dummy;
 	*out = NULL;
 	*why = "malformed token";
-	if (len == 0 || len > AUTH_TOKEN_MAX) {
+	if (len == 0 || len > ST_AUTH_TOKEN_MAX) {
 		*why = len ? "token longer than 8 KiB" : "empty token";
-		return AUTH_INVALID;
+		return ST_AUTH_INVALID;
 	}
 	/* Three segments of base64url: header.payload.signature. */
 	if ((dot1 = memchr(token, '.', len)) == NULL ||
 	    (dot2 = memchr(dot1 + 1, '.', len - (size_t)(dot1 + 1 - token))) == NULL ||
 	    memchr(dot2 + 1, '.', len - (size_t)(dot2 + 1 - token)) != NULL)
-		return AUTH_INVALID;
-	if ((size_t)(dot1 - token) > AUTH_HEADER_B64_MAX ||
+		return ST_AUTH_INVALID;
+	if ((size_t)(dot1 - token) > ST_AUTH_HEADER_B64_MAX ||
 	    b64url_decode(token, (size_t)(dot1 - token), hdr, sizeof(hdr), &hlen) != ST_OK ||
-	    st_json_parse((const char *)hdr, hlen, AUTH_HEADER_NODES, &hj) != ST_OK ||
+	    st_json_parse((const char *)hdr, hlen, ST_AUTH_HEADER_NODES, &hj) != ST_OK ||
 	    st_json_type(hj, 0) != ST_JSON_OBJECT) {
 		*why = "malformed header";
 		goto done;
@@ -758,7 +760,7 @@ auth_verify(const auth_keys *ks, const char *token, size_t len, uint64_t now_ms,
 	plen = (size_t)(dot2 - dot1 - 1);
 	payload = st_xmalloc(plen + 1);
 	if (b64url_decode(dot1 + 1, plen, payload, plen + 1, &plen) != ST_OK ||
-	    st_json_parse((const char *)payload, plen, AUTH_PAYLOAD_NODES, &pj) != ST_OK) {
+	    st_json_parse((const char *)payload, plen, ST_AUTH_PAYLOAD_NODES, &pj) != ST_OK) {
 		*why = "malformed claims";
 		goto done;
 	}
@@ -790,8 +792,8 @@ is_space(char c)
 	return c == ' ' || c == '\t';
 }
 
-enum auth_source
-auth_token_extract(const char *authorization, const char *cookie, const char *cookie_name, const char *query_token,
+enum st_auth_source
+st_auth_token_extract(const char *authorization, const char *cookie, const char *cookie_name, const char *query_token,
 		   bool allow_query, const char **tok, size_t *len)
 {
 	*tok = NULL;
@@ -813,7 +815,7 @@ auth_token_extract(const char *authorization, const char *cookie, const char *co
 				n--;
 			*tok = p;
 			*len = n;
-			return AUTH_SRC_HEADER;
+			return ST_AUTH_SRC_HEADER;
 		}
 	}
 	if (cookie != NULL) {
@@ -853,15 +855,15 @@ auth_token_extract(const char *authorization, const char *cookie, const char *co
 			}
 			*tok = start;
 			*len = (size_t)(end - start);
-			return AUTH_SRC_COOKIE;
+			return ST_AUTH_SRC_COOKIE;
 		}
 	}
 	if (allow_query && query_token != NULL) {
 		*tok = query_token;
 		*len = strlen(query_token);
-		return AUTH_SRC_QUERY;
+		return ST_AUTH_SRC_QUERY;
 	}
-	return AUTH_SRC_NONE;
+	return ST_AUTH_SRC_NONE;
 }
 
 /* ---- the store ----------------------------------------------------------- */
@@ -872,10 +874,10 @@ dup_or_null(const char *s)
 	return s && *s ? st_xstrdup(s) : NULL;
 }
 
-auth_store *
-auth_store_new(auth_keys *ks, const auth_config *cfg)
+st_auth_store *
+st_auth_store_new(st_auth_keys *ks, const st_auth_config *cfg)
 {
-	auth_store *st = st_xcalloc(1, sizeof(*st));
+	st_auth_store *st = st_xcalloc(1, sizeof(*st));
 
 	pthread_mutex_init(&st->mu, NULL);
 	st->cur = ks;
@@ -890,11 +892,11 @@ auth_store_new(auth_keys *ks, const auth_config *cfg)
 }
 
 void
-auth_store_free(auth_store *st)
+st_auth_store_free(st_auth_store *st)
 {
 	if (st == NULL)
 		return;
-	auth_keys_unref(st->cur);
+	st_auth_keys_unref(st->cur);
 	free((char *)st->policy.audience);
 	free((char *)st->policy.issuer);
 	free((char *)st->policy.topics_claim);
@@ -904,79 +906,93 @@ auth_store_free(auth_store *st)
 }
 
 void
-auth_store_swap(auth_store *st, auth_keys *ks)
+st_auth_store_swap(st_auth_store *st, st_auth_keys *ks)
 {
-	auth_keys *old;
+	st_auth_keys *old;
 
 	pthread_mutex_lock(&st->mu);
 	old = st->cur;
 	st->cur = ks;
 	pthread_mutex_unlock(&st->mu);
 	/* A check holding the old set keeps it alive until it is done. */
-	auth_keys_unref(old);
+	st_auth_keys_unref(old);
 }
 
-static auth_keys *
-store_current(auth_store *st)
+static st_auth_keys *
+store_current(st_auth_store *st)
 {
-	auth_keys *ks;
+	st_auth_keys *ks;
 
 	pthread_mutex_lock(&st->mu);
-	ks = auth_keys_ref(st->cur);
+	ks = st_auth_keys_ref(st->cur);
 	pthread_mutex_unlock(&st->mu);
 	return ks;
 }
 
 size_t
-auth_store_key_count(auth_store *st)
+st_auth_store_key_count(st_auth_store *st)
 {
-	auth_keys *ks = store_current(st);
-	size_t n = auth_keys_count(ks);
+	st_auth_keys *ks = store_current(st);
+	size_t n = st_auth_keys_count(ks);
 
-	auth_keys_unref(ks);
+	st_auth_keys_unref(ks);
 	return n;
 }
 
 bool
-auth_store_query_token(const auth_store *st)
+st_auth_store_query_token(const st_auth_store *st)
 {
 	return st->query_token;
 }
 
 uint64_t
-auth_store_now_ms(const auth_store *st)
+st_auth_store_now_ms(const st_auth_store *st)
 {
 	return st_clock_now(st->wall);
 }
 
-enum auth_result
-auth_store_check(auth_store *st, const char *authorization, const char *cookie, const char *query_token,
+enum st_auth_result
+st_auth_store_verify(st_auth_store *st, const char *token, size_t len, st_auth_grant **out, const char **why)
+{
+	st_auth_keys *ks;
+	enum st_auth_result r;
+
+	*out = NULL;
+	if (token == NULL) {
+		*why = "no token";
+		return ST_AUTH_MISSING;
+	}
+	ks = store_current(st);
+	r = st_auth_verify(ks, token, len, st_clock_now(st->wall), &st->policy, out, why);
+	st_auth_keys_unref(ks);
+	return r;
+}
+
+
+enum st_auth_result
+st_auth_store_check(st_auth_store *st, const char *authorization, const char *cookie, const char *query_token,
 		 const char *const *topics, const size_t *lens, size_t n, uint64_t *exp_ms, const char **why)
 {
 	const char *tok;
 	size_t len;
-	auth_grant *g = NULL;
-	auth_keys *ks;
-	enum auth_result r;
+	st_auth_grant *g = NULL;
+	enum st_auth_result r;
 
-	if (auth_token_extract(authorization, cookie, st->cookie, query_token, st->query_token, &tok, &len) ==
-	    AUTH_SRC_NONE) {
+	if (st_auth_token_extract(authorization, cookie, st->cookie, query_token, st->query_token, &tok, &len) ==
+	    ST_AUTH_SRC_NONE) {
 		*why = "no token";
-		return AUTH_MISSING;
+		return ST_AUTH_MISSING;
 	}
-	ks = store_current(st);
-	r = auth_verify(ks, tok, len, st_clock_now(st->wall), &st->policy, &g, why);
-	auth_keys_unref(ks);
-	if (r != AUTH_OK)
+	if ((r = st_auth_store_verify(st, tok, len, &g, why)) != ST_AUTH_OK)
 		return r;
 	for (size_t i = 0; i < n; i++) {
-		if (!auth_grant_covers(g, topics[i], lens[i])) {
+		if (!st_auth_grant_covers(g, topics[i], lens[i])) {
 			*why = "a topic is not covered by the token";
-			auth_grant_free(g);
-			return AUTH_FORBIDDEN;
+			st_auth_grant_free(g);
+			return ST_AUTH_FORBIDDEN;
 		}
 	}
-	*exp_ms = auth_grant_exp_ms(g);
-	auth_grant_free(g);
-	return AUTH_OK;
+	*exp_ms = st_auth_grant_exp_ms(g);
+	st_auth_grant_free(g);
+	return ST_AUTH_OK;
 }
