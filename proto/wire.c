@@ -849,16 +849,40 @@ proto_request_encode(st_buf *out, const proto_event *ev, size_t n, bool as_batch
 		pack_event(&pk, &ev[i]);
 }
 
+size_t
+proto_request_wrap_head(unsigned char *out, size_t cap, proto_str token)
+{
+	size_t n = 0;
+
+	ST_ASSERT(token.len >= 1 && token.len <= PROTO_MAX_TOKEN && cap >= PROTO_WRAP_HEAD_MAX);
+	out[n++] = 0x82; /* fixmap of 2 */
+	out[n++] = 0xa5; /* fixstr "token" */
+	memcpy(out + n, "token", 5);
+	n += 5;
+	if (token.len < 32) {
+		out[n++] = (unsigned char)(0xa0 | token.len);
+	} else if (token.len < 256) {
+		out[n++] = 0xd9;
+		out[n++] = (unsigned char)token.len;
+	} else {
+		out[n++] = 0xda;
+		out[n++] = (unsigned char)(token.len >> 8);
+		out[n++] = (unsigned char)token.len;
+	}
+	memcpy(out + n, token.p, token.len);
+	n += token.len;
+	out[n++] = 0xa6; /* fixstr "events" */
+	memcpy(out + n, "events", 6);
+	n += 6;
+	return n;
+}
+
 void
 proto_request_wrap(st_buf *out, proto_str token, const void *batch, size_t len)
 {
-	msgpack_packer pk;
+	unsigned char head[PROTO_WRAP_HEAD_MAX];
 
-	msgpack_packer_init(&pk, out, buf_write);
-	msgpack_pack_map(&pk, 2);
-	pack_cstr(&pk, "token");
-	pack_pstr(&pk, token);
-	pack_cstr(&pk, "events");
+	st_buf_append(out, head, proto_request_wrap_head(head, sizeof(head), token));
 	st_buf_append(out, batch, len);
 }
 

@@ -113,9 +113,13 @@ void proto_request_encode(st_buf *out, const proto_event *ev, size_t n, bool as_
  * Writes the request map {"token": token, "events": <batch>} where
  * batch[0..len) is an array already encoded by proto_request_encode
  * (as_batch): a producer encodes a batch once and wraps it with the token
- * current at each send (tokens rotate).
+ * current at each send (tokens rotate).  token: 1..PROTO_MAX_TOKEN bytes
+ * (asserted: the caller checks).
  */
 void proto_request_wrap(st_buf *out, proto_str token, const void *batch, size_t len);
+/* The bytes before the batch, into out (cap >= PROTO_WRAP_HEAD_MAX); returns their count.  No allocation. */
+#define PROTO_WRAP_HEAD_MAX (1u + 6u + 3u + PROTO_MAX_TOKEN + 7u)
+size_t proto_request_wrap_head(unsigned char *out, size_t cap, proto_str token);
 
 /* ---- ingest reply ---- */
 
