@@ -656,7 +656,7 @@ class SilentListener:
         """Connections so far, including any still in the backlog: two more
         accept rounds drain what the kernel queued before this call."""
         r = self.rounds
-        h.wait_until(lambda: self.rounds >= r + 2, 10, "the tripwire's accept loop")
+        wait_until(lambda: self.rounds >= r + 2, 10, "the tripwire's accept loop")
         return self.accepted
 
     def close(self):
