@@ -221,11 +221,6 @@ resend_locked(ingest *in, const reqcache_key *k, const unsigned char *hdr, size_
 }
 
 /*
- * Decides about the request m (owned; consumed).  Returns the reply the
- * receiver must send itself, or NULL: nothing to send (a pending resend, or
- * the request went to the loop).
- */
-/*
  * --ingest-keys: the request map's token, verified on this receiver's nng
  * thread against the store's current keys (reference counted, so a reload
  * never frees keys under a check).  Read without decoding the events, so an
@@ -268,6 +263,11 @@ grant_uncovered(const st_auth_grant *g, const proto_request *req)
 	return n;
 }
 
+/*
+ * Decides about the request m (owned; consumed).  Returns the reply the
+ * receiver must send itself, or NULL: nothing to send (a pending resend, or
+ * the request went to the loop).
+ */
 static nng_msg *
 receive(ingest *in, nng_msg *m)
 {
