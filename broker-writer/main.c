@@ -855,15 +855,15 @@ on_control(const char *cmd, const st_json *req, st_buf *out, void *arg)
 #define INGEST_KEYS_LEEWAY_S 30u
 
 /*
- * True when url is plain TCP (tcp://, tcp4://, tcp6://: no TLS) on an
- * address other than loopback: anyone on the network who reaches it is
+ * True when url is plain TCP (tcp://, tcp4://, tcp6://, ws://: no TLS) on
+ * an address other than loopback: anyone on the network who reaches it is
  * served.  127.0.0.0/8, ::1 and localhost are loopback; a wildcard
  * (0.0.0.0, ::, *, empty) or any other name is not.
  */
 static bool
 url_open_tcp(const char *url)
 {
-	static const char *const schemes[] = { "tcp://", "tcp4://", "tcp6://" };
+	static const char *const schemes[] = { "tcp://", "tcp4://", "tcp6://", "ws://" };
 	const char *host = NULL, *end;
 	size_t n;
 
@@ -872,13 +872,15 @@ url_open_tcp(const char *url)
 			host = url + strlen(schemes[i]);
 	if (host == NULL)
 		return false;
+	n = strcspn(host, "/"); /* the authority: ws:// has a path */
 	if (host[0] == '[') {
 		host++;
-		end = strchr(host, ']');
+		end = memchr(host, ']', n - 1);
 	} else {
-		end = strrchr(host, ':');
+		end = n > 0 ? memrchr(host, ':', n) : NULL;
 	}
-	n = end != NULL ? (size_t)(end - host) : strlen(host);
+	if (end != NULL)
+		n = (size_t)(end - host);
 	if ((n == 3 && memcmp(host, "::1", 3) == 0) || (n == 9 && memcmp(host, "localhost", 9) == 0) ||
 	    (n >= 4 && memcmp(host, "127.", 4) == 0))
 		return false;
@@ -893,7 +895,7 @@ open_warning(const char *ingest_url, const char *publish_url)
 
 	if (!in && !pub)
 		return;
-	st_warn("no producer credentials (--ingest-keys) and plain tcp:// on a non-loopback address:%s%s%s%s%s%s%s; "
+	st_warn("no producer credentials (--ingest-keys) and plain tcp:// or ws:// on a non-loopback address:%s%s%s%s%s%s%s; "
 	        "set --ingest-keys, use tls+tcp:// (mutual TLS) or listen on loopback (docs/security.md)",
 	        in ? " anyone who reaches --ingest " : "", in ? ingest_url : "", in ? " can publish to any topic" : "",
 	        in && pub ? ", and" : "", pub ? " anyone who reaches --publish " : "", pub ? publish_url : "",

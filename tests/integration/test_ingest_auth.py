@@ -17,8 +17,8 @@ sent with nngreq (raw msgpack), studioctl and the producer library.
 - reload_sighup_and_control: SIGHUP swaps in a key file of other keys (old
   tokens refused, new ones stored); a broken file keeps the keys; the
   control command reload swaps back.
-- startup_warning: plain tcp:// on 0.0.0.0 without keys logs one warning
-  naming the risk of each socket; loopback, or keys, log none.
+- startup_warning: plain tcp:// (or ws://) on 0.0.0.0 without keys logs one
+  warning naming the risk of each socket; loopback, or keys, log none.
 - studioctl_token: --token and STUDIO_TOKEN publish; without one studioctl
   exits 1 saying unauthorized.
 - producer_lib_tokens: the library with a static token, then with a token
@@ -212,6 +212,9 @@ def startup_warning():
         check_eq(len(lines), 1, "one warning for an open publish socket: %r" % lines)
         check(lines and risk_pub in lines[0] and open_pub.publish in lines[0] and risk_in not in lines[0],
               "the warning names the publish socket's risk: %r" % lines)
+        open_ws = env.start_writer(ingest="ws://0.0.0.0:%d/ingest" % host_port()).wait_ready()
+        lines = [ln for ln in open_ws.logs(400).splitlines() if "--ingest-keys" in ln and risk_in in ln]
+        check_eq(len(lines), 1, "one warning for an open ws:// ingest: %r" % lines)
         for name, p in (("loopback", loop), ("with keys", keyed)):
             logs = p.logs(400)
             check(risk_in not in logs and risk_pub not in logs, "%s: no warning: %r" % (name, logs[-600:]))
