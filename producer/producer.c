@@ -140,6 +140,7 @@ struct op {
 	st_buf req;                /* the encoded request (the bare batch), owned */
 	unsigned char head[PROTO_WRAP_HEAD_MAX]; /* the request map's head with this try's token */
 	size_t head_len;           /* 0: no token configured */
+	bool auth_retried;         /* an unauthorized answer was retried with the function's next token */
 	size_t n;
 	uint64_t *seqs;            /* n, owned */
 	studio_publish_fn cb;
@@ -781,6 +782,13 @@ op_on_reply(op *o, nng_msg *m)
 		return;
 	}
 	say(o->detail, sizeof(o->detail), "%s: %s (from %s)", rep.error, rep.detail, url);
+	if (strcmp(rep.error, "unauthorized") == 0 && o->p->o.token_fn != NULL && !o->auth_retried) {
+		/* nothing stored; the token may have expired in flight: ask the function again, once, at once */
+		proto_reply_fini(&rep);
+		o->auth_retried = true;
+		op_retry(o, false, false);
+		return;
+	}
 	if (strcmp(rep.error, "invalid") == 0 || strcmp(rep.error, "unauthorized") == 0 ||
 	    strcmp(rep.error, "forbidden") == 0) {
 		proto_reply_fini(&rep);

@@ -120,7 +120,9 @@ STUDIO_API void studio_options_free(studio_options *o);
  * (a retry asks again), writes the token into buf[0..cap) and returns its
  * length (1..cap-1), or 0 or less when it has none (the request then ends
  * STUDIO_USAGE, or STUDIO_TIMEOUT when an earlier try may be stored).  It
- * wins over the option "token".  Called on the caller's thread or on the
+ * wins over the option "token".  A request answered `unauthorized` is sent
+ * again once, at once, with the function's next token (it may have expired
+ * in flight).  Called on the caller's thread or on the
  * library's nng threads, possibly at once from several: it must be
  * thread-safe and quick (return a cached token; refresh it elsewhere).
  * NULL fn removes it.

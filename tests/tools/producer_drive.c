@@ -30,9 +30,10 @@
  * "a STATUS", "b STATUS", "a2 STATUS": a TLS identity is its producer's.
  * --tokens publishes one event with the option token TOKEN ("static
  * STATUS SEQ DETAIL"), then, with a token function that reads TOKEN_FILE
- * at every call, one event ("fn1 ..."), waits for a line on stdin (the
- * test rotates the file and the writer's keys), one more ("fn2 ..."), and
- * prints "calls N" (how often the function was asked).
+ * at every call (one token a line: call K returns line K, the last line
+ * once there are no more), one event ("fn1 ..."), waits for a line on
+ * stdin (the test rotates the file and the writer's keys), one more ("fn2
+ * ..."), and prints "calls N" (how often the function was asked).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -140,12 +141,14 @@ static int
 token_from_file(void *arg, char *buf, size_t cap)
 {
 	FILE *f = fopen(arg, "r");
-	size_t n;
+	long k = __atomic_fetch_add(&token_calls, 1, __ATOMIC_SEQ_CST);
+	size_t n = 0;
 
-	__atomic_add_fetch(&token_calls, 1, __ATOMIC_SEQ_CST);
 	if (f == NULL)
 		return 0;
-	n = fread(buf, 1, cap - 1, f);
+	/* line k, or the last one */
+	for (long i = 0; i <= k && fgets(buf, (int)cap, f) != NULL; i++)
+		n = strlen(buf);
 	fclose(f);
 	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
 		n--;
