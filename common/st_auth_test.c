@@ -611,6 +611,40 @@ t_store_check_and_swap(void)
 	st_auth_store_free(st);
 }
 
+/* The writer's path: a raw token (no header), the claim "publish", coverage by the caller. */
+static void
+t_store_verify_publish(void)
+{
+	st_clock_fake wall;
+	st_auth_config cfg = { .policy = { .leeway_s = 30, .topics_claim = "publish" }, .wall = &wall.clock };
+	st_auth_store *st;
+	char *tok = sign("HS256", "hs1", "{\"exp\":1900000600,\"publish\":[\"orders/*\"],\"topics\":[\"*\"]}");
+	char *sub = sign("HS256", "hs1", GOOD_CLAIMS); /* a subscriber's token: topics, no publish */
+	st_auth_grant *g = NULL;
+	const char *why = NULL;
+
+	st_clock_fake_init(&wall, NOW_S * 1000);
+	st = st_auth_store_new(load_jwks(), &cfg);
+	ST_CHECK(st_auth_store_verify(st, NULL, 0, &g, &why) == ST_AUTH_MISSING && g == NULL);
+	ST_CHECK_STR(why, "no token");
+	ST_CHECK(st_auth_store_verify(st, tok, strlen(tok), &g, &why) == ST_AUTH_OK && g != NULL);
+	ST_CHECK(g && st_auth_grant_covers(g, "orders/1", 8));
+	ST_CHECK(g && !st_auth_grant_covers(g, "users/1", 7)); /* "topics" is not the writer's claim */
+	st_auth_grant_free(g);
+	g = NULL;
+	ST_CHECK(st_auth_store_verify(st, sub, strlen(sub), &g, &why) == ST_AUTH_OK);
+	ST_CHECK(g && !st_auth_grant_covers(g, "orders/1", 8)); /* no publish claim: grants nothing */
+	st_auth_grant_free(g);
+	g = NULL;
+	/* The token as it came: no NUL needed, a cut token is invalid. */
+	ST_CHECK(st_auth_store_verify(st, tok, strlen(tok) - 1, &g, &why) == ST_AUTH_INVALID && g == NULL);
+	wall.now = 1900000600000ull + 30000; /* exp + leeway */
+	ST_CHECK(st_auth_store_verify(st, tok, strlen(tok), &g, &why) == ST_AUTH_EXPIRED && g == NULL);
+	free(tok);
+	free(sub);
+	st_auth_store_free(st);
+}
+
 int
 main(void)
 {
@@ -624,6 +658,7 @@ main(void)
 	ST_RUN(t_topics_claim_renamed);
 	ST_RUN(t_covers_table);
 	ST_RUN(t_extract_table);
+	ST_RUN(t_store_verify_publish);
 	ST_RUN(t_store_check_and_swap);
 	EVP_PKEY_free(rsa_key);
 	EVP_PKEY_free(ec_key);
