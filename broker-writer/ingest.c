@@ -44,6 +44,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 
 #include "reqcache.h"
+#include "st_auth.h"
 #include "st_buf.h"
 #include "st_clock.h"
 #include "st_log.h"
@@ -96,6 +97,8 @@ struct ingest {
 	atomic_bool pipes_warned;
 	_Atomic(const char *) refuse; /* set by the loop: answer "unavailable" with this detail */
 	st_counter *refused, *refused_unavail; /* refusals answered by the receivers */
+	st_auth_store *auth;         /* NULL: no producer credentials checked; borrowed */
+	st_counter *unauthorized, *forbidden;
 };
 
 /* ---------------------------------------------------------------- budget */
@@ -218,6 +221,49 @@ resend_locked(ingest *in, const reqcache_key *k, const unsigned char *hdr, size_
 }
 
 /*
+ * --ingest-keys: the request map's token, verified on this receiver's nng
+ * thread against the store's current keys (reference counted, so a reload
+ * never frees keys under a check).  Read without decoding the events, so an
+ * unauthenticated request is refused before any memory is reserved for it.
+ * NULL and *grant (owned by the caller) when it passes; else the reply.
+ */
+static nng_msg *
+auth_check(ingest *in, nng_msg *m, const unsigned char *hdr, size_t hdr_len, st_auth_grant **grant)
+{
+	proto_str tok;
+	const char *why = "no token";
+	char detail[160];
+	enum st_auth_result r = ST_AUTH_MISSING;
+
+	*grant = NULL;
+	if (proto_request_token_peek(nng_msg_body(m), nng_msg_len(m), &tok))
+		r = st_auth_store_verify(in->auth, tok.p, tok.len, grant, &why);
+	if (r == ST_AUTH_OK)
+		return NULL;
+	count(in->unauthorized);
+	if (r == ST_AUTH_MISSING)
+		snprintf(detail, sizeof(detail), "%s", "a producer token is required: {\"token\": JWT, \"events\": [...]}");
+	else
+		snprintf(detail, sizeof(detail), "token %s: %s", st_auth_result_name(r), why);
+	return reply_err_msg(hdr, hdr_len, "unauthorized", detail);
+}
+
+/* The index of the first event whose topic the grant does not cover, or n. */
+static size_t
+grant_uncovered(const st_auth_grant *g, const proto_request *req)
+{
+	size_t n = proto_request_count(req);
+
+	for (size_t i = 0; i < n; i++) {
+		const proto_event *ev = proto_request_event(req, i);
+
+		if (!st_auth_grant_covers(g, ev->topic.p, ev->topic.len))
+			return i;
+	}
+	return n;
+}
+
+/*
  * Decides about the request m (owned; consumed).  Returns the reply the
  * receiver must send itself, or NULL: nothing to send (a pending resend, or
  * the request went to the loop).
@@ -235,6 +281,8 @@ receive(ingest *in, nng_msg *m)
 	uint64_t now;
 	bool maybe;
 	reqcache_state st;
+	st_auth_grant *grant = NULL;
+	size_t bad = 0;
 
 	if (hdr_len < 8 || hdr_len > HDR_MAX || hdr_len % 4 != 0) {
 		nng_msg_free(m); /* raw rep0 never gives this; nothing to answer to */
@@ -278,9 +326,14 @@ receive(ingest *in, nng_msg *m)
 		count(in->refused_unavail);
 		return reply_err_msg(hdr, hdr_len, "unavailable", why);
 	}
+	if (in->auth != NULL && (reply = auth_check(in, m, hdr, hdr_len, &grant)) != NULL) {
+		nng_msg_free(m);
+		return reply;
+	}
 	/* the budget, before anything is decoded */
 	need = proto_request_bytes_max(len) + INGEST_MSG_OVERHEAD;
 	if (!charge(in, need)) {
+		st_auth_grant_free(grant);
 		nng_msg_free(m);
 		count(in->refused);
 		return reply_err_msg(hdr, hdr_len, "busy", "the writer's in-flight memory is full; retry later");
@@ -298,6 +351,7 @@ receive(ingest *in, nng_msg *m)
 	}
 	pthread_mutex_unlock(&in->mu);
 	if (st != REQCACHE_NEW || w == NULL) {
+		st_auth_grant_free(grant);
 		release(in, need);
 		nng_msg_free(m);
 		if (st != REQCACHE_NEW)
@@ -308,18 +362,34 @@ receive(ingest *in, nng_msg *m)
 	w->charge = need;
 
 	detail[0] = '\0';
-	if (proto_request_decode(nng_msg_body(m), len, &w->req, detail, sizeof(detail)) != ST_OK) {
+	if (proto_request_decode(nng_msg_body(m), len, &w->req, detail, sizeof(detail)) != ST_OK ||
+	    (grant != NULL && (bad = grant_uncovered(grant, w->req)) < proto_request_count(w->req))) {
+		const char *code = "invalid";
+
+		if (w->req != NULL) {
+			/* decoded, but the token does not cover every topic: nothing of it is stored */
+			const proto_event *ev = proto_request_event(w->req, bad);
+
+			snprintf(detail, sizeof(detail), "event %zu: topic \"%.*s\" is not in the token's publish claim",
+			         bad, (int)ev->topic.len, ev->topic.p);
+			code = "forbidden";
+			count(in->forbidden);
+			proto_request_free(w->req);
+		} else {
+			count(in->invalid);
+		}
+		st_auth_grant_free(grant);
 		w->req = NULL;
 		nng_msg_free(m);
-		count(in->invalid);
 		pthread_mutex_lock(&in->mu);
 		reqcache_answer(in->cache, &w->key, w, NULL, 0, now);
-		reply = reply_err_msg(w->hdr, w->hdr_len, "invalid", detail[0] ? detail : "malformed request");
+		reply = reply_err_msg(w->hdr, w->hdr_len, code, detail[0] ? detail : "malformed request");
 		put_free(in, w);
 		pthread_mutex_unlock(&in->mu);
 		release(in, need);
 		return reply;
 	}
+	st_auth_grant_free(grant);
 	/* what the decoded request really holds; never more than reserved */
 	{
 		size_t held = proto_request_bytes(w->req) + INGEST_MSG_OVERHEAD;
@@ -447,8 +517,8 @@ pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 /* ---------------------------------------------------------------- life */
 
 st_err
-ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter *invalid, ingest_request_fn fn,
-           void *arg, ingest **out)
+ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter *invalid, const ingest_auth *auth,
+           ingest_request_fn fn, void *arg, ingest **out)
 {
 	ingest *in = st_xcalloc(1, sizeof(*in));
 	st_err err = ST_ESYS;
@@ -456,6 +526,12 @@ ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter 
 
 	ST_ASSERT(n_works >= 1);
 	in->invalid = invalid;
+	if (auth != NULL) {
+		/* set before the socket listens: no request is ever received unchecked */
+		in->auth = auth->store;
+		in->unauthorized = auth->unauthorized;
+		in->forbidden = auth->forbidden;
+	}
 	in->fn = fn;
 	in->arg = arg;
 	in->clock = st_clock_system();

@@ -12,10 +12,17 @@
  *      the coming reply (to the connection it came on) and is dropped; a
  *      resend of an answered one gets the stored reply again;
  *   3. refused `unavailable` while the loop refuses everything anyway;
+ *   3a. with --ingest-keys (ingest_new's auth): the request map's token,
+ *      peeked without decoding the events, is verified HERE, on the nng
+ *      thread (the key set is reference counted and swapped whole on
+ *      reload, so the loop never waits for crypto): `unauthorized` when
+ *      absent or not valid, before any memory is charged;
  *   4. charged against the in-flight byte budget BEFORE decoding
  *      (proto_request_bytes_max of its length, atomically): `busy` past it,
  *      and `busy` when every work slot is taken;
- *   5. decoded: `invalid` answered at once, else the charge shrinks to
+ *   5. decoded: `invalid` answered at once; with keys, an event whose
+ *      topic the token's `publish` claim does not cover makes the whole
+ *      request `forbidden` (nothing of it stored); else the charge shrinks to
  *      proto_request_bytes and the request goes to the loop through ONE
  *      st_mailbox, in a work slot that owns it until the loop answers.
  * The charge is released when the reply has been handed to nng.  Receivers
@@ -59,6 +66,7 @@
 #define INGEST_MSG_OVERHEAD 256u
 
 struct event_base;
+struct st_auth_store;
 typedef struct ingest ingest;
 typedef struct ingest_work ingest_work;
 
@@ -66,13 +74,24 @@ typedef struct ingest_work ingest_work;
 typedef void (*ingest_request_fn)(ingest_work *w, const proto_request *req, void *arg);
 
 /*
+ * Producer credentials (docs/security.md): every request must carry a token
+ * of store's keys covering each event's topic.  store is borrowed (freed
+ * after ingest_free); the counters may be NULL.
+ */
+typedef struct ingest_auth {
+	struct st_auth_store *store;
+	st_counter *unauthorized, *forbidden;
+} ingest_auth;
+
+/*
  * Listens on url with n_works work slots (>= 1: requests accepted and not yet
  * answered).  invalid is incremented (from nng threads) for every request
- * refused as invalid.  Loop thread, at start.  ST_EINVAL for a bad URL,
+ * refused as invalid.  auth: NULL, or producer credentials checked on
+ * every request from the first one on.  Loop thread, at start.  ST_EINVAL for a bad URL,
  * ST_ESYS when it cannot listen (logged).
  */
 st_err ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter *invalid,
-                  ingest_request_fn fn, void *arg, ingest **out);
+                  const ingest_auth *auth, ingest_request_fn fn, void *arg, ingest **out);
 
 /*
  * Loop thread.  Closes the socket, waits for the nng callbacks to finish

@@ -92,6 +92,7 @@
 #include "publish.h"
 #include "retention.h"
 #include "schema.h"
+#include "st_auth.h"
 #include "st_buf.h"
 #include "st_clock.h"
 #include "st_config.h"
@@ -173,6 +174,7 @@ enum {
 	W_TLS_CERT,
 	W_TLS_KEY,
 	W_TLS_CA,
+	W_INGEST_KEYS,
 	W_N
 };
 
@@ -198,6 +200,9 @@ static st_opt opts[W_N] = {
 	[W_TLS_CERT] = ST_OPT_TLS_CERT,
 	[W_TLS_KEY] = ST_OPT_TLS_KEY,
 	[W_TLS_CA] = ST_OPT_TLS_CA,
+	/* Producer credentials (docs/security.md): the edge's JWKS rules, claim "publish". */
+	[W_INGEST_KEYS] = { .name = "ingest-keys", .kind = ST_OPT_STR, .def = "",
+	  .help = "JWKS file of the producers' token keys; empty = no producer credentials (reload: SIGHUP, reload)" },
 };
 
 enum flush_state {
@@ -243,11 +248,13 @@ typedef struct writer {
 	enum writer_life life; /* see DESIGN */
 	int exit_code;
 	uint64_t commits, crash_after;
-	struct event *flush_timer, *retry_timer, *give_up_timer, *exit_timer, *sig_term, *sig_int;
+	struct event *flush_timer, *retry_timer, *give_up_timer, *exit_timer, *sig_term, *sig_int, *sig_hup;
+	st_auth_store *auth;       /* NULL: --ingest-keys not set; read by the ingest receivers */
+	const char *keys_path;
 	uint64_t *seqs;          /* PROTO_MAX_BATCH entries, for replies */
 	/* metrics */
 	st_metrics *m;
-	st_counter *committed, *rej_invalid, *rej_busy, *rej_unavail, *retained, *flush_failures;
+	st_counter *committed, *rej_invalid, *rej_busy, *rej_unavail, *rej_unauth, *rej_forbidden, *retained, *flush_failures;
 	st_histogram *flush_seconds;
 	st_gauge *pending;
 } writer;
@@ -773,6 +780,42 @@ put_stats(writer *w, st_buf *out)
 	              ingest_inflight_bytes(w->in));
 }
 
+/*
+ * Reloads --ingest-keys into a new key set and swaps it in; requests being
+ * checked on the receivers keep the set they took.  A file that does not
+ * parse changes nothing.  Loop thread: one read of a local file of at most
+ * 1 MiB, as the edge does.
+ */
+static st_err
+reload_keys(writer *w, char *why, size_t cap)
+{
+	st_auth_keys *ks = NULL;
+
+	if (w->auth == NULL) {
+		snprintf(why, cap, "producer credentials are off (no --ingest-keys)");
+		return ST_EINVAL;
+	}
+	if (st_auth_keys_load(w->keys_path, &ks, why, cap) != ST_OK) {
+		st_warn("--ingest-keys %s: reload failed, keeping the %zu keys in use: %s", w->keys_path,
+		        st_auth_store_key_count(w->auth), why);
+		return ST_EINVAL;
+	}
+	st_info("--ingest-keys %s: reloaded, %zu keys", w->keys_path, st_auth_keys_count(ks));
+	st_auth_store_swap(w->auth, ks);
+	return ST_OK;
+}
+
+static void
+on_hup(evutil_socket_t sig, short what, void *arg)
+{
+	char why[256];
+
+	(void)sig;
+	(void)what;
+	if (reload_keys(arg, why, sizeof(why)) != ST_OK && ((writer *)arg)->auth == NULL)
+		st_info("SIGHUP: %s, nothing to reload", why);
+}
+
 static st_err
 on_control(const char *cmd, const st_json *req, st_buf *out, void *arg)
 {
@@ -793,10 +836,71 @@ on_control(const char *cmd, const st_json *req, st_buf *out, void *arg)
 		put_stats(w, out);
 		return ST_OK;
 	}
+	if (strcmp(cmd, "reload") == 0) {
+		char reason[256];
+
+		if (reload_keys(w, reason, sizeof(reason)) != ST_OK) {
+			st_buf_puts(out, reason);
+			return ST_EINVAL;
+		}
+		st_buf_printf(out, "\"keys\":%zu", st_auth_store_key_count(w->auth));
+		return ST_OK;
+	}
 	return ST_ENOTFOUND;
 }
 
 /* ---------------------------------------------------------------- main */
+
+/* Clock skew tolerated on a producer token's exp/nbf/iat: the edge's default. */
+#define INGEST_KEYS_LEEWAY_S 30u
+
+/*
+ * True when url is plain TCP (tcp://, tcp4://, tcp6://, ws://: no TLS) on
+ * an address other than loopback: anyone on the network who reaches it is
+ * served.  127.0.0.0/8, ::1 and localhost are loopback; a wildcard
+ * (0.0.0.0, ::, *, empty) or any other name is not.
+ */
+static bool
+url_open_tcp(const char *url)
+{
+	static const char *const schemes[] = { "tcp://", "tcp4://", "tcp6://", "ws://" };
+	const char *host = NULL, *end;
+	size_t n;
+
+	for (size_t i = 0; i < ST_ARRAY_LEN(schemes) && host == NULL; i++)
+		if (strncmp(url, schemes[i], strlen(schemes[i])) == 0)
+			host = url + strlen(schemes[i]);
+	if (host == NULL)
+		return false;
+	n = strcspn(host, "/"); /* the authority: ws:// has a path */
+	if (host[0] == '[') {
+		host++;
+		end = memchr(host, ']', n - 1);
+	} else {
+		end = n > 0 ? memrchr(host, ':', n) : NULL;
+	}
+	if (end != NULL)
+		n = (size_t)(end - host);
+	if ((n == 3 && memcmp(host, "::1", 3) == 0) || (n == 9 && memcmp(host, "localhost", 9) == 0) ||
+	    (n >= 4 && memcmp(host, "127.", 4) == 0))
+		return false;
+	return true;
+}
+
+/* Without --ingest-keys: one warning at start when a socket is open to the network (the issue 24 finding). */
+static void
+open_warning(const char *ingest_url, const char *publish_url)
+{
+	bool in = url_open_tcp(ingest_url), pub = url_open_tcp(publish_url);
+
+	if (!in && !pub)
+		return;
+	st_warn("no producer credentials (--ingest-keys) and plain tcp:// or ws:// on a non-loopback address:%s%s%s%s%s%s%s; "
+	        "set --ingest-keys, use tls+tcp:// (mutual TLS) or listen on loopback (docs/security.md)",
+	        in ? " anyone who reaches --ingest " : "", in ? ingest_url : "", in ? " can publish to any topic" : "",
+	        in && pub ? ", and" : "", pub ? " anyone who reaches --publish " : "", pub ? publish_url : "",
+	        pub ? " reads every topic, including those the edges guard with tokens" : "");
+}
 
 static void
 make_instance(char *out, size_t len)
@@ -828,6 +932,10 @@ metrics_init(writer *w)
 	                                 "Requests refused, by error code");
 	w->rej_unavail = st_metrics_counter(w->m, "studio_writer_rejected_total", "error=\"unavailable\"",
 	                                    "Requests refused, by error code");
+	w->rej_unauth = st_metrics_counter(w->m, "studio_writer_rejected_total", "error=\"unauthorized\"",
+	                                   "Requests refused, by error code");
+	w->rej_forbidden = st_metrics_counter(w->m, "studio_writer_rejected_total", "error=\"forbidden\"",
+	                                      "Requests refused, by error code");
 	w->flush_seconds = st_metrics_histogram(w->m, "studio_writer_flush_seconds", NULL,
 	                                        "Duration of successful flush transactions", bounds,
 	                                        ST_ARRAY_LEN(bounds));
@@ -883,9 +991,12 @@ run(writer *w)
 	w->exit_timer = evtimer_new(w->base, on_exit_timer, w);
 	w->sig_term = evsignal_new(w->base, SIGTERM, on_signal, w);
 	w->sig_int = evsignal_new(w->base, SIGINT, on_signal, w);
-	ST_ASSERT(w->flush_timer && w->retry_timer && w->give_up_timer && w->exit_timer && w->sig_term && w->sig_int);
+	w->sig_hup = evsignal_new(w->base, SIGHUP, on_hup, w);
+	ST_ASSERT(w->flush_timer && w->retry_timer && w->give_up_timer && w->exit_timer && w->sig_term && w->sig_int &&
+	          w->sig_hup);
 	evsignal_add(w->sig_term, NULL);
 	evsignal_add(w->sig_int, NULL);
+	evsignal_add(w->sig_hup, NULL);
 	if (pre_loop_stop)
 		return 0;
 
@@ -897,8 +1008,9 @@ run(writer *w)
 	if ((rv = publish_new(opts[W_PUBLISH].sval, w->instance, &w->pub)) !=
 	    ST_OK)
 		st_config_fail(PROG, "--publish: cannot listen (%s)", st_err_str(rv));
+	ingest_auth ia = { .store = w->auth, .unauthorized = w->rej_unauth, .forbidden = w->rej_forbidden };
 	if ((rv = ingest_new(w->base, opts[W_INGEST].sval, INGEST_CONTEXTS,
-	                     w->rej_invalid, on_request, w, &w->in)) != ST_OK)
+	                     w->rej_invalid, w->auth ? &ia : NULL, on_request, w, &w->in)) != ST_OK)
 		st_config_fail(PROG, "--ingest: cannot listen (%s)", st_err_str(rv));
 	ingest_set_counters(w->in, w->rej_busy, w->rej_unavail);
 	if (ctl_url != NULL && ctl_url[0] != '\0' &&
@@ -951,6 +1063,9 @@ writer_fini(writer *w)
 		event_free(w->sig_term);
 	if (w->sig_int)
 		event_free(w->sig_int);
+	if (w->sig_hup)
+		event_free(w->sig_hup);
+	st_auth_store_free(w->auth);
 	st_metrics_free(w->m);
 	if (w->base)
 		event_base_free(w->base);
@@ -985,6 +1100,22 @@ main(int argc, char **argv)
 			{ "http", opts[W_HTTP].sval, ST_PREFLIGHT_HTTP },
 		};
 		st_preflight_listen(PROG, addrs, ST_ARRAY_LEN(addrs));
+	}
+	if (opts[W_INGEST_KEYS].sval[0] != '\0') {
+		/* Producer credentials: a local check, before the database (a bad file is bad configuration). */
+		st_auth_config acfg = { .policy = { .leeway_s = INGEST_KEYS_LEEWAY_S, .topics_claim = "publish" },
+		                        .wall = st_clock_realtime() };
+		st_auth_keys *ks = NULL;
+		char why[256];
+
+		if (st_auth_keys_load(opts[W_INGEST_KEYS].sval, &ks, why, sizeof(why)) != ST_OK)
+			st_config_fail(PROG, "--ingest-keys %s: %s", opts[W_INGEST_KEYS].sval, why);
+		w.auth = st_auth_store_new(ks, &acfg);
+		w.keys_path = opts[W_INGEST_KEYS].sval;
+		st_info("--ingest-keys %s: %zu keys; every request needs a producer token", w.keys_path,
+		        st_auth_keys_count(ks));
+	} else {
+		open_warning(opts[W_INGEST].sval, opts[W_PUBLISH].sval);
 	}
 	w.clock = st_clock_system();
 	w.interval_ms = (int)opts[W_FLUSH_INTERVAL_MS].ival;

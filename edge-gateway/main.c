@@ -43,7 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auth.h"
+#include "st_auth.h"
 #include "fanout.h"
 #include "flow.h"
 #include "frame.h"
@@ -83,7 +83,7 @@ struct edge {
 	sub *sub;
 	fanout *fan;               /* the loops serving streams */
 	st_control *control;
-	auth_store *auth;          /* NULL: access control off; shared by every loop */
+	st_auth_store *auth;          /* NULL: access control off; shared by every loop */
 	iplimit *ip_limit;         /* --max-streams-per-ip; shared by every loop */
 	const char *auth_keys_path;
 	struct event *ev_hup;      /* SIGHUP: reload the keys */
@@ -430,19 +430,19 @@ edge_ready_main(edge *e)
 static st_err
 edge_reload_keys(edge *e, char *why, size_t cap)
 {
-	auth_keys *ks = NULL;
+	st_auth_keys *ks = NULL;
 
 	if (e->auth == NULL) {
 		snprintf(why, cap, "access control is off (no --auth-keys)");
 		return ST_EINVAL;
 	}
-	if (auth_keys_load(e->auth_keys_path, &ks, why, cap) != ST_OK) {
+	if (st_auth_keys_load(e->auth_keys_path, &ks, why, cap) != ST_OK) {
 		st_warn("--auth-keys %s: reload failed, keeping the %zu keys in use: %s", e->auth_keys_path,
-		        auth_store_key_count(e->auth), why);
+		        st_auth_store_key_count(e->auth), why);
 		return ST_EINVAL;
 	}
-	st_info("--auth-keys %s: reloaded, %zu keys", e->auth_keys_path, auth_keys_count(ks));
-	auth_store_swap(e->auth, ks);
+	st_info("--auth-keys %s: reloaded, %zu keys", e->auth_keys_path, st_auth_keys_count(ks));
+	st_auth_store_swap(e->auth, ks);
 	return ST_OK;
 }
 
@@ -483,7 +483,7 @@ control_cb(const char *cmd, const st_json *req, st_buf *out, void *arg)
 			st_buf_puts(out, reason);
 			return ST_EINVAL;
 		}
-		st_buf_printf(out, "\"keys\":%zu", auth_store_key_count(e->auth));
+		st_buf_printf(out, "\"keys\":%zu", st_auth_store_key_count(e->auth));
 		return ST_OK;
 	}
 	return ST_ENOTFOUND;
@@ -595,17 +595,17 @@ main(int argc, char **argv)
 	}
 	/* Access control and the per-address bound: local checks, before the database and the writers. */
 	if (opts[E_AUTH_KEYS].sval[0] != '\0') {
-		auth_config acfg = { .policy = { .leeway_s = (uint32_t)opts[E_AUTH_LEEWAY_S].ival,
+		st_auth_config acfg = { .policy = { .leeway_s = (uint32_t)opts[E_AUTH_LEEWAY_S].ival,
 		                                 .audience = opts[E_AUTH_AUDIENCE].sval,
 		                                 .issuer = opts[E_AUTH_ISSUER].sval,
 		                                 .topics_claim = opts[E_AUTH_TOPICS_CLAIM].sval },
 		                     .cookie = opts[E_AUTH_COOKIE].sval,
 		                     .query_token = opts[E_AUTH_QUERY_TOKEN].ival != 0,
 		                     .wall = st_clock_realtime() };
-		auth_keys *ks = NULL;
+		st_auth_keys *ks = NULL;
 		char why[256];
 
-		if (auth_keys_load(opts[E_AUTH_KEYS].sval, &ks, why, sizeof(why)) != ST_OK)
+		if (st_auth_keys_load(opts[E_AUTH_KEYS].sval, &ks, why, sizeof(why)) != ST_OK)
 			st_config_fail("edge-gateway", "--auth-keys %s: %s", opts[E_AUTH_KEYS].sval, why);
 		/* Credentials with every origin would let any site read with its visitors' cookies. */
 		if (strchr(opts[E_CORS_ORIGINS].sval, '*') != NULL)
@@ -614,13 +614,13 @@ main(int argc, char **argv)
 			               opts[E_CORS_ORIGINS].sval);
 		e.auth_keys_path = opts[E_AUTH_KEYS].sval;
 		/*
-		 * A token of up to AUTH_TOKEN_MAX beside cookies and the other
+		 * A token of up to ST_AUTH_TOKEN_MAX beside cookies and the other
 		 * headers must reach the check, so a longer one is answered 401
 		 * invalid_token rather than 431 by the head parser.  The head
 		 * buffer lives only until the head is parsed (header timeout 10 s).
 		 */
-		hcfg.max_header_bytes = 4 * AUTH_TOKEN_MAX;
-		e.auth = auth_store_new(ks, &acfg);
+		hcfg.max_header_bytes = 4 * ST_AUTH_TOKEN_MAX;
+		e.auth = st_auth_store_new(ks, &acfg);
 		scfg.auth = e.auth;
 	}
 	{
@@ -729,7 +729,7 @@ main(int argc, char **argv)
 		st_config_fail("edge-gateway", "--threads: cannot start the loop threads");
 
 	if (e.auth)
-		st_info("access control on: %zu keys from %s; streams need a token", auth_store_key_count(e.auth),
+		st_info("access control on: %zu keys from %s; streams need a token", st_auth_store_key_count(e.auth),
 		        e.auth_keys_path);
 	else
 		st_warn("access control off (no --auth-keys): anyone who reaches this edge reads every topic");
@@ -761,7 +761,7 @@ main(int argc, char **argv)
 	event_free(e.ev_int);
 	event_free(e.ev_hup);
 	/* After every worker was joined: no check can hold the store any more. */
-	auth_store_free(e.auth);
+	st_auth_store_free(e.auth);
 	iplimit_free(e.ip_limit);
 	st_metrics_free(e.metrics);
 	for (size_t i = 0; i < n_writers; i++)

@@ -725,7 +725,7 @@ stream_arm_expiry(stream *s)
 
 	if (s->env->auth == NULL || s->exp_ms == 0)
 		return;
-	now = auth_store_now_ms(s->env->auth);
+	now = st_auth_store_now_ms(s->env->auth);
 	left = s->exp_ms > now ? s->exp_ms - now : 0;
 	tv = st_timeval_ms(left);
 	s->ev_exp = evtimer_new(s->env->base, exp_cb, s);

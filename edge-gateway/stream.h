@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "auth.h"
+#include "st_auth.h"
 #include "frame.h"
 #include "iplimit.h"
 #include "pgpool.h"
@@ -52,7 +52,7 @@ typedef struct streams_config {
 	 * every topic (401/403 before the first byte), and a stream ends with
 	 * reconnect token_expired at its token's exp.
 	 */
-	auth_store *auth;
+	st_auth_store *auth;
 	/*
 	 * --max-streams-per-ip (iplimit.h), borrowed, shared by every
 	 * registry; NULL or disabled: no bound.  A GET beyond it gets 429 with

@@ -47,7 +47,7 @@ typedef struct stream_env {
 	const st_clock *clock;   /* borrowed */
 	hub *hub;                /* the registry's */
 	uint64_t replay_cap;
-	auth_store *auth;        /* borrowed; NULL: no access control */
+	st_auth_store *auth;        /* borrowed; NULL: no access control */
 	iplimit *ip_limit;       /* borrowed; NULL: no bound */
 	subq_counters dropped;   /* copies of the shared handles (subqs keep a pointer to this) */
 	st_counter *m_outcome[OUT_COUNT];

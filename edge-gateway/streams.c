@@ -84,7 +84,7 @@ struct streams {
 	frame *heartbeat;        /* one shared heartbeat frame, owned */
 	st_gauge *m_open;
 	st_counter *m_refusal[RF_COUNT];
-	st_counter *m_auth[AUTH_RESULT_COUNT]; /* refusals by reason; [AUTH_OK] unused */
+	st_counter *m_auth[ST_AUTH_RESULT_COUNT]; /* refusals by reason; [ST_AUTH_OK] unused */
 	st_counter *m_ip_refused;
 	uint64_t rng;            /* xorshift state for retry jitter */
 };
@@ -101,7 +101,7 @@ struct streams_metrics {
 	st_counter *seam_gap;
 	st_counter *refusal[RF_COUNT];
 	st_counter *replay_rows;
-	st_counter *auth[AUTH_RESULT_COUNT];
+	st_counter *auth[ST_AUTH_RESULT_COUNT];
 	st_counter *ip_refused;
 };
 
@@ -313,20 +313,20 @@ static bool
 streams_authorize(streams *ss, http_req *req, const streamreq *rq, uint64_t *exp)
 {
 	const char *why = "";
-	enum auth_result r = auth_store_check(ss->cfg.auth, http_req_header(req, "Authorization"),
+	enum st_auth_result r = st_auth_store_check(ss->cfg.auth, http_req_header(req, "Authorization"),
 	                                      http_req_header(req, "Cookie"), rq->access_token,
 	                                      (const char *const *)rq->topics, rq->topic_lens, rq->n_topics, exp, &why);
 
-	if (r == AUTH_OK)
+	if (r == ST_AUTH_OK)
 		return true;
 	st_counter_inc(ss->m_auth[r]);
-	st_debug("stream refused (%s): %s", auth_result_name(r), why);
+	st_debug("stream refused (%s): %s", st_auth_result_name(r), why);
 	switch (r) {
-	case AUTH_MISSING:
+	case ST_AUTH_MISSING:
 		http_reply_problem(req, 401, NULL, "Unauthorized", "this stream needs a bearer token",
 		                   "WWW-Authenticate: Bearer\r\n");
 		break;
-	case AUTH_FORBIDDEN:
+	case ST_AUTH_FORBIDDEN:
 		http_reply_problem(req, 403, NULL, "Forbidden", "the token does not allow every requested topic",
 		                   "WWW-Authenticate: Bearer error=\"insufficient_scope\"\r\n");
 		break;
@@ -349,7 +349,7 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 	uint64_t exp = 0;
 
 	if (streamreq_parse(http_req_query(req), http_req_header(req, "Accept"), http_req_header(req, "Last-Event-ID"),
-	                    ss->cfg.auth != NULL && auth_store_query_token(ss->cfg.auth), &rq, &why) != ST_OK) {
+	                    ss->cfg.auth != NULL && st_auth_store_query_token(ss->cfg.auth), &rq, &why) != ST_OK) {
 		http_reply_problem(req, why.status, NULL, why.title, why.detail, NULL);
 		goto out;
 	}
@@ -588,7 +588,7 @@ streams_metrics *
 streams_metrics_new(st_metrics *m)
 {
 	streams_metrics *sm = st_xcalloc(1, sizeof(*sm));
-	const char *auth_names[AUTH_RESULT_COUNT];
+	const char *auth_names[ST_AUTH_RESULT_COUNT];
 
 	sm->dropped.coalesced = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"coalesced\"",
 	                                           "Frames dropped from stream queues, by reason (ADR-0197).");
@@ -612,9 +612,9 @@ streams_metrics_new(st_metrics *m)
 	               "Stream requests refused with a retry hint, by reason.", sm->refusal);
 	sm->replay_rows = st_metrics_counter(m, "studio_replay_rows_total", NULL,
 	                                     "Rows replays received from the database (each row once).");
-	for (int i = 0; i < AUTH_RESULT_COUNT; i++)
-		auth_names[i] = auth_result_name((enum auth_result)i);
-	counter_family(m, "studio_auth_refused_total", "reason", auth_names, AUTH_MISSING, AUTH_RESULT_COUNT,
+	for (int i = 0; i < ST_AUTH_RESULT_COUNT; i++)
+		auth_names[i] = st_auth_result_name((enum st_auth_result)i);
+	counter_family(m, "studio_auth_refused_total", "reason", auth_names, ST_AUTH_MISSING, ST_AUTH_RESULT_COUNT,
 	               "Stream requests refused by access control, by reason.", sm->auth);
 	sm->ip_refused = st_metrics_counter(m, "studio_ip_limit_refused_total", NULL,
 	                                    "Stream requests refused by --max-streams-per-ip (429).");
@@ -667,7 +667,7 @@ streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, co
 	ss->m_open = sm->open;
 	for (int i = 0; i < RF_COUNT; i++)
 		ss->m_refusal[i] = sm->refusal[i];
-	for (int i = 0; i < AUTH_RESULT_COUNT; i++)
+	for (int i = 0; i < ST_AUTH_RESULT_COUNT; i++)
 		ss->m_auth[i] = sm->auth[i];
 	ss->m_ip_refused = sm->ip_refused;
 	st_dlist_init(&ss->all);

@@ -11,7 +11,10 @@
  * request is then re-encoded as a batch and decoded again: the same events
  * must come back (what the writer stores is what it was sent).  A refused
  * request must give a NUL-terminated one-line detail, and the same verdict
- * again with a tiny detail buffer.
+ * again with a tiny detail buffer.  The request map's token, peeked without
+ * a decode (the writer's check before it reserves memory), is 1..8192
+ * bytes inside the input whenever it is found; an accepted request wrapped
+ * in a request map decodes to the same events and peeks its token.
  */
 #include <string.h>
 
@@ -84,6 +87,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	st_err rv;
 	size_t n;
 
+	{
+		proto_str tok;
+
+		if (proto_request_token_peek(data, size, &tok)) {
+			FUZZ_CHECK(tok.len >= 1 && tok.len <= PROTO_MAX_TOKEN, "peeked token of %zu bytes", tok.len);
+			FUZZ_CHECK(fuzz_within(tok.p, tok.len, data, size), "peeked token outside the input");
+		} else {
+			FUZZ_CHECK(tok.p == NULL && tok.len == 0, "no token, but the out-param was set");
+		}
+	}
 	memset(detail, 'x', sizeof(detail));
 	rv = proto_request_decode(data, size, &r, detail, sizeof(detail));
 	if (rv != ST_OK) {
@@ -131,6 +144,28 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (size_t i = 0; i < n; i++)
 			check_same(&evs[i], proto_request_event(r2, i), i);
 		proto_request_free(r2);
+		r2 = NULL;
+		/* the same batch in a request map */
+		{
+			static const proto_str tok = { "a.b.c", 5 };
+			proto_str got;
+			st_buf m;
+
+			st_buf_init(&m);
+			proto_request_wrap(&m, tok, b.p, b.len);
+			rv = proto_request_decode(m.p, m.len, &r2, detail, sizeof(detail));
+			FUZZ_CHECK(rv == ST_OK || m.len > PROTO_MAX_REQUEST, "request map refused: %s", detail);
+			if (rv == ST_OK) {
+				FUZZ_CHECK(proto_request_count(r2) == n, "request map: count differs");
+				for (size_t i = 0; i < n; i++)
+					check_same(&evs[i], proto_request_event(r2, i), i);
+				FUZZ_CHECK(proto_request_token_peek(m.p, m.len, &got) && got.len == 5 &&
+				                   memcmp(got.p, "a.b.c", 5) == 0,
+				           "request map: token not peeked");
+			}
+			proto_request_free(r2);
+			st_buf_fini(&m);
+		}
 		st_buf_fini(&b);
 		free(evs);
 	}

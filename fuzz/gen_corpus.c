@@ -83,6 +83,17 @@ requests(void)
 	st_buf_reset(&b);
 	proto_request_encode(&b, &ev[1], 1, true);
 	put("proto_request_decode", 3, b.p, b.len);
+	{
+		/* the request map with a producer token (issue 24) */
+		st_buf m;
+
+		st_buf_init(&m);
+		st_buf_reset(&b);
+		proto_request_encode(&b, ev, 3, true);
+		proto_request_wrap(&m, S("eyJhbGciOiJIUzI1NiIsImtpZCI6ImsifQ.eyJleHAiOjF9.c2ln"), b.p, b.len);
+		put("proto_request_decode", 4, m.p, m.len);
+		st_buf_fini(&m);
+	}
 	st_buf_fini(&b);
 }
 

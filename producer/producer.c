@@ -101,6 +101,9 @@ struct studio_options {
 	uint32_t try_timeout_ms, backoff_base_ms, backoff_cap_ms, max_inflight;
 	bool no_keys;
 	char *tls_ca, *tls_cert, *tls_key; /* owned paths, NULL: not set */
+	char *token;                       /* owned (a producer keeps its own copy), NULL: not set */
+	studio_token_fn token_fn;          /* asked at every send; wins over token */
+	void *token_arg;
 	/* test hooks (producer_int.h): the clock (ms, monotonic) and the random source */
 	uint64_t (*clock_ms)(void *arg);
 	uint64_t (*random64)(void *arg);
@@ -140,7 +143,10 @@ struct op {
 	uint32_t attempt;          /* retries so far, for the back-off */
 	uint64_t deadline;         /* on p's clock */
 	uint64_t try_start;        /* when this try was sent, on p's clock */
-	st_buf req;                /* the encoded request, owned */
+	st_buf req;                /* the encoded request (the bare batch), owned */
+	unsigned char head[PROTO_WRAP_HEAD_MAX]; /* the request map's head with this try's token */
+	size_t head_len;           /* 0: no token configured */
+	bool auth_retried;         /* an unauthorized answer was retried with the function's next token */
 	size_t n;
 	uint64_t *seqs;            /* n, owned */
 	studio_publish_fn cb;
@@ -296,6 +302,7 @@ studio_options_free(studio_options *o)
 	free(o->tls_ca);
 	free(o->tls_cert);
 	free(o->tls_key);
+	free(o->token);
 	free(o);
 }
 
@@ -363,6 +370,13 @@ studio_options_set(studio_options *o, const char *name, const char *value, char 
 		str = &o->tls_cert;
 	else if (strcmp(name, "tls_key") == 0)
 		str = &o->tls_key;
+	else if (strcmp(name, "token") == 0) {
+		if (strlen(value) > PROTO_MAX_TOKEN) {
+			say(err, err_len, "option token: longer than %u bytes", PROTO_MAX_TOKEN);
+			return STUDIO_USAGE;
+		}
+		str = &o->token;
+	}
 	if (str == NULL) {
 		say(err, err_len, "unknown option \"%.60s\"", name);
 		return STUDIO_USAGE;
@@ -373,6 +387,16 @@ studio_options_set(studio_options *o, const char *name, const char *value, char 
 		say(err, err_len, "option %s: out of memory", name);
 		return STUDIO_NOMEM;
 	}
+	return STUDIO_OK;
+}
+
+studio_status
+studio_options_set_token_fn(studio_options *o, studio_token_fn fn, void *arg)
+{
+	if (o == NULL)
+		return STUDIO_USAGE;
+	o->token_fn = fn;
+	o->token_arg = arg;
 	return STUDIO_OK;
 }
 
@@ -630,6 +654,38 @@ op_left(op *o)
 	return (nng_duration)ST_MIN(o->deadline - now, (uint64_t)o->p->o.try_timeout_ms);
 }
 
+/*
+ * The request map's head for this try ({"token": T, "events": ...}), into
+ * o->head: the token function is asked at every try, so a rotated token
+ * is sent on the next one; none configured: no head (the bare batch).
+ * Nonzero (detail said) when the function gave no usable token.
+ */
+static int
+token_head(op *o)
+{
+	const studio_options *opt = &o->p->o;
+	char tok[PROTO_MAX_TOKEN + 1];
+	proto_str t = { NULL, 0 };
+
+	o->head_len = 0;
+	if (opt->token_fn != NULL) {
+		int n = opt->token_fn(opt->token_arg, tok, sizeof(tok));
+
+		if (n <= 0 || (size_t)n > PROTO_MAX_TOKEN) {
+			say(o->detail, sizeof(o->detail), "the token function gave no token (returned %d; 1..%u bytes)", n,
+			    PROTO_MAX_TOKEN);
+			return -1;
+		}
+		t = (proto_str){ tok, (size_t)n };
+	} else if (opt->token != NULL) {
+		t = (proto_str){ opt->token, strlen(opt->token) };
+	} else {
+		return 0;
+	}
+	o->head_len = proto_request_wrap_head(o->head, sizeof(o->head), t);
+	return 0;
+}
+
 static void
 op_send(op *o)
 {
@@ -660,7 +716,16 @@ op_send(op *o)
 		}
 		o->ctx_open = true;
 	}
-	if ((rv = nng_msg_alloc(&m, 0)) != 0 || (rv = nng_msg_append(m, o->req.p, o->req.len)) != 0) {
+	if ((rv = token_head(o)) != 0) {
+		/* no token to send: nothing of this try went out */
+		if (o->unanswered)
+			op_finish_unknown(o, NULL);
+		else
+			op_finish(o, STUDIO_USAGE);
+		return;
+	}
+	if ((rv = nng_msg_alloc(&m, 0)) != 0 || (o->head_len && (rv = nng_msg_append(m, o->head, o->head_len)) != 0) ||
+	    (rv = nng_msg_append(m, o->req.p, o->req.len)) != 0) {
 		nng_msg_free(m);
 		say(o->detail, sizeof(o->detail), "cannot build the message: %s", nng_strerror(rv));
 		if (o->unanswered)
@@ -743,6 +808,13 @@ op_on_reply(op *o, nng_msg *m)
 		return;
 	}
 	say(o->detail, sizeof(o->detail), "%s: %s (from %s)", rep.error, rep.detail, url);
+	if (strcmp(rep.error, "unauthorized") == 0 && o->p->o.token_fn != NULL && !o->auth_retried) {
+		/* nothing stored; the token may have expired in flight: ask the function again, once, at once */
+		proto_reply_fini(&rep);
+		o->auth_retried = true;
+		op_retry(o, false, false);
+		return;
+	}
 	if (strcmp(rep.error, "invalid") == 0 || strcmp(rep.error, "unauthorized") == 0 ||
 	    strcmp(rep.error, "forbidden") == 0) {
 		proto_reply_fini(&rep);
@@ -1228,6 +1300,12 @@ studio_producer_new(const char *urls, const studio_options *opt, studio_producer
 	else
 		options_defaults(&p->o);
 	p->o.tls_ca = p->o.tls_cert = p->o.tls_key = NULL; /* read below, not kept */
+	p->o.token = NULL;
+	if (opt != NULL && opt->token != NULL && (p->o.token = strdup(opt->token)) == NULL) {
+		say(err, err_len, "out of memory");
+		st = STUDIO_NOMEM;
+		goto fail;
+	}
 	if (p->o.backoff_cap_ms < p->o.backoff_base_ms) {
 		say(err, err_len, "option backoff_cap_ms %u is below backoff_base_ms %u", p->o.backoff_cap_ms,
 		    p->o.backoff_base_ms);
@@ -1329,6 +1407,7 @@ studio_producer_free(studio_producer *p)
 		free(p->urls[i]);
 	free(p->urls);
 	free(p->socks);
+	free(p->o.token);
 	pthread_cond_destroy(&p->cv);
 	pthread_mutex_destroy(&p->mu);
 	free(p);

@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -178,9 +179,12 @@ t_options(void)
 		{ "keys", "off", STUDIO_OK },
 		{ "keys", "no", STUDIO_USAGE },
 		{ "tls_ca", "/nonexistent", STUDIO_OK },
+		{ "token", "aaa.bbb.ccc", STUDIO_OK },
+		{ "token", "", STUDIO_OK },
 		{ "no_such_option", "1", STUDIO_USAGE },
 	};
 	char err[256];
+	char *long_tok = malloc(8194);
 
 	ST_CHECK(o != NULL);
 	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
@@ -193,6 +197,17 @@ t_options(void)
 	}
 	ST_CHECK(studio_options_set(o, NULL, "1", err, sizeof(err)) == STUDIO_USAGE);
 	ST_CHECK(studio_options_set(NULL, "keys", "on", err, sizeof(err)) == STUDIO_USAGE);
+	/* a token is at most 8192 bytes (the writer's bound) */
+	ST_CHECK(long_tok != NULL);
+	memset(long_tok, 'a', 8193);
+	long_tok[8193] = '\0';
+	ST_CHECK(studio_options_set(o, "token", long_tok, err, sizeof(err)) == STUDIO_USAGE);
+	ST_CHECK_STR(err, "option token: longer than 8192 bytes");
+	long_tok[8192] = '\0';
+	ST_CHECK(studio_options_set(o, "token", long_tok, err, sizeof(err)) == STUDIO_OK);
+	free(long_tok);
+	ST_CHECK(studio_options_set_token_fn(NULL, NULL, NULL) == STUDIO_USAGE);
+	ST_CHECK(studio_options_set_token_fn(o, NULL, NULL) == STUDIO_OK);
 	studio_options_free(o);
 	studio_options_free(NULL);
 }

@@ -104,6 +104,9 @@ typedef struct studio_event {
  *                                   writers, and this producer's certificate and key (the
  *                                   writers require one); read by studio_producer_new, and
  *                                   this producer's own (another producer may use others)
+ *   token            a JWT          the producer token sent with every request (a writer with
+ *                                   --ingest-keys requires one; docs/security.md); at most
+ *                                   8192 bytes; "" unsets it.  Copied by studio_producer_new.
  *
  * studio_options_new returns NULL when out of memory.  studio_options_set
  * returns STUDIO_USAGE (with err) for an unknown name or a bad value.
@@ -114,6 +117,20 @@ STUDIO_API studio_options *studio_options_new(void);
 STUDIO_API studio_status studio_options_set(studio_options *o, const char *name, const char *value, char *err,
                                             size_t err_len);
 STUDIO_API void studio_options_free(studio_options *o);
+/*
+ * A token that rotates: fn is asked before every try of every request
+ * (a retry asks again), writes the token into buf[0..cap) and returns its
+ * length (1..cap-1), or 0 or less when it has none (the request then ends
+ * STUDIO_USAGE, or STUDIO_TIMEOUT when an earlier try may be stored).  It
+ * wins over the option "token".  A request answered `unauthorized` is sent
+ * again once, at once, with the function's next token (it may have expired
+ * in flight).  Called on the caller's thread or on the
+ * library's nng threads, possibly at once from several: it must be
+ * thread-safe and quick (return a cached token; refresh it elsewhere).
+ * NULL fn removes it.
+ */
+typedef int (*studio_token_fn)(void *arg, char *buf, size_t cap);
+STUDIO_API studio_status studio_options_set_token_fn(studio_options *o, studio_token_fn fn, void *arg);
 
 typedef struct studio_producer studio_producer;
 

@@ -632,6 +632,109 @@ event_decode(req_ctx *c, size_t idx, proto_event *ev)
 	return ST_OK;
 }
 
+/*
+ * The request map {"token": T, "events": [...]} (proto/README.md, version
+ * note): an event map's keys are topic/about/data/key and nothing else, so
+ * a top-level map whose first key is "token" or "events" is a request map,
+ * never an event.
+ */
+static bool
+is_envelope(rd r)
+{
+	uint32_t n;
+	proto_str k;
+
+	if (rd_map(&r, &n) != RD_OK || n == 0 || rd_str(&r, &k) != RD_OK)
+		return false;
+	return str_is(k, "token") || str_is(k, "events");
+}
+
+/*
+ * Reads the whole request map r: *token (when present; 1..PROTO_MAX_TOKEN
+ * bytes), *events the bytes of the "events" value alone (so that the event
+ * decoder's trailing-bytes check stays exact).  Nothing allocated.
+ */
+static st_err
+envelope_read(rd r, proto_str *token, bool *has_token, rd *events, char *detail, size_t dlen)
+{
+	uint32_t n = 0;
+	proto_str k;
+	bool has_events = false;
+	char kp[48];
+
+	*has_token = false;
+	if (rd_map(&r, &n) != RD_OK || n > 2) {
+		set_detail(detail, dlen, "request map: %s", n > 2 ? "too many keys" : "truncated");
+		return ST_EINVAL;
+	}
+	for (uint32_t f = 0; f < n; f++) {
+		if (rd_str(&r, &k) != RD_OK) {
+			set_detail(detail, dlen, "request map: a key is not a str");
+			return ST_EINVAL;
+		}
+		if (str_is(k, "token")) {
+			if (*has_token) {
+				set_detail(detail, dlen, "request map: duplicate key \"token\"");
+				return ST_EINVAL;
+			}
+			if (rd_str(&r, token) != RD_OK || token->len == 0 || token->len > PROTO_MAX_TOKEN) {
+				set_detail(detail, dlen, "token: not a str of 1..%u bytes", PROTO_MAX_TOKEN);
+				return ST_EINVAL;
+			}
+			*has_token = true;
+		} else if (str_is(k, "events")) {
+			const unsigned char *start = r.p;
+
+			if (has_events) {
+				set_detail(detail, dlen, "request map: duplicate key \"events\"");
+				return ST_EINVAL;
+			}
+			if (r.n == 0 || !((r.p[0] >= 0x90 && r.p[0] <= 0x9f) || r.p[0] == 0xdc || r.p[0] == 0xdd)) {
+				set_detail(detail, dlen, "events: %s", r.n == 0 ? "truncated" : "not an array");
+				return ST_EINVAL;
+			}
+			if (rd_skip(&r, 0) != RD_OK) {
+				set_detail(detail, dlen, "events: truncated or nested too deep");
+				return ST_EINVAL;
+			}
+			events->p = start;
+			events->n = (size_t)(r.p - start);
+			has_events = true;
+		} else {
+			key_printable(k, kp, sizeof(kp));
+			set_detail(detail, dlen, "request map: unknown key \"%s\"", kp);
+			return ST_EINVAL;
+		}
+	}
+	if (!has_events) {
+		set_detail(detail, dlen, "events: missing");
+		return ST_EINVAL;
+	}
+	if (r.n != 0) {
+		set_detail(detail, dlen, "trailing bytes after the request (%zu)", r.n);
+		return ST_EINVAL;
+	}
+	return ST_OK;
+}
+
+bool
+proto_request_token_peek(const void *buf, size_t len, proto_str *token)
+{
+	rd r = {.p = buf, .n = len}, events;
+	bool has;
+
+	token->p = NULL;
+	token->len = 0;
+	if (len == 0 || len > PROTO_MAX_REQUEST || !is_envelope(r))
+		return false;
+	if (envelope_read(r, token, &has, &events, NULL, 0) != ST_OK || !has) {
+		token->p = NULL;
+		token->len = 0;
+		return false;
+	}
+	return true;
+}
+
 st_err
 proto_request_try_decode(const void *buf, size_t len, proto_request **out, char *detail, size_t detail_len)
 {
@@ -657,6 +760,13 @@ proto_request_try_decode(const void *buf, size_t len, proto_request **out, char 
 	if (len == 0) {
 		set_detail(detail, detail_len, "empty request");
 		goto fail;
+	}
+	if (is_envelope(c.r)) {
+		proto_str tok;
+		bool has_tok;
+
+		if (envelope_read(c.r, &tok, &has_tok, &c.r, detail, detail_len) != ST_OK)
+			goto fail;
 	}
 	unsigned char t = c.r.p[0];
 	bool single = (t >= 0x80 && t <= 0x8f) || t == 0xde || t == 0xdf;
@@ -832,6 +942,43 @@ proto_request_encode(st_buf *out, const proto_event *ev, size_t n, bool as_batch
 {
 	if (proto_request_try_encode(out, ev, n, as_batch) != ST_OK)
 		st_oom("an ingest request", 0);
+}
+
+size_t
+proto_request_wrap_head(unsigned char *out, size_t cap, proto_str token)
+{
+	size_t n = 0;
+
+	ST_ASSERT(token.len >= 1 && token.len <= PROTO_MAX_TOKEN && cap >= PROTO_WRAP_HEAD_MAX);
+	out[n++] = 0x82; /* fixmap of 2 */
+	out[n++] = 0xa5; /* fixstr "token" */
+	memcpy(out + n, "token", 5);
+	n += 5;
+	if (token.len < 32) {
+		out[n++] = (unsigned char)(0xa0 | token.len);
+	} else if (token.len < 256) {
+		out[n++] = 0xd9;
+		out[n++] = (unsigned char)token.len;
+	} else {
+		out[n++] = 0xda;
+		out[n++] = (unsigned char)(token.len >> 8);
+		out[n++] = (unsigned char)token.len;
+	}
+	memcpy(out + n, token.p, token.len);
+	n += token.len;
+	out[n++] = 0xa6; /* fixstr "events" */
+	memcpy(out + n, "events", 6);
+	n += 6;
+	return n;
+}
+
+void
+proto_request_wrap(st_buf *out, proto_str token, const void *batch, size_t len)
+{
+	unsigned char head[PROTO_WRAP_HEAD_MAX];
+
+	st_buf_append(out, head, proto_request_wrap_head(head, sizeof(head), token));
+	st_buf_append(out, batch, len);
 }
 
 /* ---- ingest reply -------------------------------------------------------- */

@@ -36,6 +36,7 @@
 #define PROTO_MAX_ABOUT_LEN 200u              /* bytes per entry */
 #define PROTO_MAX_DATA (256u * 1024)          /* bytes of the JSON text */
 #define PROTO_MAX_KEY 200u                    /* bytes */
+#define PROTO_MAX_TOKEN 8192u                 /* bytes of a request map's token (st_auth's bound) */
 /*
  * Bytes of one published message.  The writer's messages are far smaller
  * (broker-writer/publish.h: at most ~256 KiB of events, or one event of at
@@ -71,7 +72,11 @@ typedef struct proto_event {
 	bool has_key;
 } proto_event;
 
-/* ---- ingest request: one map (one event) or an array of maps (a batch) ---- */
+/*
+ * ---- ingest request: one map (one event), an array of maps (a batch), or
+ * the request map {"token": T, "events": [map, ...]} (token optional here:
+ * the writer decides whether it is required) ----
+ */
 
 typedef struct proto_request proto_request;
 
@@ -87,6 +92,14 @@ typedef struct proto_request proto_request;
 st_err proto_request_decode(const void *buf, size_t len, proto_request **out, char *detail, size_t detail_len);
 /* The same, with ST_ENOMEM (detail "out of memory") instead of aborting when an allocation fails. */
 st_err proto_request_try_decode(const void *buf, size_t len, proto_request **out, char *detail, size_t detail_len);
+/*
+ * The token of a request map, read without decoding its events (so the
+ * writer refuses an unauthenticated request before reserving memory for
+ * its decode): true with *token pointing into buf when buf is a request
+ * map, well-formed as far as its keys go, holding a token; false (and
+ * *token empty) for anything else.  Pure, bounded, no allocation.
+ */
+bool proto_request_token_peek(const void *buf, size_t len, proto_str *token);
 size_t proto_request_count(const proto_request *r);
 const proto_event *proto_request_event(const proto_request *r, size_t i);
 /* Bytes this request holds in memory (input + events + about pool + arena), for the writer's buffer bound. */
@@ -107,6 +120,18 @@ void proto_request_free(proto_request *r); /* NULL-safe */
  */
 st_err proto_request_try_encode(st_buf *out, const proto_event *ev, size_t n, bool as_batch);
 void proto_request_encode(st_buf *out, const proto_event *ev, size_t n, bool as_batch);
+
+/*
+ * Writes the request map {"token": token, "events": <batch>} where
+ * batch[0..len) is an array already encoded by proto_request_encode
+ * (as_batch): a producer encodes a batch once and wraps it with the token
+ * current at each send (tokens rotate).  token: 1..PROTO_MAX_TOKEN bytes
+ * (asserted: the caller checks).
+ */
+void proto_request_wrap(st_buf *out, proto_str token, const void *batch, size_t len);
+/* The bytes before the batch, into out (cap >= PROTO_WRAP_HEAD_MAX); returns their count.  No allocation. */
+#define PROTO_WRAP_HEAD_MAX (1u + 6u + 3u + PROTO_MAX_TOKEN + 7u)
+size_t proto_request_wrap_head(unsigned char *out, size_t cap, proto_str token);
 
 /* ---- ingest reply ---- */
 

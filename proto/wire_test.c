@@ -805,6 +805,108 @@ t_request_bytes_max(void)
 	free(data);
 }
 
+/* The request map {"token": T, "events": [...]}: decoded like a batch, its token peeked without a decode. */
+static void
+t_request_map(void)
+{
+	proto_event ev[2];
+	proto_request *r = NULL;
+	proto_str tok;
+	st_buf batch, b;
+	msgpack_packer pk;
+	char detail[160];
+
+	memset(ev, 0, sizeof(ev));
+	ev[0].topic = S("orders");
+	ev[1].topic = S("users/1");
+	st_buf_init(&batch);
+	st_buf_init(&b);
+	proto_request_encode(&batch, ev, 2, true);
+	proto_request_wrap(&b, S("aaa.bbb.ccc"), batch.p, batch.len);
+	ST_CHECK(decode_req(b.p, b.len, &r, detail, sizeof(detail)) == ST_OK);
+	ST_CHECK(r != NULL && proto_request_count(r) == 2);
+	ST_CHECK(r && proto_request_event(r, 1)->topic.len == 7);
+	proto_request_free(r);
+	r = NULL;
+	ST_CHECK(proto_request_token_peek(b.p, b.len, &tok));
+	ST_CHECK(tok.len == 11 && memcmp(tok.p, "aaa.bbb.ccc", 11) == 0);
+	/* bare shapes have no token */
+	ST_CHECK(!proto_request_token_peek(batch.p, batch.len, &tok) && tok.p == NULL);
+
+	/* events first, token second; then a map without a token (valid on the wire) */
+	const char *bad[][2] = {
+		{"events-first", NULL}, {"no-token", NULL}, {"no-events", "events: missing"},
+		{"extra-key", "request map: too many keys"}, {"events-map", "events: not an array"},
+		{"token-int", "token: not a str of 1..8192 bytes"}, {"trailing", "trailing bytes after the request (1)"},
+		{"empty-events", "empty batch"},
+	};
+	for (size_t i = 0; i < ST_ARRAY_LEN(bad); i++) {
+		const char *name = bad[i][0];
+
+		st_buf_reset(&b);
+		msgpack_packer_init(&pk, &b, buf_write);
+		if (strcmp(name, "events-first") == 0 || strcmp(name, "no-token") == 0) {
+			msgpack_pack_map(&pk, name[0] == 'e' ? 2 : 1);
+			msgpack_pack_str(&pk, 6);
+			msgpack_pack_str_body(&pk, "events", 6);
+			st_buf_append(&b, batch.p, batch.len);
+			if (name[0] == 'e') {
+				msgpack_pack_str(&pk, 5);
+				msgpack_pack_str_body(&pk, "token", 5);
+				msgpack_pack_str(&pk, 3);
+				msgpack_pack_str_body(&pk, "t.u", 3);
+			}
+		} else if (strcmp(name, "no-events") == 0) {
+			msgpack_pack_map(&pk, 1);
+			msgpack_pack_str(&pk, 5);
+			msgpack_pack_str_body(&pk, "token", 5);
+			msgpack_pack_str(&pk, 3);
+			msgpack_pack_str_body(&pk, "t.u", 3);
+		} else if (strcmp(name, "extra-key") == 0) {
+			proto_request_wrap(&b, S("t.u"), batch.p, batch.len);
+			b.p[0] = (char)0x83;
+			msgpack_pack_str(&pk, 1);
+			msgpack_pack_str_body(&pk, "x", 1);
+			msgpack_pack_nil(&pk);
+		} else if (strcmp(name, "events-map") == 0) {
+			st_buf one;
+
+			st_buf_init(&one);
+			proto_request_encode(&one, ev, 1, false);
+			proto_request_wrap(&b, S("t.u"), one.p, one.len);
+			st_buf_fini(&one);
+		} else if (strcmp(name, "token-int") == 0) {
+			msgpack_pack_map(&pk, 2);
+			msgpack_pack_str(&pk, 5);
+			msgpack_pack_str_body(&pk, "token", 5);
+			msgpack_pack_int(&pk, 7);
+			msgpack_pack_str(&pk, 6);
+			msgpack_pack_str_body(&pk, "events", 6);
+			st_buf_append(&b, batch.p, batch.len);
+		} else if (strcmp(name, "trailing") == 0) {
+			proto_request_wrap(&b, S("t.u"), batch.p, batch.len);
+			msgpack_pack_nil(&pk);
+		} else {
+			proto_request_wrap(&b, S("t.u"), "\x90", 1);
+		}
+		st_err rv = decode_req(b.p, b.len, &r, detail, sizeof(detail));
+		fprintf(stderr, "  case %s\n", name);
+		if (bad[i][1] == NULL) {
+			ST_CHECK_STR(detail, "");
+			ST_CHECK(rv == ST_OK && r != NULL && proto_request_count(r) == 2);
+			ST_CHECK(proto_request_token_peek(b.p, b.len, &tok) == (name[0] == 'e'));
+		} else {
+			ST_CHECK(rv == ST_EINVAL);
+			ST_CHECK_STR(detail, bad[i][1]);
+			ST_CHECK(!proto_request_token_peek(b.p, b.len, &tok) || strcmp(name, "empty-events") == 0);
+		}
+		proto_request_free(r);
+		r = NULL;
+	}
+	st_buf_fini(&batch);
+	st_buf_fini(&b);
+}
+
 int
 main(void)
 {
@@ -813,6 +915,7 @@ main(void)
 	ST_RUN(t_request_rules);
 	ST_RUN(t_request_raw);
 	ST_RUN(t_request_counts);
+	ST_RUN(t_request_map);
 	ST_RUN(t_request_encodings);
 	ST_RUN(t_request_truncated);
 	ST_RUN(t_mutations);

@@ -50,7 +50,7 @@
 #define MAX_LINE_NODES 300000          /* 256 KiB of data is at most ~131k values */
 
 enum { O_WRITER, O_CONTROL, O_TOPIC, O_ABOUT, O_DATA, O_KEY, O_KEY_BASE, O_FILE, O_TICKS, O_COUNT, O_TIMEOUT_S,
-       O_TIMEOUT_MS, O_TLS_CERT, O_TLS_KEY, O_TLS_CA, O_N };
+       O_TIMEOUT_MS, O_TLS_CERT, O_TLS_KEY, O_TLS_CA, O_TOKEN, O_N };
 
 static st_opt opts[O_N] = {
 	[O_WRITER] = { .name = "writer", .kind = ST_OPT_STR,
@@ -80,11 +80,14 @@ static st_opt opts[O_N] = {
 	[O_TLS_CERT] = ST_OPT_TLS_CERT,
 	[O_TLS_KEY] = ST_OPT_TLS_KEY,
 	[O_TLS_CA] = ST_OPT_TLS_CA,
+	/* Producer credentials (docs/security.md); STUDIO_TOKEN keeps it out of the process list. */
+	[O_TOKEN] = { .name = "token", .kind = ST_OPT_STR, .def = "",
+	              .help = "publish: the producer token (JWT) for a writer with --ingest-keys" },
 };
 
 static const char usage[] =
-	PROG " publish --writer URL --topic T [--about A]... [--data JSON] [--key K | --key-base B]\n"
-	"       " PROG " publish --writer URL --file EVENTS.ndjson [--key-base B]\n"
+	PROG " publish --writer URL [--token JWT] --topic T [--about A]... [--data JSON] [--key K | --key-base B]\n"
+	"       " PROG " publish --writer URL [--token JWT] --file EVENTS.ndjson [--key-base B]\n"
 	"       " PROG " tail --writer URL [--ticks] [--count N] [--timeout-s S]\n"
 	"       " PROG " stats|drain|reload --control URL";
 
@@ -307,6 +310,7 @@ producer_open(void)
 	if ((opts[O_TLS_CA].sval[0] && studio_options_set(o, "tls_ca", opts[O_TLS_CA].sval, err, sizeof(err))) ||
 	    (opts[O_TLS_CERT].sval[0] && studio_options_set(o, "tls_cert", opts[O_TLS_CERT].sval, err, sizeof(err))) ||
 	    (opts[O_TLS_KEY].sval[0] && studio_options_set(o, "tls_key", opts[O_TLS_KEY].sval, err, sizeof(err))) ||
+	    (opts[O_TOKEN].sval[0] && studio_options_set(o, "token", opts[O_TOKEN].sval, err, sizeof(err))) ||
 	    studio_producer_new(opts[O_WRITER].sval, o, &p, err, sizeof(err)) != STUDIO_OK)
 		st_config_fail(PROG, "--writer %s: %s", opts[O_WRITER].sval, err);
 	studio_options_free(o);

@@ -202,6 +202,21 @@ def writer_bad_urls_and_addresses():
 
 
 @t.case
+def writer_bad_ingest_keys_exits_2():
+    """--ingest-keys is read with the edge's rules before the database (issue 24)."""
+    d = tempfile.mkdtemp(prefix="studio-cfg-")
+    bad_jwks = os.path.join(d, "bad.json")
+    with open(bad_jwks, "w") as f:
+        f.write('{"keys":[{"kty":"oct","kid":"k","alg":"HS256","k":"c2hvcnQ"}]}')
+    cases = [
+        (dict(ingest_keys="/nonexistent/jwks.json"), ["--ingest-keys /nonexistent/jwks.json: cannot read"]),
+        (dict(ingest_keys=bad_jwks), ["--ingest-keys %s: key 0 (kid \"k\"): " % bad_jwks, "shorter than 32 bytes"]),
+    ]
+    for flags, needles in cases:
+        expect_exit2("broker-writer", writer_args(dead_dsn(), **flags), needles)
+
+
+@t.case
 def writer_listen_in_use_exits_2_before_the_database():
     tw = Tripwire()
     dsn = "host=127.0.0.1 port=%d dbname=x user=x connect_timeout=2" % tw.port

@@ -6,6 +6,7 @@
  *   producer_drive URLS --once TOPIC BASE TIMEOUT_MS TRY_TIMEOUT_MS BACKOFF_MS
  *   producer_drive URLS --free-pending TOPIC
  *   producer_drive URLS --tls-two TOPIC CA CERT KEY
+ *   producer_drive URLS --tokens TOPIC TOKEN TOKEN_FILE
  *
  * Publishes COUNT requests of BATCH events each to TOPIC, without keys (the
  * library makes them), at most INFLIGHT at once, RATE requests a second
@@ -27,6 +28,12 @@
  * tls_ca CA, tls_cert CERT, tls_key KEY, then producer B with tls_ca only,
  * publishes one event with each (A, then B, then A again) and prints
  * "a STATUS", "b STATUS", "a2 STATUS": a TLS identity is its producer's.
+ * --tokens publishes one event with the option token TOKEN ("static
+ * STATUS SEQ DETAIL"), then, with a token function that reads TOKEN_FILE
+ * at every call (one token a line: call K returns line K, the last line
+ * once there are no more), one event ("fn1 ..."), waits for a line on
+ * stdin (the test rotates the file and the writer's keys), one more ("fn2
+ * ..."), and prints "calls N" (how often the function was asked).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -128,6 +135,70 @@ free_pending(const char *urls, const char *topic)
 	return 0;
 }
 
+static long token_calls;
+
+static int
+token_from_file(void *arg, char *buf, size_t cap)
+{
+	FILE *f = fopen(arg, "r");
+	long k = __atomic_fetch_add(&token_calls, 1, __ATOMIC_SEQ_CST);
+	size_t n = 0;
+
+	if (f == NULL)
+		return 0;
+	/* line k, or the last one */
+	for (long i = 0; i <= k && fgets(buf, (int)cap, f) != NULL; i++)
+		n = strlen(buf);
+	fclose(f);
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+		n--;
+	return (int)n;
+}
+
+static void
+token_publish(studio_producer *p, const char *what, const char *topic)
+{
+	studio_event ev = { STUDIO_EVENT_INIT, .topic = topic, .data = "{\"token\":true}" };
+	char err[600] = "";
+	uint64_t seq = 0;
+	studio_status st = studio_publish(p, &ev, 1, NULL, &seq, 20000, err, sizeof(err));
+
+	printf("%s %s %" PRIu64 " %s\n", what, studio_status_str(st), seq, st == STUDIO_OK ? "" : err);
+	fflush(stdout);
+}
+
+static int
+tokens(const char *urls, const char *topic, const char *token, const char *file)
+{
+	studio_options *o = studio_options_new();
+	studio_producer *p = NULL;
+	char err[600], line[64];
+
+	if (o == NULL || studio_options_set(o, "token", token, err, sizeof(err)) != STUDIO_OK ||
+	    studio_producer_new(urls, o, &p, err, sizeof(err)) != STUDIO_OK) {
+		fprintf(stderr, "producer_drive: %s\n", err);
+		return 2;
+	}
+	token_publish(p, "static", topic);
+	studio_producer_free(p);
+	p = NULL;
+	/* the function wins over the option, which stays set */
+	if (studio_options_set_token_fn(o, token_from_file, (void *)file) != STUDIO_OK ||
+	    studio_producer_new(urls, o, &p, err, sizeof(err)) != STUDIO_OK) {
+		fprintf(stderr, "producer_drive: %s\n", err);
+		return 2;
+	}
+	studio_options_free(o);
+	token_publish(p, "fn1", topic);
+	if (fgets(line, sizeof(line), stdin) == NULL)
+		fprintf(stderr, "producer_drive: stdin closed, going on\n");
+	token_publish(p, "fn2", topic);
+	printf("calls %ld\n", __atomic_load_n(&token_calls, __ATOMIC_SEQ_CST));
+	fflush(stdout);
+	studio_producer_free(p);
+	return 0;
+}
+
 static studio_producer *
 tls_producer(const char *urls, const char *ca, const char *cert, const char *key)
 {
@@ -201,6 +272,8 @@ main(int argc, char **argv)
 		return tls_two(argv[1], argv[3], argv[4], argv[5], argv[6]);
 	if (argc == 4 && strcmp(argv[2], "--free-pending") == 0)
 		return free_pending(argv[1], argv[3]);
+	if (argc == 6 && strcmp(argv[2], "--tokens") == 0)
+		return tokens(argv[1], argv[3], argv[4], argv[5]);
 	if (argc != 9) {
 		fprintf(stderr, "usage: producer_drive URLS TOPIC COUNT BATCH INFLIGHT DATA_BYTES RATE TIMEOUT_MS\n");
 		return 2;
