@@ -102,7 +102,12 @@ def rows_deleted_under_a_slow_replay_give_a_resync():
     with harness.Env() as env:
         w = env.start_writer(flush_interval_ms=100, retention="0")
         w.wait_ready()
-        pad = "x" * 2000
+        # The rows deleted must lie beyond what the edge may already have read: its
+        # lookahead is the server's socket send buffer (loopback autotunes it to 4 MB),
+        # the output watermark and two replay chunks (2 x 512 KiB), about 6 MB; rows of
+        # 8 KB put the cut (row 2,000) 16 MB in.  With 2 KB rows the read-ahead chunk
+        # made the edge read past the cut before the delete: no resync, and rightly.
+        pad = "x" * 8000
         seqs = sc.publish_many(w, [{"topic": "ret3", "data": {"i": i, "p": pad}} for i in range(3000)], batch=500)
         edge = env.start_edge([w], replay_cap=100000, flush_interval_ms=100)
         edge.wait_ready()
