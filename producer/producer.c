@@ -837,6 +837,22 @@ op_on_reply(op *o, nng_msg *m)
 	op_retry(o, true, true);
 }
 
+/*
+ * Frees a message nng left on the op's aio.  Every branch that takes a
+ * message off the aio clears the pointer, so what is still there is one
+ * nng handed back and nobody else holds.
+ */
+static void
+op_aio_msg_drop(op *o)
+{
+	nng_msg *m = nng_aio_get_msg(o->aio);
+
+	if (m != NULL) {
+		nng_aio_set_msg(o->aio, NULL);
+		nng_msg_free(m);
+	}
+}
+
 static void
 op_cb(void *arg)
 {
@@ -851,8 +867,7 @@ op_cb(void *arg)
 	case OP_SEND:
 		if (rv != 0) {
 			/* the message is still ours: it never left */
-			nng_msg_free(nng_aio_get_msg(o->aio));
-			nng_aio_set_msg(o->aio, NULL);
+			op_aio_msg_drop(o);
 			if (rv == NNG_ECLOSED || rv == NNG_ECANCELED) {
 				op_finish_closing(o);
 				return;
@@ -862,6 +877,8 @@ op_cb(void *arg)
 			op_retry(o, true, rv != NNG_ETIMEDOUT);
 			return;
 		}
+		/* nng owns the request now (nng_ctx_send's rule): no pointer to it stays on the aio. */
+		nng_aio_set_msg(o->aio, NULL);
 		/* From here the try may reach a writer: until its answer, its outcome is unknown. */
 		o->st = OP_RECV;
 		nng_aio_set_timeout(o->aio, ST_MAX(op_left(o), 1));
@@ -869,6 +886,9 @@ op_cb(void *arg)
 		return;
 	case OP_RECV:
 		if (rv != 0) {
+			/* A failed receive may hand the try's request back on the aio (req0
+			 * resets its context): ours to free, before the next try sets its own. */
+			op_aio_msg_drop(o);
 			o->unanswered = true;
 			if (rv == NNG_ECLOSED || rv == NNG_ECANCELED) {
 				op_finish_closing(o);
@@ -887,7 +907,12 @@ op_cb(void *arg)
 			op_retry(o, true, false);
 			return;
 		}
-		op_on_reply(o, nng_aio_get_msg(o->aio));
+		{
+			nng_msg *m = nng_aio_get_msg(o->aio);
+
+			nng_aio_set_msg(o->aio, NULL); /* the reply is ours: op_on_reply frees it */
+			op_on_reply(o, m);
+		}
 		return;
 	}
 }
