@@ -17,29 +17,19 @@ static struct {
 	nng_tls_config *server;    /* for listeners; NULL without cert and key */
 } tls;
 
-/* Reads a whole PEM file of at most ST_TLS_MAX_FILE bytes, NUL-terminated. */
+/* Reads a whole PEM file of at most ST_TLS_MAX_FILE bytes (st_pem_read), the flag named in why. */
 static st_err
 read_pem(const char *flag, const char *path, char **out, char *why, size_t cap)
 {
-	FILE *f = fopen(path, "rb");
-	char *buf = NULL;
-	size_t n;
+	const char *reason = NULL;
+	st_err rv = st_pem_read(path, ST_TLS_MAX_FILE, out, &reason);
 
-	if (f == NULL) {
-		snprintf(why, cap, "--%s %s: %s", flag, path, strerror(errno));
+	if (rv == ST_ENOMEM)
+		st_oom("a PEM file", ST_TLS_MAX_FILE); /* the programs' policy (st_util.h) */
+	if (rv != ST_OK) {
+		snprintf(why, cap, "--%s %s: %s", flag, path, reason);
 		return ST_EINVAL;
 	}
-	buf = st_xmalloc(ST_TLS_MAX_FILE + 1);
-	n = fread(buf, 1, ST_TLS_MAX_FILE + 1, f);
-	fclose(f);
-	if (n > ST_TLS_MAX_FILE || n == 0 || strstr(buf, "-----BEGIN ") == NULL) {
-		snprintf(why, cap, "--%s %s: %s", flag, path,
-		         n > ST_TLS_MAX_FILE ? "larger than 64 KiB" : "not a PEM file");
-		free(buf);
-		return ST_EINVAL;
-	}
-	buf[n] = '\0';
-	*out = buf;
 	return ST_OK;
 }
 

@@ -1164,33 +1164,21 @@ studio_producer_flush(studio_producer *p, uint32_t timeout_ms)
 
 /* ---- TLS: this producer's own configuration ------------------------------ */
 
-/* Reads a whole PEM file of at most MAX_PEM bytes, NUL-terminated, into *out (owned by the caller). */
+/* Reads a whole PEM file of at most MAX_PEM bytes (st_pem_read) into *out (owned by the caller). */
 static studio_status
 read_pem(const char *opt, const char *path, char **out, char *err, size_t cap)
 {
-	FILE *f = fopen(path, "rb");
-	char *buf = NULL;
-	size_t n;
+	const char *reason = NULL;
+	st_err rv = st_pem_read(path, MAX_PEM, out, &reason);
 
-	if (f == NULL) {
-		say(err, cap, "option %s: %s: %s", opt, path, strerror(errno));
-		return STUDIO_USAGE;
-	}
-	if ((buf = st_try_malloc(MAX_PEM + 1)) == NULL) {
-		fclose(f);
+	if (rv == ST_OK)
+		return STUDIO_OK;
+	if (rv == ST_ENOMEM) {
 		say(err, cap, "option %s: out of memory", opt);
 		return STUDIO_NOMEM;
 	}
-	n = fread(buf, 1, MAX_PEM + 1, f);
-	fclose(f);
-	buf[n <= MAX_PEM ? n : MAX_PEM] = '\0';
-	if (n > MAX_PEM || n == 0 || strstr(buf, "-----BEGIN ") == NULL) {
-		say(err, cap, "option %s: %s: %s", opt, path, n > MAX_PEM ? "larger than 64 KiB" : "not a PEM file");
-		free(buf);
-		return STUDIO_USAGE;
-	}
-	*out = buf;
-	return STUDIO_OK;
+	say(err, cap, "option %s: %s: %s", opt, path, reason);
+	return STUDIO_USAGE;
 }
 
 typedef struct tls_pem {
