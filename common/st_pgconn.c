@@ -245,7 +245,6 @@ attempts_run(st_pgconn *c)
 	for (; c->attempt < c->attempts; c->attempt++)
 		if (attempt_open(c))
 			return;
-	c->st = PC_CONNECTING; /* (for conn_down: a round that failed, not a session) */
 	if (c->attempts > 1)
 		snprintf(msg, sizeof(msg), "no address answered (%zu tried), the last: %s", c->attempts, c->last_err);
 	else
