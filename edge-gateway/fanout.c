@@ -54,6 +54,7 @@ struct fanout_worker {
 	bool stopped;             /* EMSG_STOP seen: only release what follows */
 	atomic_bool behind;       /* streams_backpressure, as of the worker's last look */
 	atomic_uint inflight;     /* batches posted and not yet published */
+	atomic_bool head_known;   /* streams_ready, as of the last message handled: fanout_ready */
 };
 
 struct fanout {
@@ -169,6 +170,8 @@ worker_inbox_cb(void *item, void *arg)
 	default:
 		break;
 	}
+	if (streams_ready(w->streams))
+		atomic_store(&w->head_known, true);
 	emsg_release(m);
 }
 
@@ -366,6 +369,18 @@ fanout_set_head(fanout *f, uint64_t head)
 	f->posted_head = head;
 	f->head_posted = true;
 	post_all(f, emsg_new(EMSG_HEAD, head, 0));
+}
+
+bool
+fanout_ready(const fanout *f, const char **why)
+{
+	for (size_t i = 0; i < f->cfg.n; i++) {
+		if (!pgpool_ready(f->w[i].pool))
+			return *why = "no database connection", false;
+		if (!atomic_load(&((fanout_worker *)&f->w[i])->head_known))
+			return *why = "history head not known yet", false;
+	}
+	return true;
 }
 
 bool

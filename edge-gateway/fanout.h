@@ -107,6 +107,14 @@ void fanout_free(fanout *f);
 void fanout_publish(fanout *f, frame *const *frames, size_t n, uint64_t head);
 /* The head moved without frames; posted only when above the last one posted. */
 void fanout_set_head(fanout *f, uint64_t head);
+/*
+ * Every worker has a database connection up and knows the head (atomics:
+ * any thread).  /readyz answers for the whole edge, not for the worker
+ * that happened to accept it: with one worker ready and another still
+ * connecting, a 200 would send streams to a worker that refuses them.
+ * On false, why says which part is missing.
+ */
+bool fanout_ready(const fanout *f, const char **why);
 /* A head or batch was posted: every worker knows a head. */
 bool fanout_head_posted(const fanout *f);
 

@@ -16,8 +16,8 @@
  * mailbox.
  *
  * Readiness (/readyz, answered by whichever worker accepted the
- * connection): main's pool has a connection and so has the worker's, the
- * worker's registry knows the head, a writer's tick or batch arrived within
+ * connection, for the whole edge): main's pool has a connection and so has
+ * every worker's, every worker's registry knows the head, a writer's tick or batch arrived within
  * three flush intervals (read, or waiting unread in nng's queue: the edge's
  * own pauses are not a stale writer), and the edge is not draining.  What
  * main owns (database up, draining, last message time) is read through
@@ -324,7 +324,9 @@ ops_ready(void *arg, const char **why)
 {
 	ops_ctx *c = arg;
 
-	return edge_ready(c->e, c->w, why);
+	if (!edge_ready(c->e, c->w, why))
+		return false;
+	return fanout_ready(c->e->fan, why);
 }
 
 /* The connection gauge is read only when scraped: it is one load of the server's count. */

@@ -20,6 +20,7 @@
  */
 #include "pgpool.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +85,7 @@ struct pgpool {
 	struct event *sweep;     /* fails queries past their deadline */
 	const st_clock *clock;
 	unsigned reserved;       /* slots[0 .. reserved-1] take only PGPOOL_PRIO_FILL queries */
+	atomic_uint up_n;        /* connections up, kept by on_slot_state: pgpool_ready from any thread */
 };
 
 static void dispatch(pgpool *p);
@@ -110,8 +112,13 @@ on_slot_state(void *arg, bool up)
 {
 	slot *s = arg;
 
-	if (up)
+	/* st_pgconn reports each transition once (down only after up), so the count stays exact. */
+	if (up) {
+		atomic_fetch_add(&s->pool->up_n, 1);
 		event_active(s->pool->kick, 0, 0);
+	} else {
+		atomic_fetch_sub(&s->pool->up_n, 1);
+	}
 }
 
 /* The end of a slot's query: a result, or none when the connection was lost or dropped. */
@@ -415,7 +422,7 @@ pgpool_set_clock(pgpool *p, const st_clock *clock)
 bool
 pgpool_ready(const pgpool *p)
 {
-	return pgpool_up(p) > 0;
+	return atomic_load(&((pgpool *)p)->up_n) > 0;
 }
 
 size_t

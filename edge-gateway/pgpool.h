@@ -106,7 +106,7 @@ void pgpool_reserve_fills(pgpool *p, unsigned k);
  * Set it before submitting; it must outlive the pool. */
 void pgpool_set_clock(pgpool *p, const st_clock *clock);
 
-/* At least one connection is up (session set up). */
+/* At least one connection is up (session set up).  Any thread (an atomic count). */
 bool pgpool_ready(const pgpool *p);
 /* Connections up; queries queued, and in flight. */
 size_t pgpool_up(const pgpool *p);

@@ -65,11 +65,11 @@ if [ "${STUDIO_TEST_ONLY_PLAIN:-0}" != 1 ]; then
 fi
 # Coverage-guided fuzzing of every parser that takes outside input (fuzz/,
 # clang + libFuzzer): a short run per target; a finding fails the run.
-if [ "${STUDIO_TEST_FUZZ_S:-20}" != 0 ]; then
-	st_log "fuzzing each parser for ${STUDIO_TEST_FUZZ_S:-20}s"
+if [ "${STUDIO_TEST_FUZZ_S:-10}" != 0 ]; then
+	st_log "fuzzing each parser for ${STUDIO_TEST_FUZZ_S:-10}s"
 	fuzz_targets=$(FUZZ_WERROR=ON bash fuzz/run.sh --list) || { status=1; fuzz_targets=; st_log "fuzz: configure FAILED"; }
 	for t in $fuzz_targets; do
-		FUZZ_WERROR=ON bash fuzz/run.sh "$t" "${STUDIO_TEST_FUZZ_S:-20}" >"build/fuzz-$t.log" 2>&1 ||
+		FUZZ_WERROR=ON bash fuzz/run.sh "$t" "${STUDIO_TEST_FUZZ_S:-10}" >"build/fuzz-$t.log" 2>&1 ||
 			{ status=1; st_log "fuzz $t FAILED (build/fuzz-$t.log)"; tail -20 "build/fuzz-$t.log"; }
 	done
 	# Read by CI as the closing count of this step.

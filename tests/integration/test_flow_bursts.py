@@ -44,6 +44,8 @@ READY_SLICE_S = float(os.environ.get("FB_READY_SLICE_S", "0.01"))   # reads ever
 READY_ROUNDS = int(os.environ.get("FB_READY_ROUNDS", "5"))
 READY_READERS = int(os.environ.get("FB_READY_READERS", "3"))
 READY_N = int(os.environ.get("FB_READY_N", str(N_LARGE)))
+READY_EXTRA_ROUNDS = 4      # slower readers, only while the bursts have not paused the intake enough
+READY_MIN_RATE = 500 * 1000
 READY_RCVBUF = int(os.environ.get("FB_READY_RCVBUF", "65536"))   # kernel buffers do not absorb the burst: longer pauses
 
 
@@ -159,12 +161,20 @@ def readyz_during_bursts(flush_ms, rounds):
         poll.start()
         harness.wait_until(lambda: sum(poll.status.values()) >= 5, 30, "/readyz polled")
         done = []
+        rate = READY_RATE
         try:
-            for k in range(rounds):
+            # `rounds` bursts, then more (each read at half the pace of the last) until the bursts
+            # paused the intake past 3 flush intervals: under a sanitizer the edge can be slower
+            # than a 6 MB/s reader, so that pace never makes it pause (CI, TSan: 0 ms in 5 rounds).
+            for k in range(rounds + READY_EXTRA_ROUNDS):
+                if k >= rounds:
+                    if metrics(port)["paused"] - m0["paused"] >= 3 * flush_ms:
+                        break
+                    rate = max(rate // 2, READY_MIN_RATE)
                 c, seqs, took = burst_to_paced_reader(writer, port, "fb.ready%d" % k, k * N_LARGE,
-                                                      rate=READY_RATE, rcvbuf=READY_RCVBUF,
+                                                      rate=rate, rcvbuf=READY_RCVBUF,
                                                       slice_s=READY_SLICE_S, n=READY_N, readers=READY_READERS)
-                done.append((len(c.ids()), len(seqs), round(took, 2)))
+                done.append((len(c.ids()), len(seqs), round(took, 2), rate))
                 c.close()
         finally:
             poll.halt.set()
@@ -172,7 +182,7 @@ def readyz_during_bursts(flush_ms, rounds):
         m1 = metrics(port)
         paused = m1["paused"] - m0["paused"]
         polls = sum(poll.status.values())
-        log("FIGURE readyz_during_pauses threads=%d flush_ms=%d rounds(items,events,s)=%s intake_paused_ms=%d "
+        log("FIGURE readyz_during_pauses threads=%d flush_ms=%d rounds(items,events,s,B/s)=%s intake_paused_ms=%d "
             "readyz=%s first_bad=%r" % (THREADS, flush_ms, done, paused, poll.status, poll.first_bad))
         check(paused >= 3 * flush_ms, "precondition: the bursts paused the intake longer than 3 flush intervals "
               "(%d ms, want >= %d)" % (paused, 3 * flush_ms))

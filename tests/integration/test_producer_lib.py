@@ -241,9 +241,10 @@ def timeout_then_republish_stores_once():
 @t.case
 def pending_then_unavailable_is_timeout():
     with harness.Env() as env:
-        # Flushes every 20 s: long after the call's deadline.
-        slow = env.start_writer(flush_interval_ms=20000).wait_ready()
+        # Flushes every 60 s (the most allowed): not within the test, whose `drain` of it commits the held try.
+        slow = env.start_writer(flush_interval_ms=60000).wait_ready()
         draining = env.start_writer(flush_interval_ms=100).wait_ready()
+        after = env.start_writer(flush_interval_ms=100).wait_ready()
         p = harness.studioctl("drain", "--control", draining.control, timeout=30)
         check_eq(p.returncode, 0, "studioctl drain of the second writer (%r)" % p.stderr[-200:])
         # try 1: the slow writer accepts and holds it (no reply within 1 s); try 2: the draining
@@ -256,8 +257,11 @@ def pending_then_unavailable_is_timeout():
         check(refused >= 1, "the draining writer answered unavailable (%d)" % refused)
         check("unavailable: draining" in detail, "the last answer heard was the draining writer's: %r" % detail)
         check_eq(st, "timeout", "an accepted try left unanswered, then unavailable (%s)" % detail)
-        wait_stored(env, "pl.pending", 1, "the held try committed by the slow writer's flush")
-        st2, seq, _, detail2 = once([slow.ingest], "pl.pending", base, 30000, 30000, 100)
+        p = harness.studioctl("drain", "--control", slow.control, timeout=30)
+        check_eq(p.returncode, 0, "studioctl drain of the slow writer (%r)" % p.stderr[-200:])
+        wait_stored(env, "pl.pending", 1, "the held try committed by the slow writer's flush (its drain)")
+        # The republish goes to a third writer: the key's row in the table answers it.
+        st2, seq, _, detail2 = once([after.ingest], "pl.pending", base, 30000, 30000, 100)
         check_eq(st2, "ok", "the republish with the base (%s)" % detail2)
         rows = rows_of(env, "pl.pending")
         check_eq(len(rows), 1, "rows: the event once (%s)" % rows)
@@ -267,7 +271,9 @@ def pending_then_unavailable_is_timeout():
 @t.case
 def free_after_commit_never_says_closed():
     with harness.Env() as env:
-        w = env.start_writer(flush_interval_ms=8000).wait_ready()
+        # Flushes every 60 s (the most allowed): not within the test, whose `drain` of it commits the event.
+        w = env.start_writer(flush_interval_ms=60000).wait_ready()
+        after = env.start_writer(flush_interval_ms=100).wait_ready()
         p = subprocess.Popen([DRIVE, w.ingest, "--free-pending", "pl.free"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         first = p.stdout.readline().decode(errors="replace").split()
@@ -281,8 +287,10 @@ def free_after_commit_never_says_closed():
         check_eq(p.returncode, 0, "producer_drive exit (stderr %r)" % err.decode(errors="replace")[-300:])
         check("callback closed" not in out, "free of an accepted request does not say closed: %r" % out)
         check("callback timeout" in out, "it says timeout (unknown): %r" % out)
-        wait_stored(env, "pl.free", 1, "the accepted event committed by the flush")
-        st, seq, _, detail = once([w.ingest], "pl.free", base, 30000, 30000, 100)
+        p = harness.studioctl("drain", "--control", w.control, timeout=30)
+        check_eq(p.returncode, 0, "studioctl drain of the writer (%r)" % p.stderr[-200:])
+        wait_stored(env, "pl.free", 1, "the accepted event committed by the flush (the writer's drain)")
+        st, seq, _, detail = once([after.ingest], "pl.free", base, 30000, 30000, 100)
         check_eq(st, "ok", "the republish with the base (%s)" % detail)
         rows = rows_of(env, "pl.free")
         check_eq(len(rows), 1, "rows: the event once (%s)" % rows)

@@ -22,7 +22,7 @@ them stops before the final count.  Autovacuum is off on the table (its
 vacuum of the TOAST relation would be counted too).
 
 Cases:
-- a resume over 2,000 such rows (NDJSON, until=head) reads at most 1.2x the
+- a resume over 1,000 such rows (NDJSON, until=head) reads at most 1.2x the
   TOAST blocks those rows occupy, while a live stream on another topic
   receives the events published during the replay before the replay ends;
 - a gap fill of 100 such rows (the edge dials one writer, another commits
@@ -45,7 +45,7 @@ from harness import check, check_eq, log, wait_until  # noqa: E402
 import sse_client as sc  # noqa: E402
 
 t = h.Tests()
-N_REPLAY = 2000
+N_REPLAY = 1000
 N_FILL = 100
 BATCH = 50                 # 50 x 256 KiB per request: under the 16 MiB bound
 DATA_LIMIT = 256 * 1024    # the contract's bound of an event's JSON text
