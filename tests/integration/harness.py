@@ -677,9 +677,10 @@ class PgServer:
     restart(mode="fast") -> seconds it took, running(), logs(tail), close().
     standby_of=PRIMARY (a started PgServer): a hot standby of it instead of
     a fresh cluster (pg_basebackup -R, streaming; read-only, in_hot_standby).
+    conf: more lines for postgresql.conf (e.g. ssl = on and its files).
     """
 
-    def __init__(self, name="pg", port=None, standby_of=None):
+    def __init__(self, name="pg", port=None, standby_of=None, conf=""):
         bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
                       key=lambda x: int(x.split("/")[4]) if x.split("/")[4].isdigit() else 0)
         if not bins:
@@ -708,7 +709,7 @@ class PgServer:
                       "--locale=C.UTF-8", timeout=120)
         conf = ("listen_addresses = '127.0.0.1'\nport = %d\nunix_socket_directories = '%s'\n"
                 "max_connections = 100\nfsync = off\nsynchronous_commit = off\n"
-                "full_page_writes = off\n" % (self.port, self.sock))
+                "full_page_writes = off\n" % (self.port, self.sock)) + conf
         with open(os.path.join(self.data, "postgresql.conf"), "a") as f:
             f.write(conf)
         self.started = False

@@ -29,9 +29,14 @@ K8S = os.path.join(ROOT, "deploy", "k8s")
 OVERLAYS = ("dev", "prod")
 UID = 10001
 MODELS = "kubernetes-models@4.5.1"   # CommonJS, node >= 14 (Debian 12 has 18)
-# docs/writer.md "Memory bound" total, docs/edge.md "Memory bound" terms.
+# docs/writer.md "Memory bound" total, docs/edge.md "Memory bound" terms,
+# docs/deploy.md "Resources": per stream 4 MiB of queues + a stalled
+# socket's send buffer (tcp_wmem max, 4 MiB by default); with N > 1 threads
+# 128 MiB of mailboxes and 1.3 MiB per database connection past 4 (P = 2 + 2N).
 WRITER_BOUND_MIB = 6654
-EDGE_BASE_MIB, EDGE_STREAM_MIB = 300, 4
+EDGE_BASE_MIB, EDGE_STREAM_MIB, EDGE_SOCKBUF_MIB = 300, 4, 4
+EDGE_MAILBOX_MIB, EDGE_CONN_MIB = 128, 1.3
+PG_CA_SECRET, PG_CA_ENV = "studio-pg-ca", "PGSSLROOTCERT"
 t = h.Tests(needs_pg=False)
 cache = {}
 
@@ -184,18 +189,35 @@ def security_contexts_and_resources():
                         h.check("secretKeyRef" in e.get("valueFrom", {}), cw + " %s not from a Secret" % e["name"])
 
 
+def edge_base_mib(threads):
+    extra_conns = max(0, 2 + 2 * threads - 4) if threads > 1 else 0
+    return EDGE_BASE_MIB + (EDGE_MAILBOX_MIB if threads > 1 else 0) + int(extra_conns * EDGE_CONN_MIB + 0.999)
+
+
 @t.case
 def memory_limits_follow_the_arithmetic():
-    """Edge: --max-streams <= (limit - 300 MiB) / 4 MiB (docs/edge.md); prod writer limit >= the bound."""
+    """Edge: --max-streams <= (limit - base(threads)) / (4 MiB + socket buffer) (docs/deploy.md
+    "Resources"); prod writer limit >= the bound; prod memory requests = limits."""
     for o in OVERLAYS:
         docs = render(o)
         edge = one(docs, "Deployment", "studio-edge")["spec"]["template"]["spec"]["containers"][0]
         limit = mib(edge["resources"]["limits"]["memory"])
-        streams = int(env_of(edge)["STUDIO_MAX_STREAMS"])
-        allowed = (limit - EDGE_BASE_MIB) // EDGE_STREAM_MIB
-        h.check(streams <= allowed, "overlays/%s edge: STUDIO_MAX_STREAMS %d above (%d - %d) / %d = %d"
-                % (o, streams, limit, EDGE_BASE_MIB, EDGE_STREAM_MIB, allowed))
-        h.log("FIGURE overlays/%s edge: limit %d MiB, max streams %d (allowed %d)" % (o, limit, streams, allowed))
+        env = env_of(edge)
+        streams = int(env["STUDIO_MAX_STREAMS"])
+        threads = int(env.get("STUDIO_THREADS") or 1)
+        base = edge_base_mib(threads)
+        per = EDGE_STREAM_MIB + EDGE_SOCKBUF_MIB
+        allowed = (limit - base) // per
+        h.check(streams <= allowed, "overlays/%s edge: STUDIO_MAX_STREAMS %d above (%d - base(%d threads) %d) / %d = %d"
+                % (o, streams, limit, threads, base, per, allowed))
+        h.log("FIGURE overlays/%s edge: limit %d MiB, %d threads, max streams %d (allowed %d)"
+              % (o, limit, threads, streams, allowed))
+        if o == "prod":
+            for owner, tpl in pod_specs(docs):
+                for c in tpl["spec"].get("initContainers", []) + tpl["spec"]["containers"]:
+                    r = c["resources"]
+                    h.check_eq(r["requests"]["memory"], r["limits"]["memory"],
+                               "prod %s container %s: memory request = limit" % (owner, c["name"]))
         writer = one(docs, "Deployment", "studio-writer")["spec"]["template"]["spec"]["containers"][0]
         wl = mib(writer["resources"]["limits"]["memory"])
         h.log("FIGURE overlays/%s writer: limit %d MiB against the bound %d MiB" % (o, wl, WRITER_BOUND_MIB))
@@ -270,10 +292,56 @@ def ports_services_and_grace():
 
 
 @t.case
+def apply_and_gitops_safe():
+    """Issue 26: no replicas under an HPA, no Job (immutable template) in the overlays, no deprecated
+    kustomize fields, PDBs that let unhealthy pods go, minReadySeconds, zone spread, the database CA."""
+    for o in OVERLAYS:
+        docs = render(o)
+        for hpa in objs(docs, "HorizontalPodAutoscaler"):
+            target = one(docs, "Deployment", hpa["spec"]["scaleTargetRef"]["name"])
+            h.check("replicas" not in target["spec"], "overlays/%s Deployment %s has replicas %r under an HPA "
+                    "(every apply would reset the scaled count)" % (o, target["metadata"]["name"],
+                                                                     target["spec"].get("replicas")))
+        h.check_eq(objs(docs, "Job"), [], "overlays/%s Jobs (a Job's template is immutable: upgrades break)" % o)
+        for pdb in objs(docs, "PodDisruptionBudget"):
+            h.check_eq(pdb["spec"].get("unhealthyPodEvictionPolicy"), "AlwaysAllow",
+                       "overlays/%s PDB %s unhealthyPodEvictionPolicy" % (o, pdb["metadata"]["name"]))
+        for d in objs(docs, "Deployment"):
+            name = d["metadata"]["name"]
+            h.check(d["spec"].get("minReadySeconds", 0) >= 5, "overlays/%s %s minReadySeconds %r"
+                    % (o, name, d["spec"].get("minReadySeconds")))
+            keys = [c["topologyKey"] for c in d["spec"]["template"]["spec"].get("topologySpreadConstraints", [])]
+            h.check_eq(sorted(keys), ["kubernetes.io/hostname", "topology.kubernetes.io/zone"],
+                       "overlays/%s %s spread keys" % (o, name))
+        for owner, tpl in pod_specs(docs):
+            spec = tpl["spec"]
+            vols = {v["name"]: v for v in spec.get("volumes", [])}
+            for c in spec.get("initContainers", []) + spec["containers"]:
+                env = env_of(c)
+                if not any(e["name"] == "STUDIO_PG_DSN" for e in c.get("env", [])):
+                    continue
+                cw = "overlays/%s %s container %s" % (o, owner, c["name"])
+                ca = env.get(PG_CA_ENV)
+                h.check(ca, cw + " connects to PostgreSQL without %s (verify-full cannot work)" % PG_CA_ENV)
+                mounts = [m for m in c.get("volumeMounts", []) if ca.startswith(m["mountPath"].rstrip("/") + "/")]
+                h.check_eq(len(mounts), 1, cw + " mounts for %s=%s" % (PG_CA_ENV, ca))
+                v = vols.get(mounts[0]["name"], {})
+                h.check_eq(v.get("secret", {}).get("secretName"), PG_CA_SECRET, cw + " CA volume's Secret")
+                h.check_eq(os.path.basename(ca), "ca.crt", cw + " CA file name (the Secret's key)")
+    for dirpath, _, files in os.walk(K8S):
+        for f in files:
+            if f == "kustomization.yaml":
+                text = open(os.path.join(dirpath, f)).read()
+                for field in ("bases", "patchesStrategicMerge", "patchesJson6902", "vars", "commonLabels"):
+                    h.check(not re.search(r"^%s:" % field, text, re.M), "%s uses the deprecated field %s"
+                            % (os.path.relpath(os.path.join(dirpath, f), ROOT), field))
+
+
+@t.case
 def overlays_differ_as_documented():
     dev, prod = render("dev"), render("prod")
     for name in ("studio-writer", "studio-edge"):
-        h.check_eq(one(dev, "Deployment", name)["spec"]["replicas"], 1, "dev replicas of " + name)
+        h.check_eq(one(dev, "Deployment", name)["spec"].get("replicas"), 1, "dev replicas of " + name)
     h.check_eq(one(prod, "Deployment", "studio-writer")["spec"]["replicas"], 2, "prod writers")
     h.check_eq(objs(dev, "HorizontalPodAutoscaler"), [], "dev HPA")
     hpa = one(prod, "HorizontalPodAutoscaler", "studio-edge")
@@ -305,6 +373,8 @@ def environment_flags_exist_and_probe_paths_are_served():
             for c in tpl["spec"].get("initContainers", []) + tpl["spec"]["containers"]:
                 prog = program_of(c["image"])
                 for e in c.get("env", []):
+                    if e["name"] == PG_CA_ENV:
+                        continue  # libpq's own variable (the database CA), not the program's
                     h.check("[%s]" % e["name"] in helps[prog], "overlays/%s %s container %s: %s is not in %s --help"
                             % (o, owner, c["name"], e["name"], prog))
                 for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
