@@ -175,6 +175,7 @@ enum {
 	W_TLS_KEY,
 	W_TLS_CA,
 	W_INGEST_KEYS,
+	W_MIGRATE_WAIT,
 	W_N
 };
 
@@ -203,6 +204,9 @@ static st_opt opts[W_N] = {
 	/* Producer credentials (docs/security.md): the edge's JWKS rules, claim "publish". */
 	[W_INGEST_KEYS] = { .name = "ingest-keys", .kind = ST_OPT_STR, .def = "",
 	  .help = "JWKS file of the producers' token keys; empty = no producer credentials (reload: SIGHUP, reload)" },
+	[W_MIGRATE_WAIT] = { .name = "migrate-wait", .kind = ST_OPT_DURATION, .def = "60s",
+	  .help = "`migrate`: how long a database that cannot be reached (down, starting, not resolvable) is waited for",
+	  .min = 0, .max = 3600000, .allowed = "0 (fail at once) or a duration up to 1h" },
 };
 
 enum flush_state {
@@ -965,7 +969,7 @@ run(writer *w)
 	signal(SIGTERM, pre_loop_signal);
 	signal(SIGINT, pre_loop_signal);
 	signal(SIGPIPE, SIG_IGN);
-	if ((mig = schema_migrate_retry(dsn, SCHEMA_ONLINE, &pre_loop_stop)) == 2)
+	if ((mig = schema_migrate_retry(dsn, SCHEMA_ONLINE, 0, &pre_loop_stop)) == 2)
 		return 2;
 	if (mig != 0) {
 		st_info("stopped before the schema was in place");
@@ -1086,7 +1090,8 @@ main(int argc, char **argv)
 	if (first < argc && strcmp(argv[first], "migrate") == 0) {
 		if (first + 1 < argc)
 			st_config_fail(PROG, "unexpected argument after migrate: %s", argv[first + 1]);
-		return schema_migrate_retry(opts[W_PG_DSN].sval, SCHEMA_ALL, &pre_loop_stop);
+		return schema_migrate_retry(opts[W_PG_DSN].sval, SCHEMA_ALL, (uint64_t)opts[W_MIGRATE_WAIT].ival,
+		                            &pre_loop_stop);
 	}
 	if (first < argc)
 		st_config_fail(PROG, "unknown command: %s (the only command is migrate)", argv[first]);

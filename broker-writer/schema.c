@@ -617,13 +617,32 @@ log_schema(int found)
 		        found, SCHEMA_VERSION);
 }
 
+bool
+schema_connect_transient(const char *msg)
+{
+	/* libpq 15's texts (fe-connect.c) and the server's start/stop refusals (SQLSTATE 57P03). */
+	static const char *const transient[] = {
+		"Connection refused", "timeout expired", "Connection timed out", "No route to host",
+		"Network is unreachable", "could not translate host name", "Temporary failure in name resolution",
+		"the database system is starting up", "the database system is shutting down",
+		"the database system is in recovery mode", "the database system is not yet accepting connections",
+		"server closed the connection unexpectedly", "Connection reset by peer", "No such file or directory",
+	};
+
+	for (size_t i = 0; i < sizeof(transient) / sizeof(transient[0]); i++)
+		if (strstr(msg, transient[i]) != NULL)
+			return true;
+	return false;
+}
+
 int
-schema_migrate_retry(const char *dsn, schema_mode mode, volatile sig_atomic_t *stop)
+schema_migrate_retry(const char *dsn, schema_mode mode, uint64_t wait_ms, volatile sig_atomic_t *stop)
 {
 	bool daemon = mode == SCHEMA_ONLINE;
 	st_backoff backoff;
 	int attempts = 0;
 	bool logged = false;
+	uint64_t start = st_clock_now(st_clock_system());
 
 	st_backoff_init(&backoff, SCHEMA_RETRY_MIN_MS, SCHEMA_RETRY_MAX_MS);
 	for (;;) {
@@ -631,12 +650,14 @@ schema_migrate_retry(const char *dsn, schema_mode mode, volatile sig_atomic_t *s
 		PGconn *c = connect_blocking(dsn);
 		st_err rv = ST_EDB;
 		int found = 0;
+		bool unreached = false;
 
 		if (PQstatus(c) == CONNECTION_OK) {
 			PQsetNoticeProcessor(c, quiet_notice, NULL); /* "already exists, skipping" is expected */
 			rv = schema_migrate(c, mode, &found, err, sizeof(err));
 		} else {
 			snprintf(err, sizeof(err), "cannot connect: %s", PQerrorMessage(c));
+			unreached = schema_connect_transient(PQerrorMessage(c));
 		}
 		PQfinish(c);
 		if (rv == ST_OK) {
@@ -649,7 +670,12 @@ schema_migrate_retry(const char *dsn, schema_mode mode, volatile sig_atomic_t *s
 			return 2;
 		}
 		attempts++;
-		if (!daemon && (rv != ST_EAGAIN || attempts >= SCHEMA_MIGRATE_LOCK_ATTEMPTS)) {
+		if (!daemon && unreached && st_clock_now(st_clock_system()) - start >= wait_ms) {
+			st_error("migrate: %s (waited %llu ms for the database: --migrate-wait)", err,
+			         (unsigned long long)(st_clock_now(st_clock_system()) - start));
+			return 1;
+		}
+		if (!daemon && !unreached && (rv != ST_EAGAIN || attempts >= SCHEMA_MIGRATE_LOCK_ATTEMPTS)) {
 			if (rv == ST_EAGAIN)
 				st_error("migrate: no lock in %d attempts of %d ms (%s); a long transaction holds a table "
 				         "or an old snapshot (see pg_stat_activity): run migrate again when it ends",

@@ -13,7 +13,9 @@
 #define BW_SCHEMA_H
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <libpq-fe.h>
 
@@ -76,10 +78,19 @@ st_err schema_migrate(PGconn *conn, schema_mode mode, int *found, char *err, siz
  * it is polled every 50 ms while waiting).  SCHEMA_ALL (`broker-writer
  * migrate`): a lock timeout is retried SCHEMA_MIGRATE_LOCK_ATTEMPTS times
  * (each attempt queues for at most SCHEMA_LOCK_TIMEOUT_MS in front of the
- * flushes), anything else fails at once.  Returns 0 (the schema is usable),
+ * flushes); a database that cannot be reached (schema_connect_transient:
+ * refused, timed out, starting up or shutting down, a name not resolved) is
+ * retried until wait_ms have passed since the start (an init container
+ * that starts beside a database still starting, or during its restart,
+ * should not crash-loop); anything else (authentication, TLS verification,
+ * no such database) fails at once.  wait_ms is not used by SCHEMA_ONLINE.  Returns 0 (the schema is usable),
  * 1 (failed), 2 (this program must not run on this database; one line
  * logged) or -1 (stopped).  Blocks.
  */
-int schema_migrate_retry(const char *dsn, schema_mode mode, volatile sig_atomic_t *stop);
+int schema_migrate_retry(const char *dsn, schema_mode mode, uint64_t wait_ms, volatile sig_atomic_t *stop);
+
+/* libpq's connection failure message says the server was not reached or not
+ * yet (or no longer) accepting: worth waiting for.  Pure. */
+bool schema_connect_transient(const char *msg);
 
 #endif

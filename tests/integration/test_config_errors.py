@@ -11,6 +11,7 @@ connection made to the DSN's and the writers' addresses, and, for the
 writer, a real fresh database that must still have no schema afterwards.
 """
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -126,9 +127,41 @@ def writer_malformed_dsn_exits_2_at_once():
 def migrate_malformed_dsn_exits_2_unreachable_exits_1():
     expect_exit2("broker-writer", ["migrate", "--pg-dsn", "garbage"], ["--pg-dsn: ", 'missing "="'])
     expect_exit2("broker-writer", ["migrate", "--pg-dsn", "host=127.0.0.1 port=0"], ["--pg-dsn: ", "port"])
-    # a well-formed DSN of a server that is not there is an outage, not configuration: 1
-    p, _ = run("broker-writer", ["migrate", "--pg-dsn", dead_dsn()])
-    check_eq(p.returncode, 1, "migrate against nothing exits 1 (%r)" % p.stderr.decode(errors="replace")[-300:])
+    # a well-formed DSN of a server that is not there is an outage, not configuration: waited
+    # for (--migrate-wait), then 1
+    p, took = run("broker-writer", ["migrate", "--migrate-wait", "1s", "--pg-dsn", dead_dsn()])
+    err = p.stderr.decode(errors="replace")
+    check_eq(p.returncode, 1, "migrate against nothing exits 1 (%r)" % err[-300:])
+    check("(retrying)" in err and "--migrate-wait" in err and took >= 1.0,
+          "it waited --migrate-wait 1s, retrying, and said so (%.1f s): %r" % (took, err[-400:]))
+
+
+@t.case
+def migrate_waits_for_a_database_that_starts():
+    """Issue 26 item 5: an init container started beside a database still starting does not crash-loop."""
+    pg = h.PgServer("late")   # made, not started
+    try:
+        p = subprocess.Popen([h.program("broker-writer"), "migrate", "--pg-dsn", pg.dsn + " connect_timeout=2"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        first = p.stderr.readline().decode(errors="replace")
+        check("(retrying)" in first, "migrate's first line says it waits for the database: %r" % first)
+        pg.start()
+        out, err = p.communicate(timeout=90)
+        err = first + err.decode(errors="replace")
+        check_eq(p.returncode, 0, "migrate once the database started (%r)" % err[-400:])
+        check("created schema version" in err, "it created the schema: %r" % err[-300:])
+    finally:
+        pg.close()
+
+
+@t.case
+def migrate_refused_credentials_fail_at_once():
+    """What waiting cannot fix (here: no such role) fails at once, not after --migrate-wait."""
+    dsn = re.sub(r"user=\S+", "user=no_such_role_x", os.environ["STUDIO_TEST_PG_DSN"])
+    p, took = run("broker-writer", ["migrate", "--migrate-wait", "1h", "--pg-dsn", dsn])
+    err = p.stderr.decode(errors="replace")
+    check_eq(p.returncode, 1, "migrate with a role that does not exist (%r)" % err[-300:])
+    check("(retrying)" not in err and "no_such_role_x" in err, "failed at once, naming the role: %r" % err[-300:])
 
 
 # Options that PQconninfoParse accepts and libpq 15 refuses only when it
