@@ -141,6 +141,23 @@ class ReadyPoller(threading.Thread):
             time.sleep(0.01)
 
 
+def favour(*procs):
+    """As root, renices every thread of procs to -10.  The rule under test is about the edge's own
+    pauses; a writer or edge that the scheduler starves for more than 60 ms on a busy 2-core machine
+    (the CI's, with other work beside it) is a real silence and a correct 503 (seen: 1 and 5 such polls
+    under a load of other builds), which would hide what this test judges.  Niceness only changes who
+    runs first when the CPUs are contended; the timing rules are the programs' own."""
+    if os.geteuid() != 0:
+        log("not root: the programs keep their niceness (a starved writer may show as a 503)")
+        return
+    for p in procs:
+        for tid in os.listdir("/proc/%d/task" % p.pid):
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(tid), -10)
+            except OSError as e:  # a thread that ended meanwhile
+                log("renice %s/%s: %s" % (p.pid, tid, e))
+
+
 def readyz_during_bursts(flush_ms, rounds):
     with harness.Env() as env:
         # The bursts go to one writer; a second one only ticks, every 10 ms
@@ -155,6 +172,7 @@ def readyz_during_bursts(flush_ms, rounds):
         idle.wait_ready()
         edge = env.start_edge([writer, idle], flush_interval_ms=flush_ms, threads=THREADS)
         edge.wait_ready()
+        favour(writer, idle, edge)
         port = sc.edge_port(edge)
         m0 = metrics(port)
         poll = ReadyPoller(port)
