@@ -20,7 +20,7 @@
  * every worker's, every worker's registry knows the head, a writer's tick or batch arrived within
  * three flush intervals (read, or waiting unread in nng's queue: the edge's
  * own pauses are not a stale writer), and the edge is not draining.  What
- * main owns (database up, draining, last message time) is read through
+ * the main loop owns (database up, draining, last message time) is read through
  * atomics; the queue through a poll of its descriptor.
  * Liveness (/healthz) is just "the loop answers".
  *
@@ -74,8 +74,8 @@ struct edge {
 	sub *sub;
 	fanout *fan;               /* the loops serving streams */
 	st_control *control;
-	st_auth_store *auth;          /* NULL: access control off; shared by every loop */
-	iplimit *ip_limit;         /* --max-streams-per-ip; shared by every loop */
+	st_auth_store *auth;       /* borrowed (main frees it after edge_free); NULL: access control off; shared by every loop */
+	iplimit *ip_limit;         /* borrowed, as auth; --max-streams-per-ip, shared by every loop */
 	const char *auth_keys_path;
 	struct event *ev_hup;      /* SIGHUP: reload the keys */
 	struct event *ev_tick, *ev_head_retry, *ev_term, *ev_int, *ev_exit, *ev_flow;
