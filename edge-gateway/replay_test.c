@@ -18,6 +18,7 @@
 #include "st_buf.h"
 #include "st_pgarray.h"
 #include "st_test.h"
+#include "st_test_pg.h"
 #include "st_test_loop.h"
 #include "st_util.h"
 
@@ -29,13 +30,7 @@ static char SCHEMA[64];
 static bool
 sql(const char *q)
 {
-	PGresult *r = PQexec(ADMIN, q);
-	bool ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
-
-	if (!ok)
-		fprintf(stderr, "set-up SQL failed: %s\n%s\n", q, PQresultErrorMessage(r));
-	PQclear(r);
-	return ok;
+	return st_test_pg_exec(ADMIN, q);
 }
 
 /* ---- results ---- */
@@ -455,20 +450,6 @@ t_big(void)
 	free(g);
 }
 
-static char *
-dsn_with_schema(const char *dsn)
-{
-	st_buf b;
-
-	st_buf_init(&b);
-	st_buf_puts(&b, dsn);
-	if (strncmp(dsn, "postgres://", 11) == 0 || strncmp(dsn, "postgresql://", 13) == 0)
-		st_buf_printf(&b, "%coptions=-csearch_path%%3D%s", strchr(dsn, '?') ? '&' : '?', SCHEMA);
-	else
-		st_buf_printf(&b, " options='-csearch_path=%s'", SCHEMA);
-	return st_buf_steal(&b, NULL);
-}
-
 int
 main(void)
 {
@@ -503,7 +484,7 @@ main(void)
 
 	B = event_base_new();
 	tick = st_test_loop_tick(B);
-	pdsn = dsn_with_schema(dsn);
+	pdsn = st_test_pg_dsn_schema(dsn, SCHEMA);
 	if (pgpool_new(B, pdsn, 4, &P) != ST_OK)
 		return 1;
 	free(pdsn);

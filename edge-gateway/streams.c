@@ -50,7 +50,7 @@
  * a burst queued (stream_burst_queued), and holds the edge's intake back
  * while stream_holds_intake and for at most STREAM_HONOUR_MS in any
  * STREAM_HONOUR_WINDOW_MS.  That bounds one stream; what all streams ask
- * together is bounded by the caller's budget (flow.h, edge-gateway main.c).
+ * together is bounded by the caller's budget (flow.h, edge-gateway edge.c).
  */
 #define STREAM_HONOUR_MS 1000
 #define STREAM_HONOUR_WINDOW_MS 60000
