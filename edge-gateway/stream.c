@@ -192,7 +192,7 @@ stream_start_in(stream *s, enum stream_state first)
 static bool
 stream_is_live(const stream *s)
 {
-	return s->state == ST_LIVE || s->state == ST_CLOSING;
+	return s->state == STREAM_LIVE || s->state == STREAM_CLOSING;
 }
 
 /* ---- inputs and the end ------------------------------------------------- */
@@ -264,7 +264,7 @@ stream_replay_stop(stream *s)
 	chunk_clear(s);
 	subq_free(s->hold);
 	s->hold = NULL;
-	stream_goto(s, ST_LIVE);
+	stream_goto(s, STREAM_LIVE);
 }
 
 /*
@@ -298,7 +298,7 @@ static void
 stream_end(stream *s, enum frame_type t)
 {
 	s->handed = t == FRAME_COMPLETE ? OUT_COMPLETE : t == FRAME_FAILURE ? OUT_FAILURE : OUT_RECONNECT;
-	stream_goto(s, ST_ENDING);
+	stream_goto(s, STREAM_ENDING);
 	stream_inputs_stop(s);
 	http_stream_end(s->hs);
 }
@@ -347,7 +347,7 @@ stream_write_frame_to(stream *s, frame *f, out_batch *b)
 	size_t len;
 	bool term;
 
-	if (s->hs == NULL || s->state == ST_ENDING) {
+	if (s->hs == NULL || s->state == STREAM_ENDING) {
 		frame_unref(f);
 		return;
 	}
@@ -409,7 +409,7 @@ stream_push_live(stream *s, frame *f)
 	uint64_t blocked = s->hs ? http_stream_blocked_ms(s->hs, st_clock_now(s->env->clock)) : 0;
 
 	/* SUBQ_DROP also answers pushes after a terminal frame; only a real drop ends us here (once: -> ENDING). */
-	if (subq_push(s->q, f, blocked) == SUBQ_DROP && subq_is_dropped(s->q) && s->state != ST_ENDING)
+	if (subq_push(s->q, f, blocked) == SUBQ_DROP && subq_is_dropped(s->q) && s->state != STREAM_ENDING)
 		stream_dropped(s);
 }
 
@@ -417,7 +417,7 @@ stream_push_live(stream *s, frame *f)
 static void
 stream_close_after_queue(stream *s, frame *f)
 {
-	stream_goto(s, ST_CLOSING);
+	stream_goto(s, STREAM_CLOSING);
 	stream_push_live(s, f);
 	stream_pump(s);
 }
@@ -456,8 +456,8 @@ stream_hub_deliver(void *arg, frame *f)
 	if (beyond_until(s, f))
 		return;
 	switch (s->state) {
-	case ST_CHECKING:
-	case ST_REPLAYING:
+	case STREAM_CHECKING:
+	case STREAM_REPLAYING:
 		/*
 		 * What the replay covers (up to the client's id, then up to the
 		 * snapshot head d) never enters the hold buffer: an edge that is
@@ -466,16 +466,16 @@ stream_hub_deliver(void *arg, frame *f)
 		 * above d with them (a needless resync).
 		 */
 		if (frame_type(f) == FRAME_ITEM &&
-		    frame_seq(f) <= (s->state == ST_REPLAYING ? s->d : s->after)) {
+		    frame_seq(f) <= (s->state == STREAM_REPLAYING ? s->d : s->after)) {
 			st_counter_inc(s->env->m_seam_overlap);
 			break;
 		}
-		if (s->state == ST_CHECKING && frame_type(f) == FRAME_ITEM)
+		if (s->state == STREAM_CHECKING && frame_type(f) == FRAME_ITEM)
 			s->check_held++;
 		(void)subq_push(s->hold, f, 0);
 		break;
-	case ST_LIVE:
-	case ST_CLOSING: /* the queue refuses the push; the rest is the same */
+	case STREAM_LIVE:
+	case STREAM_CLOSING: /* the queue refuses the push; the rest is the same */
 		/*
 		 * After release the edge's live history can still lag the
 		 * database (a batch waiting for another writer's message): frames
@@ -494,7 +494,7 @@ stream_hub_deliver(void *arg, frame *f)
 			streams_behind_check(s->ss, &s->reg);
 		}
 		break;
-	case ST_ENDING:
+	case STREAM_ENDING:
 		break;
 	}
 }
@@ -505,7 +505,7 @@ stream_maybe_complete(stream *s)
 {
 	frame *f;
 
-	if (!s->has_until || !s->until_known || s->state != ST_LIVE || streams_head(s->ss) < s->until)
+	if (!s->has_until || !s->until_known || s->state != STREAM_LIVE || streams_head(s->ss) < s->until)
 		return;
 	f = frame_complete_new();
 	stream_close_after_queue(s, f);
@@ -551,15 +551,15 @@ stream_pump(stream *s)
 		return;
 	/* Room is checked between batches: a batch holds at most
 	 * STREAM_BATCH_BYTES more than the low watermark allows. */
-	while (s->state != ST_ENDING && s->hs && (b.n > 0 || stream_has_room(s))) {
+	while (s->state != STREAM_ENDING && s->hs && (b.n > 0 || stream_has_room(s))) {
 		frame *f;
 
-		if (s->state == ST_REPLAYING) {
+		if (s->state == STREAM_REPLAYING) {
 			/* The older chunk is written: read the next one while this one goes out. */
 			if (s->chunk_i == s->chunk_mark && s->chunk_i < s->chunk_n && s->job == NULL && !s->chunk_done) {
 				batch_flush(s, &b); /* a fetch that cannot start writes a frame: ours go first */
 				stream_fetch(s);
-				if (s->state != ST_REPLAYING)
+				if (s->state != STREAM_REPLAYING)
 					return;
 			}
 			if (s->chunk_i < s->chunk_n) {
@@ -574,7 +574,7 @@ stream_pump(stream *s)
 				return; /* the next rows are on their way */
 			if (!s->chunk_done) {
 				stream_fetch(s);
-				if (s->job != NULL || s->state != ST_REPLAYING)
+				if (s->job != NULL || s->state != STREAM_REPLAYING)
 					return;
 				continue; /* nothing left to fetch: chunk_done */
 			}
@@ -619,7 +619,7 @@ stream_heartbeat(stream *s, frame *hb, uint64_t now)
 	if (s->hs == NULL)
 		return;
 	switch (s->state) {
-	case ST_CLOSING:
+	case STREAM_CLOSING:
 		/*
 		 * A terminal frame waits behind a socket that takes nothing: the
 		 * queue refuses pushes now, so the blocked rule is applied here.
@@ -630,11 +630,11 @@ stream_heartbeat(stream *s, frame *hb, uint64_t now)
 			http_stream_abort(s->hs);
 		}
 		break;
-	case ST_LIVE:
+	case STREAM_LIVE:
 		stream_push_live(s, hb);
 		stream_pump(s);
 		break;
-	case ST_REPLAYING:
+	case STREAM_REPLAYING:
 		if (http_stream_blocked_ms(s->hs, now) > SUBQ_BLOCKED_MS) {
 			/* A replay paced by a socket that takes nothing: the same rule. */
 			stream_push_live(s, hb);
@@ -643,8 +643,8 @@ stream_heartbeat(stream *s, frame *hb, uint64_t now)
 			stream_write_frame(s, frame_ref(hb));
 		}
 		break;
-	case ST_CHECKING:
-	case ST_ENDING:
+	case STREAM_CHECKING:
+	case STREAM_ENDING:
 		break;
 	}
 }
@@ -655,7 +655,7 @@ stream_reconnect(stream *s, uint32_t retry_ms, const char *reason)
 {
 	frame *f;
 
-	if (s->state == ST_CHECKING) {
+	if (s->state == STREAM_CHECKING) {
 		stream_cancel_job(s);
 		streams_refusal_send(s->ss, s->req, s->fmt, RF_DRAINING, retry_ms, "this edge is draining; reconnect");
 		s->req = NULL;
@@ -663,7 +663,7 @@ stream_reconnect(stream *s, uint32_t retry_ms, const char *reason)
 		return;
 	}
 	f = frame_reconnect_new(retry_ms, reason);
-	if (s->state == ST_REPLAYING) {
+	if (s->state == STREAM_REPLAYING) {
 		/* Stop the replay where it is; the client resumes from its last id elsewhere. */
 		stream_replay_stop(s);
 	}
@@ -674,7 +674,7 @@ stream_reconnect(stream *s, uint32_t retry_ms, const char *reason)
 		 * closed by the grace timer, never before.
 		 */
 		stream_leave_hub(s);
-		if (s->state == ST_LIVE)
+		if (s->state == STREAM_LIVE)
 			stream_close_after_queue(s, f);
 		else
 			stream_pump(s); /* CLOSING: a terminal frame is queued already */
@@ -859,7 +859,7 @@ stream_release(stream *s)
 	uint64_t floor = s->d;
 	frame *f;
 
-	stream_goto(s, ST_LIVE);
+	stream_goto(s, STREAM_LIVE);
 	if (s->h0 > s->d) {
 		/* A frame the hub had before we registered is not in the replay. */
 		st_counter_inc(s->env->m_seam_gap);
@@ -882,7 +882,7 @@ stream_release(stream *s)
 		}
 		stream_push_live(s, f);
 		frame_unref(f);
-		if (s->state != ST_LIVE)
+		if (s->state != STREAM_LIVE)
 			break;
 	}
 	subq_free(s->hold);
@@ -963,7 +963,7 @@ on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
 		st_counter_inc(s->env->m_replay[RR_EXPIRED]);
 		stream_write_frame(s, frame_resync_new(d, "cursor_expired"));
 		s->chunk_done = true;
-		stream_goto(s, ST_REPLAYING);
+		stream_goto(s, STREAM_REPLAYING);
 		stream_pump(s);
 		return;
 	}
@@ -971,7 +971,7 @@ on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
 		st_counter_inc(s->env->m_replay[RR_CAP]);
 		stream_write_frame(s, frame_resync_new(d, "replay_cap"));
 		s->chunk_done = true;
-		stream_goto(s, ST_REPLAYING);
+		stream_goto(s, STREAM_REPLAYING);
 		stream_pump(s);
 		return;
 	}
@@ -980,12 +980,12 @@ on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
 		st_counter_inc(s->env->m_replay[RR_CAP]);
 		stream_write_frame(s, frame_resync_new(s->d, "replay_cap"));
 		s->chunk_done = true;
-		stream_goto(s, ST_REPLAYING);
+		stream_goto(s, STREAM_REPLAYING);
 		stream_pump(s);
 		return;
 	}
 	st_counter_inc(s->env->m_replay[RR_OK]);
-	stream_goto(s, ST_REPLAYING);
+	stream_goto(s, STREAM_REPLAYING);
 	s->chunk_done = (count == 0 && s->d == d);
 	stream_pump(s);
 	return;
@@ -1053,7 +1053,7 @@ stream_open(streams *ss, http_req *req, streamreq *rq, uint64_t exp_ms, const ui
 		 * so that resume is never refused as beyond the head.  h0 counts
 		 * as the last id written: nothing at or below it goes out.
 		 */
-		stream_start_in(s, ST_LIVE);
+		stream_start_in(s, STREAM_LIVE);
 		stream_free_topics(s);
 		stream_start_response(s);
 		s->last_id = s->h0;
@@ -1061,7 +1061,7 @@ stream_open(streams *ss, http_req *req, streamreq *rq, uint64_t exp_ms, const ui
 		return;
 	}
 	/* until without an id reads the retained history from its start. */
-	stream_start_in(s, ST_CHECKING);
+	stream_start_in(s, STREAM_CHECKING);
 	s->hold = subq_new(s->env->clock, &s->env->dropped, true);
 	http_req_set_gone_cb(req, on_req_gone, s);
 	/* A numeric until bounds the count: events after it are never sent, so they cannot exceed the cap. */
