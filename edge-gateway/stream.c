@@ -657,7 +657,8 @@ stream_reconnect(stream *s, uint32_t retry_ms, const char *reason)
 
 	if (s->state == STREAM_CHECKING) {
 		stream_cancel_job(s);
-		streams_refusal_send(s->ss, s->req, s->fmt, RF_DRAINING, retry_ms, "this edge is draining; reconnect");
+		refusal_send(s->env->refusals, s->req, s->fmt, REFUSAL_DRAINING, retry_ms,
+		             "this edge is draining; reconnect");
 		s->req = NULL;
 		stream_destroy(s, OUT_NONE);
 		return;
@@ -709,7 +710,7 @@ exp_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	stream_reconnect(s, streams_retry_jitter(s->ss, 1000), "token_expired");
+	stream_reconnect(s, refusal_jitter(s->env->refusals, 1000), "token_expired");
 }
 
 /*
@@ -745,7 +746,7 @@ stream_start_response(stream *s)
 	if (s->has_until && s->until_known)
 		snprintf(until, sizeof(until), "Studio-Until: %" PRIu64 "\r\n", s->until);
 	s->req = NULL;
-	s->hs = http_stream_start(req, 200, streams_content_type(s->fmt), until[0] != '\0' ? until : NULL, &cbs, s);
+	s->hs = http_stream_start(req, 200, refusal_content_type(s->fmt), until[0] != '\0' ? until : NULL, &cbs, s);
 	stream_arm_expiry(s);
 }
 
@@ -766,8 +767,9 @@ stream_fail(stream *s, st_err err, const char *detail)
 	if (err == ST_EPROTO)
 		stream_write_frame(s, frame_failure_new(500, "Replay failed", detail));
 	else
-		stream_write_frame(s, frame_reconnect_new(streams_retry_jitter(s->ss, refusal_retry_ms[RF_UNAVAILABLE]),
-		                                          refusal_names[RF_UNAVAILABLE]));
+		stream_write_frame(s, frame_reconnect_new(refusal_jitter(s->env->refusals,
+		                                                         refusal_retry_ms(REFUSAL_UNAVAILABLE)),
+		                                          refusal_name(REFUSAL_UNAVAILABLE)));
 }
 
 static void
@@ -940,7 +942,8 @@ on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
 	s->job = NULL;
 	if (err != ST_OK) {
 		st_counter_inc(s->env->m_replay[RR_ERROR]);
-		streams_refuse(s->ss, s->req, s->fmt, RF_UNAVAILABLE, "the event store cannot be reached; retry later");
+		refusal_send_jittered(s->env->refusals, s->req, s->fmt, REFUSAL_UNAVAILABLE,
+		                      "the event store cannot be reached; retry later");
 		s->req = NULL;
 		goto drop;
 	}
@@ -1069,7 +1072,8 @@ stream_open(streams *ss, http_req *req, streamreq *rq, uint64_t exp_ms, const ui
 	                      s->has_until && !s->until_head ? s->until : UINT64_MAX, s->env->replay_cap, on_check, s);
 	if (s->job == NULL) {
 		st_counter_inc(s->env->m_replay[RR_ERROR]);
-		streams_refuse(ss, req, s->fmt, RF_UNAVAILABLE, "the replay queue is full; retry later");
+		refusal_send_jittered(s->env->refusals, req, s->fmt, REFUSAL_UNAVAILABLE,
+		                      "the replay queue is full; retry later");
 		s->req = NULL;
 		stream_destroy(s, OUT_NONE);
 	}

@@ -20,6 +20,7 @@
 
 #include "frame.h"
 #include "hub.h"
+#include "refusal.h"
 #include "st_dlist.h"
 #include "stream.h"
 #include "streamreq.h"
@@ -31,11 +32,6 @@ typedef struct stream stream;
 enum stream_outcome { OUT_NONE = -1, OUT_COMPLETE = 0, OUT_FAILURE, OUT_RECONNECT, OUT_ABRUPT, OUT_COUNT };
 /* Resume requests by result (studio_replay_total). */
 enum replay_result { RR_OK, RR_CAP, RR_EXPIRED, RR_FUTURE, RR_ERROR, RR_COUNT };
-/* Refusals that retrying can fix (answered 200 + reconnect to SSE clients). */
-enum refusal { RF_DRAINING, RF_NOT_READY, RF_OVERLOADED, RF_UNAVAILABLE, RF_COUNT };
-extern const char *const refusal_names[RF_COUNT];
-/* The retry hint's middle per refusal. */
-extern const uint32_t refusal_retry_ms[RF_COUNT];
 
 /*
  * What a stream borrows from its registry: set once by streams_new, read
@@ -49,6 +45,7 @@ typedef struct stream_env {
 	uint64_t replay_cap;
 	st_auth_store *auth;        /* borrowed; NULL: no access control */
 	iplimit *ip_limit;       /* borrowed; NULL: no bound */
+	refusals *refusals;      /* the registry's: the retryable refusals' jitter and counters */
 	subq_counters dropped;   /* copies of the shared handles (subqs keep a pointer to this) */
 	st_counter *m_outcome[OUT_COUNT];
 	st_counter *m_replay[RR_COUNT];
@@ -86,14 +83,6 @@ void streams_link(streams *ss, stream_reg *r);
 void streams_unlink(streams *ss, stream_reg *r);
 /* After a push: a live stream with a burst queued joins the behind list, if its budget allows. */
 void streams_behind_check(streams *ss, stream_reg *r);
-/* A retry hint drawn uniformly from [mid/2, 3 mid/2]: refused clients do not come back together. */
-uint32_t streams_retry_jitter(streams *ss, uint32_t mid);
-/* A retryable refusal with this hint (200 + reconnect to SSE, problem + Retry-After to the rest).  Frees req. */
-void streams_refusal_send(streams *ss, http_req *req, enum frame_format fmt, enum refusal why, uint32_t retry_ms,
-                          const char *detail);
-/* The same with the reason's jittered hint.  Frees req. */
-void streams_refuse(streams *ss, http_req *req, enum frame_format fmt, enum refusal why, const char *detail);
-const char *streams_content_type(enum frame_format f);
 
 /* ---- one stream, for streams.c (stream.c) ------------------------------- */
 
