@@ -87,6 +87,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flow.h"
 #include "hub.h"
 #include "replay.h"
 #include "st_clock.h"
@@ -110,22 +111,6 @@
  */
 #define STREAM_PUMP_AT 64
 #define STREAM_PUMP_BYTES (64u * 1024)
-/*
- * Flow control (see streams_backpressure): a live stream is "behind" with
- * this much queued (frames or bytes, whichever comes first), caught up again
- * under STREAM_CAUGHT_UP frames and STREAM_CAUGHT_UP_BYTES; it holds the
- * edge's intake back only while its socket keeps taking bytes (none for
- * STREAM_STALL_MS: stalled, no longer honoured).  The registry bounds how
- * long one stream may hold it.  Lag is judged in bytes as well as frames
- * because ADR-0197's queue bound is both: a stream of large frames is at
- * its 1 MiB with a handful of them queued.
- */
-#define STREAM_BEHIND_FRAMES 256
-#define STREAM_BEHIND_BYTES (256u * 1024)
-#define STREAM_CAUGHT_UP 64
-#define STREAM_CAUGHT_UP_BYTES (64u * 1024)
-#define STREAM_STALL_MS 50
-
 
 struct stream {
 	stream_reg reg;          /* the registry's part (streams.c) */
@@ -422,21 +407,19 @@ stream_close_after_queue(stream *s, frame *f)
 	stream_pump(s);
 }
 
-/* ---- flow control (the registry keeps the behind list) ----------------- */
+/* ---- flow control (flow.h decides; the registry keeps the behind list) -- */
 
 bool
 stream_burst_queued(const stream *s)
 {
-	return stream_is_live(s) && s->hs != NULL &&
-	       (subq_count(s->q) >= STREAM_BEHIND_FRAMES || subq_bytes(s->q) >= STREAM_BEHIND_BYTES);
+	return stream_is_live(s) && s->hs != NULL && flow_stream_behind(subq_count(s->q), subq_bytes(s->q));
 }
 
 bool
 stream_holds_intake(const stream *s, uint64_t now)
 {
 	return stream_is_live(s) && s->hs != NULL &&
-	       (subq_count(s->q) >= STREAM_CAUGHT_UP || subq_bytes(s->q) >= STREAM_CAUGHT_UP_BYTES) &&
-	       http_stream_blocked_ms(s->hs, now) <= STREAM_STALL_MS;
+	       flow_stream_holds(subq_count(s->q), subq_bytes(s->q), http_stream_blocked_ms(s->hs, now));
 }
 
 /* ---- hub callbacks ----------------------------------------------------- */

@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "flow.h"
 #include "frame.h"
 #include "hub.h"
 #include "refusal.h"
@@ -66,10 +67,7 @@ typedef struct stream_reg {
 	st_dlink blink;          /* on its behind list while behind (flow control) */
 	st_dlink ulink;          /* on its until list while bounded */
 	bool bounded;            /* has an until bound: visited when the head moves */
-	bool behind;
-	uint64_t behind_since;   /* ms, when it joined the behind list */
-	uint64_t honour_start;   /* ms, start of its current honour window */
-	uint64_t honour_used;    /* ms of intake pause it caused in that window */
+	flow_honour honour;      /* on the behind list while honour.holding (flow.h) */
 } stream_reg;
 
 /* ---- the registry, for stream.c (streams.c) ----------------------------- */

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flow.h"
 #include "hub.h"
 #include "refusal.h"
 #include "st_clock.h"
@@ -46,15 +47,6 @@
 #include "streamreq.h"
 #include "subq.h"
 
-/*
- * Flow control (see streams_backpressure): a live stream is "behind" with
- * a burst queued (stream_burst_queued), and holds the edge's intake back
- * while stream_holds_intake and for at most STREAM_HONOUR_MS in any
- * STREAM_HONOUR_WINDOW_MS.  That bounds one stream; what all streams ask
- * together is bounded by the caller's budget (flow.h, edge-gateway main.c).
- */
-#define STREAM_HONOUR_MS 1000
-#define STREAM_HONOUR_WINDOW_MS 60000
 /* Streams visited per heartbeat callback, so one callback stays bounded. */
 #define STREAM_HEARTBEAT_SLICE 2000
 
@@ -166,11 +158,8 @@ streams_slot_reserve(streams *ss)
 static void
 behind_leave(stream_reg *r, uint64_t now)
 {
-	if (!r->behind)
-		return;
-	r->behind = false;
-	r->honour_used += now - r->behind_since;
-	st_dlink_unlink(&r->blink);
+	if (flow_honour_leave(&r->honour, now))
+		st_dlink_unlink(&r->blink);
 }
 
 void
@@ -194,20 +183,10 @@ streams_unlink(streams *ss, stream_reg *r)
 void
 streams_behind_check(streams *ss, stream_reg *r)
 {
-	uint64_t now;
-
-	if (r->behind || !stream_burst_queued(r->s))
+	if (r->honour.holding || !stream_burst_queued(r->s))
 		return;
-	now = st_clock_now(ss->env.clock);
-	if (now - r->honour_start > STREAM_HONOUR_WINDOW_MS) {
-		r->honour_start = now;
-		r->honour_used = 0;
-	}
-	if (r->honour_used >= STREAM_HONOUR_MS)
-		return;
-	r->behind = true;
-	r->behind_since = now;
-	st_dlist_push_front(&ss->behind, &r->blink);
+	if (flow_honour_join(&r->honour, st_clock_now(ss->env.clock)))
+		st_dlist_push_front(&ss->behind, &r->blink);
 }
 
 bool
@@ -220,7 +199,7 @@ streams_backpressure(streams *ss)
 		stream_reg *r = ST_CONTAINER_OF(n, stream_reg, blink);
 
 		next = st_dlist_after(&ss->behind, n);
-		if (!stream_holds_intake(r->s, now) || r->honour_used + (now - r->behind_since) >= STREAM_HONOUR_MS)
+		if (!stream_holds_intake(r->s, now) || flow_honour_spent(&r->honour, now))
 			behind_leave(r, now);
 	}
 	return !st_dlist_empty(&ss->behind);
