@@ -49,7 +49,7 @@
 #include "pgpool.h"
 #include "st_err.h"
 #include "st_http.h"
-#include "stream.h"
+#include "streams.h"
 
 #define FANOUT_MAX 64u
 /*

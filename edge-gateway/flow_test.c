@@ -214,8 +214,8 @@ t_stream_thresholds(void)
 
 		if (behind != cases[i].behind || holds != cases[i].holds)
 			fprintf(stderr, "  case %zu (%zu frames %zu B, blocked %llu): behind %d holds %d, want %d %d\n",
-			        i, cases[i].frames, cases[i].bytes, (unsigned long long)cases[i].blocked_ms, behind, holds,
-			        cases[i].behind, cases[i].holds);
+			        i, cases[i].frames, cases[i].bytes, (unsigned long long)cases[i].blocked_ms, behind,
+			        holds, cases[i].behind, cases[i].holds);
 		ST_CHECK(behind == cases[i].behind);
 		ST_CHECK(holds == cases[i].holds);
 	}

@@ -60,7 +60,7 @@
 #include "st_preflight.h"
 #include "st_tls.h"
 #include "st_util.h"
-#include "stream.h"
+#include "streams.h"
 #include "sub.h"
 #include "wire.h"
 

@@ -1,7 +1,8 @@
 /*
  * stream: one GET /v1/stream, a state machine from its admission to its
  * end.  The registry (admission, heartbeats, drain, flow control) is
- * streams.c; the two share stream_internal.h.
+ * streams.c, which calls this; a stream calls back only the hooks of its
+ * stream_env (stream.h).
  *
  * DESIGN
  *
@@ -79,7 +80,7 @@
  * stream's fields.  The next cut, if it grows: the replay row reader
  * (chunks, adaptive fetch limit, retention horizon) beside replay_fetch.
  */
-#include "stream_internal.h"
+#include "stream.h"
 
 #include <event2/event.h>
 #include <inttypes.h>
@@ -114,7 +115,6 @@
 
 struct stream {
 	stream_reg reg;          /* the registry's part (streams.c) */
-	streams *ss;             /* the registry, borrowed */
 	const stream_env *env;   /* the registry's, borrowed */
 	enum stream_state state;
 	http_req *req;           /* until the response starts; then NULL */
@@ -154,6 +154,13 @@ struct stream {
 static void stream_pump(stream *s);
 static void stream_release(stream *s);
 static void stream_fetch(stream *s);
+
+/* The registry's history head. */
+static uint64_t
+stream_head(const stream *s)
+{
+	return s->env->registry.head(s->env->registry.arg);
+}
 
 /* Every transition: one edge of the diagram (stream_state.c), or a bug. */
 static void
@@ -262,7 +269,7 @@ stream_destroy(stream *s, enum stream_outcome o)
 {
 	if (o != OUT_NONE)
 		st_counter_inc(s->env->m_outcome[o]);
-	streams_unlink(s->ss, &s->reg);
+	s->env->registry.unlink(s->env->registry.arg, &s->reg);
 	if (s->ev_exp)
 		event_free(s->ev_exp);
 	if (s->ip_held)
@@ -474,7 +481,7 @@ stream_hub_deliver(void *arg, frame *f)
 		/* A message carries many frames: write as they come, not only at the batch's end. */
 		if (subq_count(s->q) >= STREAM_PUMP_AT || subq_bytes(s->q) >= STREAM_PUMP_BYTES) {
 			stream_pump(s);
-			streams_behind_check(s->ss, &s->reg);
+			s->env->registry.behind_check(s->env->registry.arg, &s->reg);
 		}
 		break;
 	case STREAM_ENDING:
@@ -488,7 +495,7 @@ stream_maybe_complete(stream *s)
 {
 	frame *f;
 
-	if (!s->has_until || !s->until_known || s->state != STREAM_LIVE || streams_head(s->ss) < s->until)
+	if (!s->has_until || !s->until_known || s->state != STREAM_LIVE || stream_head(s) < s->until)
 		return;
 	f = frame_complete_new();
 	stream_close_after_queue(s, f);
@@ -850,7 +857,7 @@ stream_release(stream *s)
 		st_counter_inc(s->env->m_seam_gap);
 		st_warn("stream seam gap: hub head %llu above replay head %llu", (unsigned long long)s->h0,
 		        (unsigned long long)s->d);
-		floor = ST_MAX(streams_head(s->ss), s->last_id + 1);
+		floor = ST_MAX(stream_head(s), s->last_id + 1);
 		stream_write_frame(s, frame_resync_new(floor, "gap"));
 	}
 	if (subq_hold_overflowed(s->hold) && subq_overflow_seq(s->hold) > floor) {
@@ -991,13 +998,12 @@ on_req_gone(void *arg)
 /* ---- the start --------------------------------------------------------- */
 
 void
-stream_open(streams *ss, http_req *req, streamreq *rq, uint64_t exp_ms, const uint8_t *ip)
+stream_open(const stream_env *env, http_req *req, streamreq *rq, uint64_t exp_ms, const uint8_t *ip)
 {
 	stream *s = st_xcalloc(1, sizeof(*s));
 
 	s->reg.s = s;
-	s->ss = ss;
-	s->env = streams_env(ss);
+	s->env = env;
 	s->handed = OUT_NONE;
 	/* The stream takes the topics over (a replay may need them after the request is gone). */
 	s->topics = rq->topics;
@@ -1020,10 +1026,10 @@ stream_open(streams *ss, http_req *req, streamreq *rq, uint64_t exp_ms, const ui
 	}
 	s->q = subq_new(s->env->clock, &s->env->dropped, false);
 	s->req = req;
-	s->h0 = streams_head(ss);
+	s->h0 = stream_head(s);
 	s->last_id = 0;
 	s->reg.bounded = s->has_until;
-	streams_link(ss, &s->reg);
+	env->registry.link(env->registry.arg, &s->reg);
 	s->sub = hub_subscribe(s->env->hub, s, (const char *const *)s->topics, s->topic_lens, s->n_topics);
 	if (!s->has_after && !s->has_until) {
 		/*

@@ -2,7 +2,8 @@
  * streams: the registry of an edge's streams - admission of GET and HEAD
  * /v1/stream, the list of open streams, the hub that fans the history out
  * to them, heartbeats, drain, flow control and the streams' metrics.  One
- * stream's life is stream.c; the two share stream_internal.h.
+ * stream's life is stream.c (stream.h), which this calls and which calls
+ * back only the hooks this gives it (stream_registry in its stream_env).
  *
  * DESIGN
  *
@@ -29,7 +30,7 @@
  * registry only links it.  Threads: confined to the loop of its base; the
  * handles of streams_metrics are shared by every registry (atomic).
  */
-#include "stream.h"
+#include "streams.h"
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -43,7 +44,7 @@
 #include "st_dlist.h"
 #include "st_log.h"
 #include "st_util.h"
-#include "stream_internal.h"
+#include "stream.h"
 #include "streamreq.h"
 #include "subq.h"
 
@@ -111,16 +112,12 @@ registry_after(streams *ss, stream_reg *r)
 	return n ? ST_CONTAINER_OF(n, stream_reg, link) : NULL;
 }
 
-const stream_env *
-streams_env(const streams *ss)
-{
-	return &ss->env;
-}
+/* ---- the hooks a stream calls back (stream_registry) ------------------- */
 
-uint64_t
-streams_head(const streams *ss)
+static uint64_t
+registry_head(void *arg)
 {
-	return ss->head;
+	return ((const streams *)arg)->head;
 }
 
 /* ---- the list ---------------------------------------------------------- */
@@ -132,16 +129,18 @@ streams_check_drained(streams *ss)
 		event_active(ss->ev_drain_done, 0, 0); /* done runs from the loop, after the caller returned */
 }
 
-void
-streams_link(streams *ss, stream_reg *r)
+static void
+registry_link(void *arg, stream_reg *r)
 {
+	streams *ss = arg;
+
 	st_dlist_push_front(&ss->all, &r->link);
 	ss->n_streams++;
 	if (r->bounded) {
 		ss->n_until++;
 		st_dlist_push_front(&ss->untils, &r->ulink);
 	}
-	/* The slot was reserved in the gauge by streams_slot_reserve; streams_unlink gives it back. */
+	/* The slot was reserved in the gauge by streams_slot_reserve; registry_unlink gives it back. */
 }
 
 /* One slot of --max-streams in the gauge every loop shares (deltas, not a set). */
@@ -162,9 +161,11 @@ behind_leave(stream_reg *r, uint64_t now)
 		st_dlink_unlink(&r->blink);
 }
 
-void
-streams_unlink(streams *ss, stream_reg *r)
+static void
+registry_unlink(void *arg, stream_reg *r)
 {
+	streams *ss = arg;
+
 	behind_leave(r, st_clock_now(ss->env.clock));
 	if (ss->hb_cursor == r)
 		ss->hb_cursor = registry_after(ss, r);
@@ -180,9 +181,11 @@ streams_unlink(streams *ss, stream_reg *r)
 
 /* ---- flow control ------------------------------------------------------ */
 
-void
-streams_behind_check(streams *ss, stream_reg *r)
+static void
+registry_behind_check(void *arg, stream_reg *r)
 {
+	streams *ss = arg;
+
 	if (r->honour.holding || !stream_burst_queued(r->s))
 		return;
 	if (flow_honour_join(&r->honour, st_clock_now(ss->env.clock)))
@@ -316,7 +319,7 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 	 * The shared gauge: the bound is the edge's, whichever loop took the
 	 * connection.  A GET reserves its slot in one atomic step (check and
 	 * add), so loops accepting at the same moment cannot both take the
-	 * last one; streams_link takes the reserved slot over.  A HEAD opens no
+	 * last one; registry_link takes the reserved slot over.  A HEAD opens no
 	 * stream: it only looks.
 	 */
 	if (is_head ? ss->cfg.max_streams && st_gauge_get(ss->m_open) >= (int64_t)ss->cfg.max_streams
@@ -336,7 +339,7 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 		(void)http_stream_start(req, 200, refusal_content_type(rq.fmt), NULL, &none, NULL);
 		goto out;
 	}
-	stream_open(ss, req, &rq, exp, ip_held ? ip : NULL);
+	stream_open(&ss->env, req, &rq, exp, ip_held ? ip : NULL);
 	ip_held = false; /* the stream's now */
 out:
 	if (ip_held)
@@ -569,6 +572,7 @@ streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, co
 	ss->cfg = *cfg;
 	if (ss->cfg.heartbeat_ms == 0)
 		ss->cfg.heartbeat_ms = 15000;
+	env->registry = (stream_registry){ ss, registry_head, registry_link, registry_unlink, registry_behind_check };
 	env->base = base;
 	env->pool = pool;
 	env->clock = clock;
