@@ -305,14 +305,16 @@ stream_end(stream *s, enum frame_type t)
 #define STREAM_BATCH 64
 #define STREAM_BATCH_BYTES (16u * 1024)
 
-typedef struct out_batch {
+/* Frame references waiting for one hand-over to the connection. */
+typedef struct ref_batch {
 	http_ref r[STREAM_BATCH];
 	size_t n;
 	size_t bytes;
-} out_batch;
+} ref_batch;
 
+/* The collected references to the connection in one writev (released if it is gone); the batch is empty after. */
 static void
-batch_flush(stream *s, out_batch *b)
+ref_batch_hand_over(stream *s, ref_batch *b)
 {
 	if (b->n == 0)
 		return;
@@ -332,7 +334,7 @@ batch_flush(stream *s, out_batch *b)
  * joins the batch (flushed when full, and before a terminal frame).
  */
 static void
-stream_write_frame_to(stream *s, frame *f, out_batch *b)
+stream_write_frame_to(stream *s, frame *f, ref_batch *b)
 {
 	enum frame_type t = frame_type(f);
 	const char *bytes;
@@ -362,11 +364,11 @@ stream_write_frame_to(stream *s, frame *f, out_batch *b)
 		b->r[b->n++] = (http_ref){ bytes, len, frame_release_cb, f, frame_origin_ns(f) };
 		b->bytes += len;
 		if (b->n == STREAM_BATCH || b->bytes >= STREAM_BATCH_BYTES)
-			batch_flush(s, b);
+			ref_batch_hand_over(s, b);
 		return;
 	}
 	if (b != NULL)
-		batch_flush(s, b);
+		ref_batch_hand_over(s, b);
 	http_stream_write_ref(s->hs, bytes, len, frame_release_cb, f);
 	if (term)
 		stream_end(s, t); /* counted when the bytes have left (on_close), not on hand-over */
@@ -535,7 +537,7 @@ stream_has_room(stream *s)
 static void
 stream_pump(stream *s)
 {
-	out_batch b = { .n = 0 };
+	ref_batch b = { .n = 0 };
 
 	if (s->hs == NULL)
 		return;
@@ -547,7 +549,7 @@ stream_pump(stream *s)
 		if (s->state == STREAM_REPLAYING) {
 			/* The older chunk is written: read the next one while this one goes out. */
 			if (s->chunk_i == s->chunk_mark && s->chunk_i < s->chunk_n && s->job == NULL && !s->chunk_done) {
-				batch_flush(s, &b); /* a fetch that cannot start writes a frame: ours go first */
+				ref_batch_hand_over(s, &b); /* a fetch that cannot start writes a frame: ours go first */
 				stream_fetch(s);
 				if (s->state != STREAM_REPLAYING)
 					return;
@@ -559,7 +561,7 @@ stream_pump(stream *s)
 				continue;
 			}
 			/* Anything below may write frames of its own: ours go first. */
-			batch_flush(s, &b);
+			ref_batch_hand_over(s, &b);
 			if (s->job != NULL)
 				return; /* the next rows are on their way */
 			if (!s->chunk_done) {
@@ -577,7 +579,7 @@ stream_pump(stream *s)
 			break;
 		stream_write_frame_to(s, f, &b);
 	}
-	batch_flush(s, &b);
+	ref_batch_hand_over(s, &b);
 }
 
 static void
