@@ -75,10 +75,9 @@
  * the queue holds a reference, the connection's evbuffer holds it while
  * the bytes are in flight.  Threads: the registry's loop.
  *
- * SIZE.  Over 800 lines on purpose: about 100 are this comment, and the
- * rest is one state machine whose replay, seam and writing share the
- * stream's fields.  The next cut, if it grows: the replay row reader
- * (chunks, adaptive fetch limit, retention horizon) beside replay_fetch.
+ * SIZE.  Over 800 lines on purpose: about 80 are this comment, and the rest
+ * is one state machine whose replay, seam and writing share the stream's
+ * fields (the replay's rows wait in a replay_buf, replay.h).
  */
 #include "stream.h"
 
@@ -88,23 +87,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flow.h"
-#include "hub.h"
-#include "replay.h"
-#include "st_clock.h"
+#include "replay.h" /* the rest (flow, hub, subq, streamreq) comes with stream.h */
 #include "st_log.h"
 #include "st_util.h"
 #include "stream_state.h"
-#include "streamreq.h"
-#include "subq.h"
 
-#define STREAM_REPLAY_CHUNK 1000
-/*
- * A replay reads the next chunk while it writes the last one (the database
- * and the socket work at the same time instead of in turn), so it holds up
- * to two chunks: each is cut at half of what one chunk used to hold.
- */
-#define STREAM_REPLAY_CHUNK_BYTES (SUBQ_MAX_BYTES / 2)
 /*
  * Queued frames or bytes at which delivery writes to the connection (and
  * looks whether the stream is behind) before the batch ends.  Bytes too:
@@ -123,9 +110,7 @@ struct stream {
 	subq *q;                 /* live queue, owned */
 	subq *hold;              /* replay hold buffer, owned, only while CHECKING/REPLAYING */
 	replay_job *job;         /* the outstanding check or fetch, or NULL */
-	frame **chunk;           /* replay rows not yet written (own a reference each) */
-	size_t chunk_n, chunk_i;
-	size_t chunk_mark;       /* where the newest chunk starts in chunk[]: the next fetch waits for it */
+	replay_buf rows;         /* replay rows read and not yet written (the chunk and the one read ahead) */
 	uint64_t fetch_from;     /* the cursor of the fetch in flight */
 	bool chunk_done;         /* the last fetch returned fewer rows than asked */
 	char **topics;           /* owned copies; kept while a replay may need them */
@@ -142,7 +127,6 @@ struct stream {
 	uint64_t d;              /* database head of the replay snapshot */
 	uint64_t seam;           /* live: items at or below it were covered at release (overlap) */
 	uint64_t check_held;     /* items put in the hold while CHECKING (bounds what a hold overflow adds) */
-	uint32_t fetch_limit;    /* rows asked of the next replay chunk */
 	uint64_t cursor;         /* last seq the replay fetched */
 	uint64_t last_id;        /* last id written (items and resyncs) */
 	uint64_t exp_ms;         /* access control: the token's exp (wall-clock ms), 0 = none */
@@ -190,23 +174,6 @@ stream_is_live(const stream *s)
 /* ---- inputs and the end ------------------------------------------------- */
 
 static void
-frame_release_cb(const void *data, size_t len, void *arg)
-{
-	(void)data;
-	(void)len;
-	frame_unref(arg);
-}
-
-static void
-chunk_clear(stream *s)
-{
-	for (size_t i = s->chunk_i; i < s->chunk_n; i++)
-		frame_unref(s->chunk[i]);
-	ST_FREE(&s->chunk);
-	s->chunk_n = s->chunk_i = s->chunk_mark = 0;
-}
-
-static void
 stream_leave_hub(stream *s)
 {
 	if (s->sub) {
@@ -241,7 +208,7 @@ stream_inputs_stop(stream *s)
 {
 	stream_cancel_job(s);
 	stream_leave_hub(s);
-	chunk_clear(s);
+	replay_buf_clear(&s->rows);
 }
 
 /*
@@ -253,7 +220,7 @@ static void
 stream_replay_stop(stream *s)
 {
 	stream_cancel_job(s);
-	chunk_clear(s);
+	replay_buf_clear(&s->rows);
 	subq_free(s->hold);
 	s->hold = NULL;
 	stream_goto(s, STREAM_LIVE);
@@ -492,8 +459,8 @@ stream_hub_deliver(void *arg, frame *f)
 }
 
 /* LIVE and the history reached until: complete goes out after what is queued. */
-static void
-stream_maybe_complete(stream *s)
+void
+stream_head_moved(stream *s)
 {
 	frame *f;
 
@@ -502,12 +469,6 @@ stream_maybe_complete(stream *s)
 	f = frame_complete_new();
 	stream_close_after_queue(s, f);
 	frame_unref(f);
-}
-
-void
-stream_head_moved(stream *s)
-{
-	stream_maybe_complete(s);
 }
 
 void
@@ -548,14 +509,13 @@ stream_pump(stream *s)
 
 		if (s->state == STREAM_REPLAYING) {
 			/* The older chunk is written: read the next one while this one goes out. */
-			if (s->chunk_i == s->chunk_mark && s->chunk_i < s->chunk_n && s->job == NULL && !s->chunk_done) {
+			if (replay_buf_read_ahead_due(&s->rows) && s->job == NULL && !s->chunk_done) {
 				ref_batch_hand_over(s, &b); /* a fetch that cannot start writes a frame: ours go first */
 				stream_fetch(s);
 				if (s->state != STREAM_REPLAYING)
 					return;
 			}
-			if (s->chunk_i < s->chunk_n) {
-				f = s->chunk[s->chunk_i++];
+			if ((f = replay_buf_next(&s->rows)) != NULL) {
 				s->cursor = frame_seq(f);
 				stream_write_frame_to(s, f, &b);
 				continue;
@@ -777,7 +737,7 @@ on_rows(void *arg, st_err err, frame *const *frames, size_t n, bool done, uint64
 		return;
 	}
 	if (horizon > s->fetch_from) {
-		chunk_clear(s);
+		replay_buf_clear(&s->rows);
 		/*
 		 * Retention deleted rows after our cursor while we replayed: never
 		 * a silent hole (ADR-WEB-ADV-001).  One resync, then live from d.
@@ -789,32 +749,7 @@ on_rows(void *arg, st_err err, frame *const *frames, size_t n, bool done, uint64
 		return;
 	}
 	st_counter_add(s->env->m_replay_rows, n);
-	/*
-	 * The chunk was cut by the database to SUBQ_MAX_BYTES (ADR-0197 bounds
-	 * what a stream holds) or to fetch_limit rows: every row is kept, none
-	 * is read twice.  The next limit follows what the bytes allow, so a
-	 * chunk of large rows does not make the database walk (index entries
-	 * and row headers, not data) far past the cut every time.
-	 */
-	if (!done && n < s->fetch_limit)
-		s->fetch_limit = (uint32_t)ST_MAX(8, ST_MIN(2 * n, STREAM_REPLAY_CHUNK));
-	else
-		s->fetch_limit = (uint32_t)ST_MIN(2u * s->fetch_limit, STREAM_REPLAY_CHUNK);
-	if (n) {
-		/* After what the older chunk has not written yet (the fetch ran while it was written). */
-		size_t left = s->chunk_n - s->chunk_i;
-		frame **c = st_xcalloc(left + n, sizeof(*c));
-
-		if (left)
-			memcpy(c, s->chunk + s->chunk_i, left * sizeof(*c));
-		for (size_t i = 0; i < n; i++)
-			c[left + i] = frame_ref(frames[i]);
-		free(s->chunk);
-		s->chunk = c;
-		s->chunk_i = 0;
-		s->chunk_n = left + n;
-		s->chunk_mark = left;
-	}
+	replay_buf_add(&s->rows, frames, n, done);
 	s->chunk_done = done;
 	stream_pump(s);
 }
@@ -829,13 +764,13 @@ stream_fetch(stream *s)
 {
 	uint64_t upto = s->has_until ? ST_MIN(s->d, s->until) : s->d;
 
-	s->fetch_from = s->chunk_n > 0 ? frame_seq(s->chunk[s->chunk_n - 1]) : s->cursor;
+	s->fetch_from = replay_buf_last_seq(&s->rows, s->cursor);
 	if (s->fetch_from >= upto) {
 		s->chunk_done = true;
 		return;
 	}
 	s->job = replay_fetch(s->env->pool, (const char *const *)s->topics, s->topic_lens, s->n_topics, s->fetch_from,
-	                      upto, s->fetch_limit, STREAM_REPLAY_CHUNK_BYTES, on_rows, s);
+	                      upto, s->rows.limit, REPLAY_BUF_CHUNK_BYTES, on_rows, s);
 	if (s->job == NULL) {
 		st_counter_inc(s->env->m_replay[RR_ERROR]);
 		stream_fail(s, ST_EBUSY, "the replay queue is full; reconnect with Last-Event-ID");
@@ -882,7 +817,7 @@ stream_release(stream *s)
 	subq_free(s->hold);
 	s->hold = NULL;
 	stream_free_topics(s);
-	stream_maybe_complete(s);
+	stream_head_moved(s);
 }
 
 /*
@@ -925,6 +860,18 @@ stream_hold_settle(stream *s, uint64_t count)
 	return count + added <= s->env->replay_cap;
 }
 
+/* CHECKING -> REPLAYING once the response started: a resync at d instead of rows (resync non-NULL), or rows. */
+static void
+stream_replay_begin(stream *s, enum replay_result rr, const char *resync, bool nothing_to_fetch)
+{
+	st_counter_inc(s->env->m_replay[rr]);
+	if (resync != NULL)
+		stream_write_frame(s, frame_resync_new(s->d, resync));
+	s->chunk_done = resync != NULL || nothing_to_fetch;
+	stream_goto(s, STREAM_REPLAYING);
+	stream_pump(s);
+}
+
 /* CHECKING -> REPLAYING (the response starts), or the end before the first byte. */
 static void
 on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
@@ -952,37 +899,16 @@ on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
 	s->until_known = true;
 	s->cursor = s->after;
 	s->last_id = s->after;
-	s->fetch_limit = STREAM_REPLAY_CHUNK;
+	s->rows.limit = REPLAY_BUF_CHUNK_ROWS;
 	stream_start_response(s);
-	if (s->after < horizon) {
-		st_counter_inc(s->env->m_replay[RR_EXPIRED]);
-		stream_write_frame(s, frame_resync_new(d, "cursor_expired"));
-		s->chunk_done = true;
-		stream_goto(s, STREAM_REPLAYING);
-		stream_pump(s);
-		return;
-	}
-	if (count > s->env->replay_cap) {
-		st_counter_inc(s->env->m_replay[RR_CAP]);
-		stream_write_frame(s, frame_resync_new(d, "replay_cap"));
-		s->chunk_done = true;
-		stream_goto(s, STREAM_REPLAYING);
-		stream_pump(s);
-		return;
-	}
-	if (!stream_hold_settle(s, count)) {
-		/* The hold overflowed while checking: what it dropped would take the replay past the cap. */
-		st_counter_inc(s->env->m_replay[RR_CAP]);
-		stream_write_frame(s, frame_resync_new(s->d, "replay_cap"));
-		s->chunk_done = true;
-		stream_goto(s, STREAM_REPLAYING);
-		stream_pump(s);
-		return;
-	}
-	st_counter_inc(s->env->m_replay[RR_OK]);
-	stream_goto(s, STREAM_REPLAYING);
-	s->chunk_done = (count == 0 && s->d == d);
-	stream_pump(s);
+	if (s->after < horizon)
+		stream_replay_begin(s, RR_EXPIRED, "cursor_expired", true);
+	else if (count > s->env->replay_cap)
+		stream_replay_begin(s, RR_CAP, "replay_cap", true);
+	else if (!stream_hold_settle(s, count)) /* what the hold dropped while checking passes the cap */
+		stream_replay_begin(s, RR_CAP, "replay_cap", true);
+	else
+		stream_replay_begin(s, RR_OK, NULL, count == 0 && s->d == d);
 	return;
 drop:
 	stream_destroy(s, OUT_NONE);
@@ -1031,6 +957,8 @@ stream_open(const stream_env *env, http_req *req, streamreq *rq, uint64_t exp_ms
 	s->h0 = stream_head(s);
 	s->last_id = 0;
 	s->reg.bounded = s->has_until;
+	/* Live only when there is nothing to check; until without an id reads the retained history from its start. */
+	stream_start_in(s, !s->has_after && !s->has_until ? STREAM_LIVE : STREAM_CHECKING);
 	env->registry.link(env->registry.arg, &s->reg);
 	s->sub = hub_subscribe(s->env->hub, s, (const char *const *)s->topics, s->topic_lens, s->n_topics);
 	if (!s->has_after && !s->has_until) {
@@ -1047,15 +975,12 @@ stream_open(const stream_env *env, http_req *req, streamreq *rq, uint64_t exp_ms
 		 * so that resume is never refused as beyond the head.  h0 counts
 		 * as the last id written: nothing at or below it goes out.
 		 */
-		stream_start_in(s, STREAM_LIVE);
 		stream_free_topics(s);
 		stream_start_response(s);
 		s->last_id = s->h0;
 		stream_write_frame(s, frame_position_new(s->h0));
 		return;
 	}
-	/* until without an id reads the retained history from its start. */
-	stream_start_in(s, STREAM_CHECKING);
 	s->hold = subq_new(s->env->clock, &s->env->dropped, true);
 	http_req_set_gone_cb(req, on_req_gone, s);
 	/* A numeric until bounds the count: events after it are never sent, so they cannot exceed the cap. */
