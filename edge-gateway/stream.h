@@ -67,7 +67,7 @@ typedef struct stream_env {
 	const st_clock *clock;   /* borrowed */
 	hub *hub;                /* the registry's */
 	uint64_t replay_cap;
-	st_auth_store *auth;        /* borrowed; NULL: no access control */
+	st_auth_store *auth;     /* borrowed; NULL: no access control */
 	iplimit *ip_limit;       /* borrowed; NULL: no bound */
 	refusals *refusals;      /* the registry's: the retryable refusals' jitter and counters */
 	subq_counters dropped;   /* copies of the shared handles (subqs keep a pointer to this) */
@@ -94,9 +94,10 @@ struct stream_reg {
 };
 
 /*
- * A GET admitted by the registry (env: the registry's, borrowed): takes over rq's topics, the ip slot
- * (ip non-NULL: one of its slots is held) and the reserved --max-streams
- * slot, links itself, and answers req now or after the resume check.
+ * A GET admitted by the registry (env: the registry's, borrowed, outlives
+ * the stream): takes over rq's topics, the ip slot (ip non-NULL: one of its
+ * slots is held) and the reserved --max-streams slot, links itself through
+ * env->registry, and answers req now or after the resume check.
  */
 void stream_open(const stream_env *env, http_req *req, streamreq *rq, uint64_t exp_ms, const uint8_t *ip);
 /* The registry's heartbeat tick (hb: the shared heartbeat frame, borrowed). */
