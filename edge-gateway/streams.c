@@ -112,15 +112,13 @@ registry_after(streams *ss, stream_reg *r)
 	return n ? ST_CONTAINER_OF(n, stream_reg, link) : NULL;
 }
 
-/* ---- the hooks a stream calls back (stream_registry) ------------------- */
+/* ---- the hooks a stream calls back (stream_registry): head, the list --- */
 
 static uint64_t
 registry_head(void *arg)
 {
 	return ((const streams *)arg)->head;
 }
-
-/* ---- the list ---------------------------------------------------------- */
 
 static void
 streams_check_drained(streams *ss)
@@ -179,8 +177,9 @@ registry_unlink(void *arg, stream_reg *r)
 	streams_check_drained(ss);
 }
 
-/* ---- flow control ------------------------------------------------------ */
+/* ---- flow control (the rules are flow.h's) ----------------------------- */
 
+/* The last hook: a stream pushed to may join the behind list. */
 static void
 registry_behind_check(void *arg, stream_reg *r)
 {
