@@ -421,6 +421,7 @@ replay_buf_add(replay_buf *b, frame *const *frames, size_t n, bool done)
 		b->i = 0;
 		b->n = left + n;
 		b->mark = left;
+		b->last = frame_seq(frames[n - 1]);
 	}
 }
 
@@ -439,5 +440,6 @@ replay_buf_read_ahead_due(const replay_buf *b)
 uint64_t
 replay_buf_last_seq(const replay_buf *b, uint64_t cursor)
 {
-	return b->n > 0 ? frame_seq(b->f[b->n - 1]) : cursor;
+	/* Not f[n - 1]: once written, the connection held its only reference and may have freed it. */
+	return b->n > 0 ? b->last : cursor;
 }

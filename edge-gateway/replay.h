@@ -107,6 +107,7 @@ typedef struct replay_buf {
 	size_t n, i;
 	size_t mark;     /* where the newest chunk starts: the next read waits for the writer to reach it */
 	uint32_t limit;  /* rows asked of the next chunk */
+	uint64_t last;   /* seq of the newest row added: its frame may be written and gone */
 } replay_buf;
 
 /* Releases every row not yet written; empty after. */
