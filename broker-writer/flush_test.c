@@ -435,7 +435,7 @@ run_db(const char *dsn)
 	snprintf(q, sizeof(q), "SET client_min_messages = warning; DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s",
 	         schema, schema);
 	pdsn = st_test_pg_dsn_schema(dsn, schema);
-	made = st_test_pg_exec(admin, q) && schema_migrate_retry(pdsn, SCHEMA_ALL, &stop) == 0;
+	made = st_test_pg_exec(admin, q) && schema_migrate_retry(pdsn, SCHEMA_ALL, 0, &stop) == 0;
 	ST_CHECK(made);
 	if (made) {
 		M = st_metrics_new();

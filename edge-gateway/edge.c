@@ -166,7 +166,7 @@ on_pub(void *arg, const void *data, size_t len)
 
 /*
  * Flow control: while a stream catches up on a burst, published messages
- * wait in nng's queue; re-checked every FANOUT_FLOW_MS while paused.  What
+ * wait in nng's queue; re-checked every FLOW_RECHECK_MS while paused.  What
  * the streams (and the workers behind on fan-out) ask for is granted under
  * one budget for all of them (flow.h); a worker's mailbox at its hard bound
  * holds the intake whatever the budget.  Gap fills and the sequencer's
@@ -176,7 +176,7 @@ on_pub(void *arg, const void *data, size_t len)
 static void
 edge_flow_check(edge *e)
 {
-	struct timeval tv = st_timeval_ms(FANOUT_FLOW_MS);
+	struct timeval tv = st_timeval_ms(FLOW_RECHECK_MS);
 	bool want, must;
 	uint64_t paused;
 

@@ -18,7 +18,7 @@
 #include "st_auth.h"
 #include "st_err.h"
 #include "st_http.h"
-#include "stream.h"
+#include "streams.h"
 
 typedef struct edge edge;
 

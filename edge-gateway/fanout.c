@@ -18,6 +18,7 @@
 
 #include <event2/event.h>
 
+#include "flow.h"
 #include "st_clock.h"
 #include "st_log.h"
 #include "st_mailbox.h"
@@ -117,7 +118,7 @@ worker_tell_main(fanout_worker *w, enum emsg_kind kind)
 static void
 worker_flow_eval(fanout_worker *w)
 {
-	struct timeval tv = st_timeval_ms(FANOUT_FLOW_MS);
+	struct timeval tv = st_timeval_ms(FLOW_RECHECK_MS);
 	bool behind = streams_backpressure(w->streams);
 
 	atomic_store(&w->behind, behind);
@@ -399,10 +400,7 @@ fanout_flow_look(fanout *f, bool *want, bool *must)
 	atomic_store(&f->flow_wait, true);
 	*want = *must = false;
 	for (size_t i = 0; i < f->cfg.n; i++) {
-		unsigned inflight = atomic_load(&f->w[i].inflight);
-
-		*want = *want || atomic_load(&f->w[i].behind) || inflight >= FANOUT_INFLIGHT_MAX;
-		*must = *must || inflight >= FANOUT_MAILBOX_MAX;
+		flow_worker_ask(atomic_load(&f->w[i].behind), atomic_load(&f->w[i].inflight), want, must);
 	}
 }
 

@@ -17,10 +17,10 @@
  *
  * Flow control sees every worker: each evaluates its own
  * streams_backpressure on its loop (after each batch, and every
- * FANOUT_FLOW_MS while behind) into an atomic flag; fanout_flow_look reports
- * "want a pause" while a flag is set or a worker has FANOUT_INFLIGHT_MAX
- * batches not yet fanned out, and "must pause" when a worker has
- * FANOUT_MAILBOX_MAX queued (the hard bound of a mailbox).  A worker that
+ * FLOW_RECHECK_MS while behind) into an atomic flag; fanout_flow_look reports
+ * what each worker asks (flow_worker_ask: "want a pause" while its flag is
+ * set or FLOW_INFLIGHT_MAX batches wait, "must pause" at FLOW_MAILBOX_MAX,
+ * the hard bound of a mailbox).  A worker that
  * frees the intake wakes main (on_flow) only if main asked since its last
  * look, so wake-ups cannot flood.
  *
@@ -31,7 +31,7 @@
  * and joins it; fanout_free then frees everything with no worker loop
  * running, so no callback can follow a free.
  *
- * Bounds: per worker, at most FANOUT_MAILBOX_MAX batch messages queued
+ * Bounds: per worker, at most FLOW_MAILBOX_MAX batch messages queued
  * (main stops reading published messages before that), each <= one
  * published message's frames (<= 256) or one fill chunk.
  *
@@ -49,7 +49,7 @@
 #include "pgpool.h"
 #include "st_err.h"
 #include "st_http.h"
-#include "stream.h"
+#include "streams.h"
 
 #define FANOUT_MAX 64u
 /*
@@ -61,11 +61,6 @@
  */
 #define FANOUT_POOL_CONNS(n) ((n) == 1 ? 3u : 2u)
 #define FANOUT_MAIN_POOL_CONNS(n) ((n) == 1 ? 1u : 2u)
-#define FANOUT_FLOW_MS 5u
-/* Batches posted to a worker and not yet fanned out before main asks for a pause (under the flow budget)... */
-#define FANOUT_INFLIGHT_MAX 2u
-/* ... and the hard bound of a worker's mailbox: main stops reading whatever the budget. */
-#define FANOUT_MAILBOX_MAX 64u
 
 struct event_base;
 struct st_histogram;

@@ -1,5 +1,6 @@
 /*
- * flow: the token bucket of intake pauses (see flow.h for the rule).
+ * flow: the token bucket of intake pauses and the asks it grants (see
+ * flow.h for the rules).
  *
  * Units: the bucket counts ticks of 1/FLOW_SHARE ms, so both the refill
  * (1 tick per ms elapsed) and the cost of a pause (FLOW_SHARE ticks per ms
@@ -78,4 +79,54 @@ int64_t
 flow_budget_left_ms(const flow_budget *b)
 {
 	return b->level / FLOW_SHARE;
+}
+
+bool
+flow_stream_behind(size_t frames, size_t bytes)
+{
+	return frames >= FLOW_BEHIND_FRAMES || bytes >= FLOW_BEHIND_BYTES;
+}
+
+bool
+flow_stream_holds(size_t frames, size_t bytes, uint64_t blocked_ms)
+{
+	return (frames >= FLOW_CAUGHT_UP_FRAMES || bytes >= FLOW_CAUGHT_UP_BYTES) && blocked_ms <= FLOW_STALL_MS;
+}
+
+bool
+flow_honour_join(flow_honour *h, uint64_t now)
+{
+	ST_ASSERT(!h->holding);
+	if (now - h->window_start > FLOW_HONOUR_WINDOW_MS) {
+		h->window_start = now;
+		h->used = 0;
+	}
+	if (h->used >= FLOW_HONOUR_MS)
+		return false;
+	h->holding = true;
+	h->since = now;
+	return true;
+}
+
+bool
+flow_honour_spent(const flow_honour *h, uint64_t now)
+{
+	return h->used + (now - h->since) >= FLOW_HONOUR_MS;
+}
+
+bool
+flow_honour_leave(flow_honour *h, uint64_t now)
+{
+	if (!h->holding)
+		return false;
+	h->holding = false;
+	h->used += now - h->since;
+	return true;
+}
+
+void
+flow_worker_ask(bool behind, unsigned inflight, bool *want, bool *must)
+{
+	*want = *want || behind || inflight >= FLOW_INFLIGHT_MAX;
+	*must = *must || inflight >= FLOW_MAILBOX_MAX;
 }

@@ -1,12 +1,29 @@
 /*
- * flow: the budget of the edge's intake pauses (flow control for bursts,
- * docs/architecture.md "Flow control" and docs/edge.md "Flow control").
+ * flow: flow control for bursts, in one place: when a stream or a worker
+ * may ask the edge to stop reading published messages for a moment, and
+ * the budget that grants those asks (docs/architecture.md "Flow control"
+ * and docs/edge.md "Flow control").
  *
- * Streams catching up on a burst (and, with --threads N, workers that have
- * not fanned out what main posted) ask main to stop reading published
- * messages for a moment.  Each stream's own rule (streams.c: 1 s of pause
- * in any 60 s) bounds what ONE stream can ask; this bounds what they ask
- * TOGETHER, whatever their number: a token bucket of pause time.
+ * Three levels, each a pure decision here, applied by its owner:
+ *
+ *  1. One stream (stream.c): a live stream is behind with a burst queued
+ *     (FLOW_BEHIND_FRAMES or FLOW_BEHIND_BYTES: lag is judged in bytes as
+ *     well as frames because ADR-0197's queue bound is both, and a stream
+ *     of large frames is at its 1 MiB with a handful queued).  It holds
+ *     the intake while it still has FLOW_CAUGHT_UP_FRAMES or
+ *     FLOW_CAUGHT_UP_BYTES queued and its socket keeps taking bytes (none
+ *     for FLOW_STALL_MS: stalled, a client that stops reading delays
+ *     nobody).  flow_stream_behind, flow_stream_holds.
+ *  2. One stream's share (streams.c keeps the behind list): at most
+ *     FLOW_HONOUR_MS of holding in any FLOW_HONOUR_WINDOW_MS, so one slow
+ *     client cannot hold the others back for long.  flow_honour.
+ *  3. One worker (fanout.c): it asks while a stream of its registry holds
+ *     the intake or FLOW_INFLIGHT_MAX batches wait in its mailbox, and
+ *     forces a pause at FLOW_MAILBOX_MAX (the mailbox's hard bound).
+ *     flow_worker_ask.  Main re-decides every FLOW_RECHECK_MS while paused.
+ *
+ * The budget (main's loop) bounds what they ask TOGETHER, whatever their
+ * number: a token bucket of pause time.
  *
  *   - The bucket holds at most FLOW_BURST_MS of pause and starts full.
  *   - Every ms refills 1/FLOW_SHARE ms; every ms paused spends 1 ms.
@@ -25,12 +42,14 @@
  * intake whatever the budget and is not charged to it: it is not a
  * courtesy to a slow reader but the edge refusing to hold more.
  *
- * Threads: the loop thread that owns it (main's).
+ * Threads: a budget on the loop thread that owns it (main's); a
+ * flow_honour on its registry's loop; the rest is stateless.
  */
 #ifndef EDGE_FLOW_H
 #define EDGE_FLOW_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "st_clock.h"
@@ -38,6 +57,54 @@
 #define FLOW_BURST_MS 500u
 #define FLOW_SHARE 10u
 #define FLOW_MIN_MS 20u
+/* Main re-decides at least this often while paused (and a worker re-looks while behind). */
+#define FLOW_RECHECK_MS 5u
+
+/* One stream: behind at this much queued (frames or bytes, whichever first)... */
+#define FLOW_BEHIND_FRAMES 256u
+#define FLOW_BEHIND_BYTES (256u * 1024)
+/* ... caught up again under both of these ... */
+#define FLOW_CAUGHT_UP_FRAMES 64u
+#define FLOW_CAUGHT_UP_BYTES (64u * 1024)
+/* ... and stalled (no longer honoured) once its socket took nothing for this long. */
+#define FLOW_STALL_MS 50u
+/* One stream's share: this much holding in any window. */
+#define FLOW_HONOUR_MS 1000u
+#define FLOW_HONOUR_WINDOW_MS 60000u
+/* One worker: batches posted and not yet fanned out before it asks... */
+#define FLOW_INFLIGHT_MAX 2u
+/* ... and the hard bound of its mailbox: main stops reading whatever the budget. */
+#define FLOW_MAILBOX_MAX 64u
+
+/* A live stream with this much queued is behind: it may ask to hold the intake. */
+bool flow_stream_behind(size_t frames, size_t bytes);
+/* A behind stream still holds the intake: this much still queued, its socket blocked no longer than FLOW_STALL_MS. */
+bool flow_stream_holds(size_t frames, size_t bytes, uint64_t blocked_ms);
+
+/*
+ * One stream's share of holding (FLOW_HONOUR_MS in any FLOW_HONOUR_WINDOW_MS),
+ * embedded in what its registry keeps of it; zeroed is a stream that never held.
+ */
+typedef struct flow_honour {
+	bool holding;          /* on its registry's behind list */
+	uint64_t since;        /* ms, when it started holding */
+	uint64_t window_start; /* ms, start of its current window */
+	uint64_t used;         /* ms it held in that window (before since) */
+} flow_honour;
+
+/* A stream behind (not yet holding) asks to hold: true (and holding) when its window has some left. */
+bool flow_honour_join(flow_honour *h, uint64_t now);
+/* A holding stream has used its share of the window. */
+bool flow_honour_spent(const flow_honour *h, uint64_t now);
+/* Stops holding (charged to the window); false when it was not holding. */
+bool flow_honour_leave(flow_honour *h, uint64_t now);
+
+/*
+ * One worker's ask: behind = a stream of its registry holds the intake;
+ * inflight = its batches not yet fanned out.  ORs into *want (asks for a
+ * pause) and *must (its mailbox is full: a forced pause).
+ */
+void flow_worker_ask(bool behind, unsigned inflight, bool *want, bool *must);
 
 typedef struct flow_budget flow_budget;
 

@@ -188,6 +188,103 @@ t_forced_pause_not_charged(void)
 	flow_budget_free(b);
 }
 
+/* One stream's thresholds: behind at a burst (frames or bytes), holding until caught up or stalled. */
+static void
+t_stream_thresholds(void)
+{
+	static const struct {
+		size_t frames, bytes;
+		uint64_t blocked_ms;
+		bool behind, holds;
+	} cases[] = {
+		{ 0, 0, 0, false, false },
+		{ FLOW_BEHIND_FRAMES - 1, FLOW_BEHIND_BYTES - 1, 0, false, true },
+		{ FLOW_BEHIND_FRAMES, 0, 0, true, true },
+		{ 3, FLOW_BEHIND_BYTES, 0, true, true }, /* five frames of large events: behind in bytes */
+		{ FLOW_BEHIND_FRAMES, FLOW_BEHIND_BYTES, FLOW_STALL_MS, true, true },
+		{ FLOW_BEHIND_FRAMES, FLOW_BEHIND_BYTES, FLOW_STALL_MS + 1, true, false }, /* stalled: not honoured */
+		{ FLOW_CAUGHT_UP_FRAMES, 0, 0, false, true },
+		{ 0, FLOW_CAUGHT_UP_BYTES, 0, false, true },
+		{ FLOW_CAUGHT_UP_FRAMES - 1, FLOW_CAUGHT_UP_BYTES - 1, 0, false, false }, /* caught up */
+	};
+
+	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
+		bool behind = flow_stream_behind(cases[i].frames, cases[i].bytes);
+		bool holds = flow_stream_holds(cases[i].frames, cases[i].bytes, cases[i].blocked_ms);
+
+		if (behind != cases[i].behind || holds != cases[i].holds)
+			fprintf(stderr, "  case %zu (%zu frames %zu B, blocked %llu): behind %d holds %d, want %d %d\n",
+			        i, cases[i].frames, cases[i].bytes, (unsigned long long)cases[i].blocked_ms, behind,
+			        holds, cases[i].behind, cases[i].holds);
+		ST_CHECK(behind == cases[i].behind);
+		ST_CHECK(holds == cases[i].holds);
+	}
+}
+
+/* One stream holds at most FLOW_HONOUR_MS in a window of FLOW_HONOUR_WINDOW_MS, in one go or in pieces. */
+static void
+t_honour_share(void)
+{
+	flow_honour h = { 0 };
+	uint64_t now = 100000;
+
+	ST_CHECK(!flow_honour_leave(&h, now)); /* not holding: nothing to charge */
+	ST_CHECK(flow_honour_join(&h, now));
+	ST_CHECK(h.holding);
+	ST_CHECK(!flow_honour_spent(&h, now + FLOW_HONOUR_MS - 1));
+	ST_CHECK(flow_honour_spent(&h, now + FLOW_HONOUR_MS));
+	/* in pieces: 400 + 400, then 200 left of the window */
+	ST_CHECK(flow_honour_leave(&h, now + 400));
+	ST_CHECK(!h.holding);
+	ST_CHECK_EQ_U64(h.used, 400);
+	ST_CHECK(flow_honour_join(&h, now + 1000));
+	ST_CHECK(flow_honour_leave(&h, now + 1400));
+	ST_CHECK(flow_honour_join(&h, now + 2000));
+	ST_CHECK(!flow_honour_spent(&h, now + 2199));
+	ST_CHECK(flow_honour_spent(&h, now + 2200));
+	ST_CHECK(flow_honour_leave(&h, now + 2200));
+	ST_CHECK_EQ_U64(h.used, FLOW_HONOUR_MS);
+	/* the share is spent until the window ends */
+	ST_CHECK(!flow_honour_join(&h, now + 3000));
+	ST_CHECK(!h.holding);
+	ST_CHECK(!flow_honour_join(&h, now + FLOW_HONOUR_WINDOW_MS));
+	/* a new window: a full share again */
+	ST_CHECK(flow_honour_join(&h, now + FLOW_HONOUR_WINDOW_MS + 1));
+	ST_CHECK_EQ_U64(h.used, 0);
+	ST_CHECK(!flow_honour_spent(&h, now + FLOW_HONOUR_WINDOW_MS + FLOW_HONOUR_MS));
+}
+
+/* One worker asks while a stream holds or batches wait; a full mailbox forces; asks OR over workers. */
+static void
+t_worker_ask(void)
+{
+	static const struct {
+		bool want_in, must_in, behind;
+		unsigned inflight;
+		bool want, must;
+	} cases[] = {
+		{ false, false, false, 0, false, false },
+		{ false, false, false, FLOW_INFLIGHT_MAX - 1, false, false },
+		{ false, false, false, FLOW_INFLIGHT_MAX, true, false },
+		{ false, false, true, 0, true, false },
+		{ false, false, false, FLOW_MAILBOX_MAX - 1, true, false },
+		{ false, false, false, FLOW_MAILBOX_MAX, true, true },
+		{ true, false, false, 0, true, false }, /* an earlier worker asked */
+		{ true, true, false, 0, true, true },
+	};
+
+	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
+		bool want = cases[i].want_in, must = cases[i].must_in;
+
+		flow_worker_ask(cases[i].behind, cases[i].inflight, &want, &must);
+		if (want != cases[i].want || must != cases[i].must)
+			fprintf(stderr, "  case %zu: want %d must %d, expected %d %d\n", i, want, must, cases[i].want,
+			        cases[i].must);
+		ST_CHECK(want == cases[i].want);
+		ST_CHECK(must == cases[i].must);
+	}
+}
+
 int
 main(void)
 {
@@ -195,5 +292,8 @@ main(void)
 	ST_RUN(t_staggered_streams);
 	ST_RUN(t_start_threshold_and_release);
 	ST_RUN(t_forced_pause_not_charged);
+	ST_RUN(t_stream_thresholds);
+	ST_RUN(t_honour_share);
+	ST_RUN(t_worker_ask);
 	return st_test_done();
 }

@@ -320,6 +320,14 @@ frame_unref(frame *f)
 	free(f);
 }
 
+void
+frame_release_cb(const void *data, size_t len, void *arg)
+{
+	(void)data;
+	(void)len;
+	frame_unref(arg);
+}
+
 enum frame_type
 frame_type(const frame *f)
 {

@@ -76,6 +76,8 @@ void frame_set_origin(frame *f, uint64_t origin_ns);
 uint64_t frame_origin_ns(const frame *f);
 frame *frame_ref(frame *f);   /* returns f */
 void frame_unref(frame *f);   /* NULL-safe; frees at zero */
+/* The cleanup of bytes lent to a connection (evbuffer_add_reference, http_ref): arg is the frame, unreferenced. */
+void frame_release_cb(const void *data, size_t len, void *arg);
 
 enum frame_type frame_type(const frame *f);
 bool frame_is_terminal(const frame *f);   /* reconnect, complete, failure */

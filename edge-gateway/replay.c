@@ -381,3 +381,65 @@ replay_cancel(replay_job *j)
 	pgpool_cancel(j->q);
 	free(j);
 }
+
+/* ---- replay_buf ---------------------------------------------------------- */
+
+void
+replay_buf_clear(replay_buf *b)
+{
+	for (size_t k = b->i; k < b->n; k++)
+		frame_unref(b->f[k]);
+	ST_FREE(&b->f);
+	b->n = b->i = b->mark = 0;
+}
+
+void
+replay_buf_add(replay_buf *b, frame *const *frames, size_t n, bool done)
+{
+	/*
+	 * The chunk was cut by the database to its byte bound (ADR-0197 bounds
+	 * what a stream holds) or to limit rows: every row is kept, none is
+	 * read twice.  The next limit follows what the bytes allow, so a chunk
+	 * of large rows does not make the database walk (index entries and row
+	 * headers, not data) far past the cut every time.
+	 */
+	if (!done && n < b->limit)
+		b->limit = (uint32_t)ST_MAX(8, ST_MIN(2 * n, REPLAY_BUF_CHUNK_ROWS));
+	else
+		b->limit = (uint32_t)ST_MIN(2u * b->limit, REPLAY_BUF_CHUNK_ROWS);
+	if (n) {
+		/* After what the older chunk has not written yet (the fetch ran while it was written). */
+		size_t left = b->n - b->i;
+		frame **c = st_xcalloc(left + n, sizeof(*c));
+
+		if (left)
+			memcpy(c, b->f + b->i, left * sizeof(*c));
+		for (size_t k = 0; k < n; k++)
+			c[left + k] = frame_ref(frames[k]);
+		free(b->f);
+		b->f = c;
+		b->i = 0;
+		b->n = left + n;
+		b->mark = left;
+		b->last = frame_seq(frames[n - 1]);
+	}
+}
+
+frame *
+replay_buf_next(replay_buf *b)
+{
+	return b->i < b->n ? b->f[b->i++] : NULL;
+}
+
+bool
+replay_buf_read_ahead_due(const replay_buf *b)
+{
+	return b->i == b->mark && b->i < b->n;
+}
+
+uint64_t
+replay_buf_last_seq(const replay_buf *b, uint64_t cursor)
+{
+	/* Not f[n - 1]: once written, the connection held its only reference and may have freed it. */
+	return b->n > 0 ? b->last : cursor;
+}

@@ -34,6 +34,7 @@
 #include "frame.h"
 #include "pgpool.h"
 #include "st_err.h"
+#include "subq.h"
 
 /* A resume check decides whether a client gets a stream at all: it ends
  * (ST_ETIMEDOUT, the client is told to retry) after this long. */
@@ -88,5 +89,39 @@ replay_job *replay_fill(pgpool *p, uint64_t after, uint64_t upto, uint32_t limit
 /* The callback will never be called (the client went away).  NULL-safe; not after the
  * callback has returned; a no-op inside the job's own callback. */
 void replay_cancel(replay_job *j);
+
+/*
+ * replay_buf: the rows one replay has read and not yet written, so the
+ * next chunk is read while the last one is written (the database and the
+ * socket work at the same time instead of in turn): at most two chunks,
+ * the older being written and the newest read ahead.  It also sizes the
+ * next chunk (limit).  Embedded; zeroed is empty (limit set by the user
+ * before the first fetch).  Pure: no loop, no query.
+ */
+#define REPLAY_BUF_CHUNK_ROWS 1000u /* the most rows asked of one chunk */
+/* Holding up to two chunks, each is cut at half of what one stream may queue (ADR-0197). */
+#define REPLAY_BUF_CHUNK_BYTES (SUBQ_MAX_BYTES / 2)
+
+typedef struct replay_buf {
+	frame **f;       /* the rows [i, n) not yet written, a reference each (owned) */
+	size_t n, i;
+	size_t mark;     /* where the newest chunk starts: the next read waits for the writer to reach it */
+	uint32_t limit;  /* rows asked of the next chunk */
+	uint64_t last;   /* seq of the newest row added: its frame may be written and gone */
+} replay_buf;
+
+/* Releases every row not yet written; empty after. */
+void replay_buf_clear(replay_buf *b);
+/*
+ * A chunk of n rows arrived (done: the range had no more): appended after
+ * the rows not yet written (each referenced), and the next limit adapted.
+ */
+void replay_buf_add(replay_buf *b, frame *const *frames, size_t n, bool done);
+/* The next row to write, its reference now the caller's; NULL when none is left. */
+frame *replay_buf_next(replay_buf *b);
+/* The older chunk is written and the newest not started: time to read the next one ahead. */
+bool replay_buf_read_ahead_due(const replay_buf *b);
+/* The seq the next chunk starts after: the newest row held, or cursor when none is. */
+uint64_t replay_buf_last_seq(const replay_buf *b, uint64_t cursor);
 
 #endif

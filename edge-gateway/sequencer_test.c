@@ -629,7 +629,7 @@ t_wire(void)
 	sequencer_free(s);
 }
 
-/* stream.h: a batch is published with the head from after it, fills included. */
+/* streams.h: a batch is published with the head from after it, fills included. */
 static void
 t_head_after_batch_inside_emit(void)
 {

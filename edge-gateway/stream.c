@@ -1,7 +1,8 @@
 /*
  * stream: one GET /v1/stream, a state machine from its admission to its
  * end.  The registry (admission, heartbeats, drain, flow control) is
- * streams.c; the two share stream_internal.h.
+ * streams.c, which calls this; a stream calls back only the hooks of its
+ * stream_env (stream.h).
  *
  * DESIGN
  *
@@ -74,12 +75,11 @@
  * the queue holds a reference, the connection's evbuffer holds it while
  * the bytes are in flight.  Threads: the registry's loop.
  *
- * SIZE.  Over 800 lines on purpose: about 100 are this comment, and the
- * rest is one state machine whose replay, seam and writing share the
- * stream's fields.  The next cut, if it grows: the replay row reader
- * (chunks, adaptive fetch limit, retention horizon) beside replay_fetch.
+ * SIZE.  Over 800 lines on purpose: about 80 are this comment, and the rest
+ * is one state machine whose replay, seam and writing share the stream's
+ * fields (the replay's rows wait in a replay_buf, replay.h).
  */
-#include "stream_internal.h"
+#include "stream.h"
 
 #include <event2/event.h>
 #include <inttypes.h>
@@ -87,22 +87,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hub.h"
-#include "replay.h"
-#include "st_clock.h"
+#include "replay.h" /* the rest (flow, hub, subq, streamreq) comes with stream.h */
 #include "st_log.h"
 #include "st_util.h"
 #include "stream_state.h"
-#include "streamreq.h"
-#include "subq.h"
 
-#define STREAM_REPLAY_CHUNK 1000
-/*
- * A replay reads the next chunk while it writes the last one (the database
- * and the socket work at the same time instead of in turn), so it holds up
- * to two chunks: each is cut at half of what one chunk used to hold.
- */
-#define STREAM_REPLAY_CHUNK_BYTES (SUBQ_MAX_BYTES / 2)
 /*
  * Queued frames or bytes at which delivery writes to the connection (and
  * looks whether the stream is behind) before the batch ends.  Bytes too:
@@ -110,26 +99,9 @@
  */
 #define STREAM_PUMP_AT 64
 #define STREAM_PUMP_BYTES (64u * 1024)
-/*
- * Flow control (see streams_backpressure): a live stream is "behind" with
- * this much queued (frames or bytes, whichever comes first), caught up again
- * under STREAM_CAUGHT_UP frames and STREAM_CAUGHT_UP_BYTES; it holds the
- * edge's intake back only while its socket keeps taking bytes (none for
- * STREAM_STALL_MS: stalled, no longer honoured).  The registry bounds how
- * long one stream may hold it.  Lag is judged in bytes as well as frames
- * because ADR-0197's queue bound is both: a stream of large frames is at
- * its 1 MiB with a handful of them queued.
- */
-#define STREAM_BEHIND_FRAMES 256
-#define STREAM_BEHIND_BYTES (256u * 1024)
-#define STREAM_CAUGHT_UP 64
-#define STREAM_CAUGHT_UP_BYTES (64u * 1024)
-#define STREAM_STALL_MS 50
-
 
 struct stream {
 	stream_reg reg;          /* the registry's part (streams.c) */
-	streams *ss;             /* the registry, borrowed */
 	const stream_env *env;   /* the registry's, borrowed */
 	enum stream_state state;
 	http_req *req;           /* until the response starts; then NULL */
@@ -138,9 +110,7 @@ struct stream {
 	subq *q;                 /* live queue, owned */
 	subq *hold;              /* replay hold buffer, owned, only while CHECKING/REPLAYING */
 	replay_job *job;         /* the outstanding check or fetch, or NULL */
-	frame **chunk;           /* replay rows not yet written (own a reference each) */
-	size_t chunk_n, chunk_i;
-	size_t chunk_mark;       /* where the newest chunk starts in chunk[]: the next fetch waits for it */
+	replay_buf rows;         /* replay rows read and not yet written (the chunk and the one read ahead) */
 	uint64_t fetch_from;     /* the cursor of the fetch in flight */
 	bool chunk_done;         /* the last fetch returned fewer rows than asked */
 	char **topics;           /* owned copies; kept while a replay may need them */
@@ -157,7 +127,6 @@ struct stream {
 	uint64_t d;              /* database head of the replay snapshot */
 	uint64_t seam;           /* live: items at or below it were covered at release (overlap) */
 	uint64_t check_held;     /* items put in the hold while CHECKING (bounds what a hold overflow adds) */
-	uint32_t fetch_limit;    /* rows asked of the next replay chunk */
 	uint64_t cursor;         /* last seq the replay fetched */
 	uint64_t last_id;        /* last id written (items and resyncs) */
 	uint64_t exp_ms;         /* access control: the token's exp (wall-clock ms), 0 = none */
@@ -169,6 +138,13 @@ struct stream {
 static void stream_pump(stream *s);
 static void stream_release(stream *s);
 static void stream_fetch(stream *s);
+
+/* The registry's history head. */
+static uint64_t
+stream_head(const stream *s)
+{
+	return s->env->registry.head(s->env->registry.arg);
+}
 
 /* Every transition: one edge of the diagram (stream_state.c), or a bug. */
 static void
@@ -192,27 +168,10 @@ stream_start_in(stream *s, enum stream_state first)
 static bool
 stream_is_live(const stream *s)
 {
-	return s->state == ST_LIVE || s->state == ST_CLOSING;
+	return s->state == STREAM_LIVE || s->state == STREAM_CLOSING;
 }
 
 /* ---- inputs and the end ------------------------------------------------- */
-
-static void
-frame_release_cb(const void *data, size_t len, void *arg)
-{
-	(void)data;
-	(void)len;
-	frame_unref(arg);
-}
-
-static void
-chunk_clear(stream *s)
-{
-	for (size_t i = s->chunk_i; i < s->chunk_n; i++)
-		frame_unref(s->chunk[i]);
-	ST_FREE(&s->chunk);
-	s->chunk_n = s->chunk_i = s->chunk_mark = 0;
-}
 
 static void
 stream_leave_hub(stream *s)
@@ -249,7 +208,7 @@ stream_inputs_stop(stream *s)
 {
 	stream_cancel_job(s);
 	stream_leave_hub(s);
-	chunk_clear(s);
+	replay_buf_clear(&s->rows);
 }
 
 /*
@@ -261,10 +220,10 @@ static void
 stream_replay_stop(stream *s)
 {
 	stream_cancel_job(s);
-	chunk_clear(s);
+	replay_buf_clear(&s->rows);
 	subq_free(s->hold);
 	s->hold = NULL;
-	stream_goto(s, ST_LIVE);
+	stream_goto(s, STREAM_LIVE);
 }
 
 /*
@@ -277,7 +236,7 @@ stream_destroy(stream *s, enum stream_outcome o)
 {
 	if (o != OUT_NONE)
 		st_counter_inc(s->env->m_outcome[o]);
-	streams_unlink(s->ss, &s->reg);
+	s->env->registry.unlink(s->env->registry.arg, &s->reg);
 	if (s->ev_exp)
 		event_free(s->ev_exp);
 	if (s->ip_held)
@@ -298,7 +257,7 @@ static void
 stream_end(stream *s, enum frame_type t)
 {
 	s->handed = t == FRAME_COMPLETE ? OUT_COMPLETE : t == FRAME_FAILURE ? OUT_FAILURE : OUT_RECONNECT;
-	stream_goto(s, ST_ENDING);
+	stream_goto(s, STREAM_ENDING);
 	stream_inputs_stop(s);
 	http_stream_end(s->hs);
 }
@@ -313,14 +272,16 @@ stream_end(stream *s, enum frame_type t)
 #define STREAM_BATCH 64
 #define STREAM_BATCH_BYTES (16u * 1024)
 
-typedef struct out_batch {
+/* Frame references waiting for one hand-over to the connection. */
+typedef struct ref_batch {
 	http_ref r[STREAM_BATCH];
 	size_t n;
 	size_t bytes;
-} out_batch;
+} ref_batch;
 
+/* The collected references to the connection in one writev (released if it is gone); the batch is empty after. */
 static void
-batch_flush(stream *s, out_batch *b)
+ref_batch_hand_over(stream *s, ref_batch *b)
 {
 	if (b->n == 0)
 		return;
@@ -340,14 +301,14 @@ batch_flush(stream *s, out_batch *b)
  * joins the batch (flushed when full, and before a terminal frame).
  */
 static void
-stream_write_frame_to(stream *s, frame *f, out_batch *b)
+stream_write_frame_to(stream *s, frame *f, ref_batch *b)
 {
 	enum frame_type t = frame_type(f);
 	const char *bytes;
 	size_t len;
 	bool term;
 
-	if (s->hs == NULL || s->state == ST_ENDING) {
+	if (s->hs == NULL || s->state == STREAM_ENDING) {
 		frame_unref(f);
 		return;
 	}
@@ -370,11 +331,11 @@ stream_write_frame_to(stream *s, frame *f, out_batch *b)
 		b->r[b->n++] = (http_ref){ bytes, len, frame_release_cb, f, frame_origin_ns(f) };
 		b->bytes += len;
 		if (b->n == STREAM_BATCH || b->bytes >= STREAM_BATCH_BYTES)
-			batch_flush(s, b);
+			ref_batch_hand_over(s, b);
 		return;
 	}
 	if (b != NULL)
-		batch_flush(s, b);
+		ref_batch_hand_over(s, b);
 	http_stream_write_ref(s->hs, bytes, len, frame_release_cb, f);
 	if (term)
 		stream_end(s, t); /* counted when the bytes have left (on_close), not on hand-over */
@@ -409,7 +370,7 @@ stream_push_live(stream *s, frame *f)
 	uint64_t blocked = s->hs ? http_stream_blocked_ms(s->hs, st_clock_now(s->env->clock)) : 0;
 
 	/* SUBQ_DROP also answers pushes after a terminal frame; only a real drop ends us here (once: -> ENDING). */
-	if (subq_push(s->q, f, blocked) == SUBQ_DROP && subq_is_dropped(s->q) && s->state != ST_ENDING)
+	if (subq_push(s->q, f, blocked) == SUBQ_DROP && subq_is_dropped(s->q) && s->state != STREAM_ENDING)
 		stream_dropped(s);
 }
 
@@ -417,26 +378,24 @@ stream_push_live(stream *s, frame *f)
 static void
 stream_close_after_queue(stream *s, frame *f)
 {
-	stream_goto(s, ST_CLOSING);
+	stream_goto(s, STREAM_CLOSING);
 	stream_push_live(s, f);
 	stream_pump(s);
 }
 
-/* ---- flow control (the registry keeps the behind list) ----------------- */
+/* ---- flow control (flow.h decides; the registry keeps the behind list) -- */
 
 bool
 stream_burst_queued(const stream *s)
 {
-	return stream_is_live(s) && s->hs != NULL &&
-	       (subq_count(s->q) >= STREAM_BEHIND_FRAMES || subq_bytes(s->q) >= STREAM_BEHIND_BYTES);
+	return stream_is_live(s) && s->hs != NULL && flow_stream_behind(subq_count(s->q), subq_bytes(s->q));
 }
 
 bool
 stream_holds_intake(const stream *s, uint64_t now)
 {
 	return stream_is_live(s) && s->hs != NULL &&
-	       (subq_count(s->q) >= STREAM_CAUGHT_UP || subq_bytes(s->q) >= STREAM_CAUGHT_UP_BYTES) &&
-	       http_stream_blocked_ms(s->hs, now) <= STREAM_STALL_MS;
+	       flow_stream_holds(subq_count(s->q), subq_bytes(s->q), http_stream_blocked_ms(s->hs, now));
 }
 
 /* ---- hub callbacks ----------------------------------------------------- */
@@ -456,8 +415,8 @@ stream_hub_deliver(void *arg, frame *f)
 	if (beyond_until(s, f))
 		return;
 	switch (s->state) {
-	case ST_CHECKING:
-	case ST_REPLAYING:
+	case STREAM_CHECKING:
+	case STREAM_REPLAYING:
 		/*
 		 * What the replay covers (up to the client's id, then up to the
 		 * snapshot head d) never enters the hold buffer: an edge that is
@@ -466,16 +425,16 @@ stream_hub_deliver(void *arg, frame *f)
 		 * above d with them (a needless resync).
 		 */
 		if (frame_type(f) == FRAME_ITEM &&
-		    frame_seq(f) <= (s->state == ST_REPLAYING ? s->d : s->after)) {
+		    frame_seq(f) <= (s->state == STREAM_REPLAYING ? s->d : s->after)) {
 			st_counter_inc(s->env->m_seam_overlap);
 			break;
 		}
-		if (s->state == ST_CHECKING && frame_type(f) == FRAME_ITEM)
+		if (s->state == STREAM_CHECKING && frame_type(f) == FRAME_ITEM)
 			s->check_held++;
 		(void)subq_push(s->hold, f, 0);
 		break;
-	case ST_LIVE:
-	case ST_CLOSING: /* the queue refuses the push; the rest is the same */
+	case STREAM_LIVE:
+	case STREAM_CLOSING: /* the queue refuses the push; the rest is the same */
 		/*
 		 * After release the edge's live history can still lag the
 		 * database (a batch waiting for another writer's message): frames
@@ -491,31 +450,25 @@ stream_hub_deliver(void *arg, frame *f)
 		/* A message carries many frames: write as they come, not only at the batch's end. */
 		if (subq_count(s->q) >= STREAM_PUMP_AT || subq_bytes(s->q) >= STREAM_PUMP_BYTES) {
 			stream_pump(s);
-			streams_behind_check(s->ss, &s->reg);
+			s->env->registry.behind_check(s->env->registry.arg, &s->reg);
 		}
 		break;
-	case ST_ENDING:
+	case STREAM_ENDING:
 		break;
 	}
 }
 
 /* LIVE and the history reached until: complete goes out after what is queued. */
-static void
-stream_maybe_complete(stream *s)
+void
+stream_head_moved(stream *s)
 {
 	frame *f;
 
-	if (!s->has_until || !s->until_known || s->state != ST_LIVE || streams_head(s->ss) < s->until)
+	if (!s->has_until || !s->until_known || s->state != STREAM_LIVE || stream_head(s) < s->until)
 		return;
 	f = frame_complete_new();
 	stream_close_after_queue(s, f);
 	frame_unref(f);
-}
-
-void
-stream_head_moved(stream *s)
-{
-	stream_maybe_complete(s);
 }
 
 void
@@ -545,36 +498,35 @@ stream_has_room(stream *s)
 static void
 stream_pump(stream *s)
 {
-	out_batch b = { .n = 0 };
+	ref_batch b = { .n = 0 };
 
 	if (s->hs == NULL)
 		return;
 	/* Room is checked between batches: a batch holds at most
 	 * STREAM_BATCH_BYTES more than the low watermark allows. */
-	while (s->state != ST_ENDING && s->hs && (b.n > 0 || stream_has_room(s))) {
+	while (s->state != STREAM_ENDING && s->hs && (b.n > 0 || stream_has_room(s))) {
 		frame *f;
 
-		if (s->state == ST_REPLAYING) {
+		if (s->state == STREAM_REPLAYING) {
 			/* The older chunk is written: read the next one while this one goes out. */
-			if (s->chunk_i == s->chunk_mark && s->chunk_i < s->chunk_n && s->job == NULL && !s->chunk_done) {
-				batch_flush(s, &b); /* a fetch that cannot start writes a frame: ours go first */
+			if (replay_buf_read_ahead_due(&s->rows) && s->job == NULL && !s->chunk_done) {
+				ref_batch_hand_over(s, &b); /* a fetch that cannot start writes a frame: ours go first */
 				stream_fetch(s);
-				if (s->state != ST_REPLAYING)
+				if (s->state != STREAM_REPLAYING)
 					return;
 			}
-			if (s->chunk_i < s->chunk_n) {
-				f = s->chunk[s->chunk_i++];
+			if ((f = replay_buf_next(&s->rows)) != NULL) {
 				s->cursor = frame_seq(f);
 				stream_write_frame_to(s, f, &b);
 				continue;
 			}
 			/* Anything below may write frames of its own: ours go first. */
-			batch_flush(s, &b);
+			ref_batch_hand_over(s, &b);
 			if (s->job != NULL)
 				return; /* the next rows are on their way */
 			if (!s->chunk_done) {
 				stream_fetch(s);
-				if (s->job != NULL || s->state != ST_REPLAYING)
+				if (s->job != NULL || s->state != STREAM_REPLAYING)
 					return;
 				continue; /* nothing left to fetch: chunk_done */
 			}
@@ -587,7 +539,7 @@ stream_pump(stream *s)
 			break;
 		stream_write_frame_to(s, f, &b);
 	}
-	batch_flush(s, &b);
+	ref_batch_hand_over(s, &b);
 }
 
 static void
@@ -619,7 +571,7 @@ stream_heartbeat(stream *s, frame *hb, uint64_t now)
 	if (s->hs == NULL)
 		return;
 	switch (s->state) {
-	case ST_CLOSING:
+	case STREAM_CLOSING:
 		/*
 		 * A terminal frame waits behind a socket that takes nothing: the
 		 * queue refuses pushes now, so the blocked rule is applied here.
@@ -630,11 +582,11 @@ stream_heartbeat(stream *s, frame *hb, uint64_t now)
 			http_stream_abort(s->hs);
 		}
 		break;
-	case ST_LIVE:
+	case STREAM_LIVE:
 		stream_push_live(s, hb);
 		stream_pump(s);
 		break;
-	case ST_REPLAYING:
+	case STREAM_REPLAYING:
 		if (http_stream_blocked_ms(s->hs, now) > SUBQ_BLOCKED_MS) {
 			/* A replay paced by a socket that takes nothing: the same rule. */
 			stream_push_live(s, hb);
@@ -643,8 +595,8 @@ stream_heartbeat(stream *s, frame *hb, uint64_t now)
 			stream_write_frame(s, frame_ref(hb));
 		}
 		break;
-	case ST_CHECKING:
-	case ST_ENDING:
+	case STREAM_CHECKING:
+	case STREAM_ENDING:
 		break;
 	}
 }
@@ -655,15 +607,16 @@ stream_reconnect(stream *s, uint32_t retry_ms, const char *reason)
 {
 	frame *f;
 
-	if (s->state == ST_CHECKING) {
+	if (s->state == STREAM_CHECKING) {
 		stream_cancel_job(s);
-		streams_refusal_send(s->ss, s->req, s->fmt, RF_DRAINING, retry_ms, "this edge is draining; reconnect");
+		refusal_send(s->env->refusals, s->req, s->fmt, REFUSAL_DRAINING, retry_ms,
+		             "this edge is draining; reconnect");
 		s->req = NULL;
 		stream_destroy(s, OUT_NONE);
 		return;
 	}
 	f = frame_reconnect_new(retry_ms, reason);
-	if (s->state == ST_REPLAYING) {
+	if (s->state == STREAM_REPLAYING) {
 		/* Stop the replay where it is; the client resumes from its last id elsewhere. */
 		stream_replay_stop(s);
 	}
@@ -674,7 +627,7 @@ stream_reconnect(stream *s, uint32_t retry_ms, const char *reason)
 		 * closed by the grace timer, never before.
 		 */
 		stream_leave_hub(s);
-		if (s->state == ST_LIVE)
+		if (s->state == STREAM_LIVE)
 			stream_close_after_queue(s, f);
 		else
 			stream_pump(s); /* CLOSING: a terminal frame is queued already */
@@ -709,7 +662,7 @@ exp_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	stream_reconnect(s, streams_retry_jitter(s->ss, 1000), "token_expired");
+	stream_reconnect(s, refusal_jitter(s->env->refusals, 1000), "token_expired");
 }
 
 /*
@@ -745,7 +698,7 @@ stream_start_response(stream *s)
 	if (s->has_until && s->until_known)
 		snprintf(until, sizeof(until), "Studio-Until: %" PRIu64 "\r\n", s->until);
 	s->req = NULL;
-	s->hs = http_stream_start(req, 200, streams_content_type(s->fmt), until[0] != '\0' ? until : NULL, &cbs, s);
+	s->hs = http_stream_start(req, 200, refusal_content_type(s->fmt), until[0] != '\0' ? until : NULL, &cbs, s);
 	stream_arm_expiry(s);
 }
 
@@ -766,8 +719,9 @@ stream_fail(stream *s, st_err err, const char *detail)
 	if (err == ST_EPROTO)
 		stream_write_frame(s, frame_failure_new(500, "Replay failed", detail));
 	else
-		stream_write_frame(s, frame_reconnect_new(streams_retry_jitter(s->ss, refusal_retry_ms[RF_UNAVAILABLE]),
-		                                          refusal_names[RF_UNAVAILABLE]));
+		stream_write_frame(s, frame_reconnect_new(refusal_jitter(s->env->refusals,
+		                                                         refusal_retry_ms(REFUSAL_UNAVAILABLE)),
+		                                          refusal_name(REFUSAL_UNAVAILABLE)));
 }
 
 static void
@@ -783,7 +737,7 @@ on_rows(void *arg, st_err err, frame *const *frames, size_t n, bool done, uint64
 		return;
 	}
 	if (horizon > s->fetch_from) {
-		chunk_clear(s);
+		replay_buf_clear(&s->rows);
 		/*
 		 * Retention deleted rows after our cursor while we replayed: never
 		 * a silent hole (ADR-WEB-ADV-001).  One resync, then live from d.
@@ -795,32 +749,7 @@ on_rows(void *arg, st_err err, frame *const *frames, size_t n, bool done, uint64
 		return;
 	}
 	st_counter_add(s->env->m_replay_rows, n);
-	/*
-	 * The chunk was cut by the database to SUBQ_MAX_BYTES (ADR-0197 bounds
-	 * what a stream holds) or to fetch_limit rows: every row is kept, none
-	 * is read twice.  The next limit follows what the bytes allow, so a
-	 * chunk of large rows does not make the database walk (index entries
-	 * and row headers, not data) far past the cut every time.
-	 */
-	if (!done && n < s->fetch_limit)
-		s->fetch_limit = (uint32_t)ST_MAX(8, ST_MIN(2 * n, STREAM_REPLAY_CHUNK));
-	else
-		s->fetch_limit = (uint32_t)ST_MIN(2u * s->fetch_limit, STREAM_REPLAY_CHUNK);
-	if (n) {
-		/* After what the older chunk has not written yet (the fetch ran while it was written). */
-		size_t left = s->chunk_n - s->chunk_i;
-		frame **c = st_xcalloc(left + n, sizeof(*c));
-
-		if (left)
-			memcpy(c, s->chunk + s->chunk_i, left * sizeof(*c));
-		for (size_t i = 0; i < n; i++)
-			c[left + i] = frame_ref(frames[i]);
-		free(s->chunk);
-		s->chunk = c;
-		s->chunk_i = 0;
-		s->chunk_n = left + n;
-		s->chunk_mark = left;
-	}
+	replay_buf_add(&s->rows, frames, n, done);
 	s->chunk_done = done;
 	stream_pump(s);
 }
@@ -835,13 +764,13 @@ stream_fetch(stream *s)
 {
 	uint64_t upto = s->has_until ? ST_MIN(s->d, s->until) : s->d;
 
-	s->fetch_from = s->chunk_n > 0 ? frame_seq(s->chunk[s->chunk_n - 1]) : s->cursor;
+	s->fetch_from = replay_buf_last_seq(&s->rows, s->cursor);
 	if (s->fetch_from >= upto) {
 		s->chunk_done = true;
 		return;
 	}
 	s->job = replay_fetch(s->env->pool, (const char *const *)s->topics, s->topic_lens, s->n_topics, s->fetch_from,
-	                      upto, s->fetch_limit, STREAM_REPLAY_CHUNK_BYTES, on_rows, s);
+	                      upto, s->rows.limit, REPLAY_BUF_CHUNK_BYTES, on_rows, s);
 	if (s->job == NULL) {
 		st_counter_inc(s->env->m_replay[RR_ERROR]);
 		stream_fail(s, ST_EBUSY, "the replay queue is full; reconnect with Last-Event-ID");
@@ -859,13 +788,13 @@ stream_release(stream *s)
 	uint64_t floor = s->d;
 	frame *f;
 
-	stream_goto(s, ST_LIVE);
+	stream_goto(s, STREAM_LIVE);
 	if (s->h0 > s->d) {
 		/* A frame the hub had before we registered is not in the replay. */
 		st_counter_inc(s->env->m_seam_gap);
 		st_warn("stream seam gap: hub head %llu above replay head %llu", (unsigned long long)s->h0,
 		        (unsigned long long)s->d);
-		floor = ST_MAX(streams_head(s->ss), s->last_id + 1);
+		floor = ST_MAX(stream_head(s), s->last_id + 1);
 		stream_write_frame(s, frame_resync_new(floor, "gap"));
 	}
 	if (subq_hold_overflowed(s->hold) && subq_overflow_seq(s->hold) > floor) {
@@ -882,13 +811,13 @@ stream_release(stream *s)
 		}
 		stream_push_live(s, f);
 		frame_unref(f);
-		if (s->state != ST_LIVE)
+		if (s->state != STREAM_LIVE)
 			break;
 	}
 	subq_free(s->hold);
 	s->hold = NULL;
 	stream_free_topics(s);
-	stream_maybe_complete(s);
+	stream_head_moved(s);
 }
 
 /*
@@ -931,6 +860,18 @@ stream_hold_settle(stream *s, uint64_t count)
 	return count + added <= s->env->replay_cap;
 }
 
+/* CHECKING -> REPLAYING once the response started: a resync at d instead of rows (resync non-NULL), or rows. */
+static void
+stream_replay_begin(stream *s, enum replay_result rr, const char *resync, bool nothing_to_fetch)
+{
+	st_counter_inc(s->env->m_replay[rr]);
+	if (resync != NULL)
+		stream_write_frame(s, frame_resync_new(s->d, resync));
+	s->chunk_done = resync != NULL || nothing_to_fetch;
+	stream_goto(s, STREAM_REPLAYING);
+	stream_pump(s);
+}
+
 /* CHECKING -> REPLAYING (the response starts), or the end before the first byte. */
 static void
 on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
@@ -940,7 +881,8 @@ on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
 	s->job = NULL;
 	if (err != ST_OK) {
 		st_counter_inc(s->env->m_replay[RR_ERROR]);
-		streams_refuse(s->ss, s->req, s->fmt, RF_UNAVAILABLE, "the event store cannot be reached; retry later");
+		refusal_send_jittered(s->env->refusals, s->req, s->fmt, REFUSAL_UNAVAILABLE,
+		                      "the event store cannot be reached; retry later");
 		s->req = NULL;
 		goto drop;
 	}
@@ -957,37 +899,16 @@ on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
 	s->until_known = true;
 	s->cursor = s->after;
 	s->last_id = s->after;
-	s->fetch_limit = STREAM_REPLAY_CHUNK;
+	s->rows.limit = REPLAY_BUF_CHUNK_ROWS;
 	stream_start_response(s);
-	if (s->after < horizon) {
-		st_counter_inc(s->env->m_replay[RR_EXPIRED]);
-		stream_write_frame(s, frame_resync_new(d, "cursor_expired"));
-		s->chunk_done = true;
-		stream_goto(s, ST_REPLAYING);
-		stream_pump(s);
-		return;
-	}
-	if (count > s->env->replay_cap) {
-		st_counter_inc(s->env->m_replay[RR_CAP]);
-		stream_write_frame(s, frame_resync_new(d, "replay_cap"));
-		s->chunk_done = true;
-		stream_goto(s, ST_REPLAYING);
-		stream_pump(s);
-		return;
-	}
-	if (!stream_hold_settle(s, count)) {
-		/* The hold overflowed while checking: what it dropped would take the replay past the cap. */
-		st_counter_inc(s->env->m_replay[RR_CAP]);
-		stream_write_frame(s, frame_resync_new(s->d, "replay_cap"));
-		s->chunk_done = true;
-		stream_goto(s, ST_REPLAYING);
-		stream_pump(s);
-		return;
-	}
-	st_counter_inc(s->env->m_replay[RR_OK]);
-	stream_goto(s, ST_REPLAYING);
-	s->chunk_done = (count == 0 && s->d == d);
-	stream_pump(s);
+	if (s->after < horizon)
+		stream_replay_begin(s, RR_EXPIRED, "cursor_expired", true);
+	else if (count > s->env->replay_cap)
+		stream_replay_begin(s, RR_CAP, "replay_cap", true);
+	else if (!stream_hold_settle(s, count)) /* what the hold dropped while checking passes the cap */
+		stream_replay_begin(s, RR_CAP, "replay_cap", true);
+	else
+		stream_replay_begin(s, RR_OK, NULL, count == 0 && s->d == d);
 	return;
 drop:
 	stream_destroy(s, OUT_NONE);
@@ -1005,13 +926,12 @@ on_req_gone(void *arg)
 /* ---- the start --------------------------------------------------------- */
 
 void
-stream_open(streams *ss, http_req *req, streamreq *rq, uint64_t exp_ms, const uint8_t *ip)
+stream_open(const stream_env *env, http_req *req, streamreq *rq, uint64_t exp_ms, const uint8_t *ip)
 {
 	stream *s = st_xcalloc(1, sizeof(*s));
 
 	s->reg.s = s;
-	s->ss = ss;
-	s->env = streams_env(ss);
+	s->env = env;
 	s->handed = OUT_NONE;
 	/* The stream takes the topics over (a replay may need them after the request is gone). */
 	s->topics = rq->topics;
@@ -1034,10 +954,12 @@ stream_open(streams *ss, http_req *req, streamreq *rq, uint64_t exp_ms, const ui
 	}
 	s->q = subq_new(s->env->clock, &s->env->dropped, false);
 	s->req = req;
-	s->h0 = streams_head(ss);
+	s->h0 = stream_head(s);
 	s->last_id = 0;
 	s->reg.bounded = s->has_until;
-	streams_link(ss, &s->reg);
+	/* Live only when there is nothing to check; until without an id reads the retained history from its start. */
+	stream_start_in(s, !s->has_after && !s->has_until ? STREAM_LIVE : STREAM_CHECKING);
+	env->registry.link(env->registry.arg, &s->reg);
 	s->sub = hub_subscribe(s->env->hub, s, (const char *const *)s->topics, s->topic_lens, s->n_topics);
 	if (!s->has_after && !s->has_until) {
 		/*
@@ -1053,15 +975,12 @@ stream_open(streams *ss, http_req *req, streamreq *rq, uint64_t exp_ms, const ui
 		 * so that resume is never refused as beyond the head.  h0 counts
 		 * as the last id written: nothing at or below it goes out.
 		 */
-		stream_start_in(s, ST_LIVE);
 		stream_free_topics(s);
 		stream_start_response(s);
 		s->last_id = s->h0;
 		stream_write_frame(s, frame_position_new(s->h0));
 		return;
 	}
-	/* until without an id reads the retained history from its start. */
-	stream_start_in(s, ST_CHECKING);
 	s->hold = subq_new(s->env->clock, &s->env->dropped, true);
 	http_req_set_gone_cb(req, on_req_gone, s);
 	/* A numeric until bounds the count: events after it are never sent, so they cannot exceed the cap. */
@@ -1069,7 +988,8 @@ stream_open(streams *ss, http_req *req, streamreq *rq, uint64_t exp_ms, const ui
 	                      s->has_until && !s->until_head ? s->until : UINT64_MAX, s->env->replay_cap, on_check, s);
 	if (s->job == NULL) {
 		st_counter_inc(s->env->m_replay[RR_ERROR]);
-		streams_refuse(ss, req, s->fmt, RF_UNAVAILABLE, "the replay queue is full; retry later");
+		refusal_send_jittered(s->env->refusals, req, s->fmt, REFUSAL_UNAVAILABLE,
+		                      "the replay queue is full; retry later");
 		s->req = NULL;
 		stream_destroy(s, OUT_NONE);
 	}

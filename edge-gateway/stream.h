@@ -1,132 +1,121 @@
 /*
- * stream: the HTTP streams of an edge - GET /v1/stream, the registry of
- * open streams, and drain.
+ * stream: one GET /v1/stream, its state machine (CHECKING .. ENDING), for
+ * the registry that admits and links it (streams.c, streams.h); the rest of
+ * the edge sees only streams.h.
  *
- * A stream is one client connection in one wire format on up to 64 topics.
- * Its life: the query is parsed and checked (any error before the first
- * body byte is a problem document with a real status); it registers with
- * the hub at once; with a Last-Event-ID it first replays from PostgreSQL
- * while live frames wait in a hold buffer, then releases the hold at the
- * seam; then it is live until a terminal envelope (complete, failure,
- * reconnect) or the client goes away (abrupt_close).  Every stream ends with
- * exactly one outcome, counted in studio_stream_outcomes_total.
- *
- * The registry (streams) owns the hub: the sequencer's ordered batches come
- * in through streams_publish and fan out to the subscribers' queues.
- *
- * Implemented by streams.c (the registry: admission, heartbeats, drain,
- * flow control, metrics) and stream.c (one stream's state machine), which
- * share stream_internal.h; this header is all the rest of the edge sees.
- *
- * Threads: a registry and its streams run on the loop thread of its base.
- * An edge with several loops has one registry per loop (its own hub,
- * heartbeats, drain); they share one streams_metrics, whose handles are
- * atomic, so every series exists once and studio_streams_open is the total.
+ * The arrows run one way: streams.c calls stream.c, never the reverse.  A
+ * stream keeps its struct private; the registry sees of it only the part
+ * embedded for it (stream_reg: its list links and its flow-control share)
+ * and the stream_* calls below.  A stream sees of its registry only
+ * stream_env: what it borrows, fixed when the registry is made, including
+ * the few hooks it calls back (stream_registry).  Threads: a stream and its
+ * registry run on the registry's loop.
  */
 #ifndef EDGE_STREAM_H
 #define EDGE_STREAM_H
 
 #include <stdbool.h>
-#include <stddef.h>
 #include <stdint.h>
 
-#include "st_auth.h"
+#include "flow.h"
 #include "frame.h"
+#include "hub.h"
 #include "iplimit.h"
 #include "pgpool.h"
+#include "refusal.h"
+#include "st_auth.h"
 #include "st_clock.h"
+#include "st_dlist.h"
 #include "st_http.h"
 #include "st_metrics.h"
+#include "streamreq.h"
+#include "subq.h"
 
-struct event_base;
-typedef struct streams streams;
+typedef struct stream stream;
 
-typedef struct streams_config {
-	uint64_t replay_cap;      /* more events than this to replay -> resync replay_cap */
-	uint32_t heartbeat_ms;    /* heartbeat interval */
-	uint32_t max_streams;     /* 429 beyond (counted over every registry sharing the metrics) */
-	uint32_t drain_grace_ms;  /* reconnect hints are spread over this; the rest is closed after it */
-	/*
-	 * Access control (auth.h), borrowed, shared by every registry; NULL:
-	 * nothing is checked.  With it, GET and HEAD need a token covering
-	 * every topic (401/403 before the first byte), and a stream ends with
-	 * reconnect token_expired at its token's exp.
-	 */
-	st_auth_store *auth;
-	/*
-	 * --max-streams-per-ip (iplimit.h), borrowed, shared by every
-	 * registry; NULL or disabled: no bound.  A GET beyond it gets 429 with
-	 * Retry-After in every format.
-	 */
-	iplimit *ip_limit;
-} streams_config;
+/* How a stream ended, counted once in studio_stream_outcomes_total (OUT_NONE: before the response, not counted). */
+enum stream_outcome { OUT_NONE = -1, OUT_COMPLETE = 0, OUT_FAILURE, OUT_RECONNECT, OUT_ABRUPT, OUT_COUNT };
+/* Resume requests by result (studio_replay_total). */
+enum replay_result { RR_OK, RR_CAP, RR_EXPIRED, RR_FUTURE, RR_ERROR, RR_COUNT };
+
+typedef struct stream_reg stream_reg;
 
 /*
- * The streams' series (outcomes, drops, replay results, streams open...),
- * registered once in m, which must outlive it.  Main thread, at start.
+ * What a stream asks of the registry that linked it, and nothing else: the
+ * hooks run on the registry's loop and never free the stream.
  */
-typedef struct streams_metrics streams_metrics;
-streams_metrics *streams_metrics_new(st_metrics *m);
-void streams_metrics_free(streams_metrics *sm); /* after every registry using it; NULL-safe */
-/* Streams open now in every registry using sm (any thread). */
-size_t streams_metrics_open(const streams_metrics *sm);
+typedef struct stream_registry {
+	void *arg; /* the registry */
+	/* The history head (the sequencer's, as last published). */
+	uint64_t (*head)(void *arg);
+	/* Takes a stream over: it holds the slot of --max-streams the admission reserved. */
+	void (*link)(void *arg, stream_reg *r);
+	/* Out of the registry: off every list, its slot given back, a drain told when it was the last. */
+	void (*unlink)(void *arg, stream_reg *r);
+	/* After a push: a live stream with a burst queued joins the behind list, if its share allows. */
+	void (*behind_check)(void *arg, stream_reg *r);
+} stream_registry;
 
 /*
- * pool and sm are borrowed and must outlive the registry; the clock too.
- * cfg->max_streams bounds the streams open in every registry sharing sm.
+ * What a stream borrows from its registry: set once by streams_new, read
+ * only afterwards, owned by the registry (the handles by streams_metrics).
  */
-streams *streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, const st_clock *clock,
-                     const streams_config *cfg);
-/* Frees the registry.  Call after http_server_free (which closed every
- * started stream); requests still waiting for the database get 503.  NULL-safe. */
-void streams_free(streams *ss);
+typedef struct stream_env {
+	stream_registry registry; /* the hooks back into the registry */
+	struct event_base *base;
+	pgpool *pool;            /* borrowed */
+	const st_clock *clock;   /* borrowed */
+	hub *hub;                /* the registry's */
+	uint64_t replay_cap;
+	st_auth_store *auth;     /* borrowed; NULL: no access control */
+	iplimit *ip_limit;       /* borrowed; NULL: no bound */
+	refusals *refusals;      /* the registry's: the retryable refusals' jitter and counters */
+	subq_counters dropped;   /* copies of the shared handles (subqs keep a pointer to this) */
+	st_counter *m_outcome[OUT_COUNT];
+	st_counter *m_replay[RR_COUNT];
+	st_counter *m_frames;
+	st_counter *m_refused;
+	st_counter *m_seam_overlap;
+	st_counter *m_seam_gap;
+	st_counter *m_replay_rows;
+} stream_env;
 
 /*
- * GET or HEAD /v1/stream.  Answers req (now or after the database answered).
- * ready: what /readyz would say apart from draining (database up, history
- * head known, a writer tick within 3 flush intervals); a request that is
- * not refused for its own sake gets the retryable not_ready refusal without
- * it.  draining: the edge began draining, though this registry may not
- * have been told yet (streams_drain reaches it through its worker's
- * mailbox); such a request is refused as draining, never as not_ready.
- * Retryable refusals (draining, not_ready, overloaded, unavailable) are
- * 200 + one reconnect envelope to SSE clients, 503/429 problems with
- * Retry-After to the other formats.
+ * The registry's part of a stream, embedded in it; only streams.c reads or
+ * writes its fields (stream.c sets s at creation and passes it along).
  */
-void streams_handle(streams *ss, http_req *req, bool ready, bool draining);
+struct stream_reg {
+	stream *s;               /* the stream it is part of */
+	st_dlink link;           /* on the registry's list of every stream while linked */
+	st_dlink blink;          /* on its behind list while behind (flow control) */
+	st_dlink ulink;          /* on its until list while bounded */
+	bool bounded;            /* has an until bound: visited when the head moves */
+	flow_honour honour;      /* on the behind list while honour.holding (flow.h) */
+};
 
 /*
- * One contiguous batch of the ordered history (from the sequencer): fans
- * out to the subscribers, then writes to each touched stream once.  head is
- * the sequencer's head after the batch.  frames stay owned by the caller.
+ * A GET admitted by the registry (env: the registry's, borrowed, outlives
+ * the stream): takes over rq's topics, the ip slot (ip non-NULL: one of its
+ * slots is held) and the reserved --max-streams slot, links itself through
+ * env->registry, and answers req now or after the resume check.
  */
-void streams_publish(streams *ss, frame *const *frames, size_t n, uint64_t head);
-/* The history head advanced without frames for anyone (a tick or a fill of nothing). */
-void streams_set_head(streams *ss, uint64_t head);
-/*
- * Flow control for bursts: true while some live stream has a burst queued
- * and its socket keeps taking bytes (a reader catching up, not a stalled
- * one); the caller then stops reading published messages for a moment, so
- * the burst waits upstream instead of overflowing that stream's queue.  A
- * stream stops counting once its socket takes nothing for 50 ms, and after
- * 1 s of pause in any 60 s, so one slow client cannot hold the others back
- * for long (ADR-0197: a client that stops reading delays nobody).  This is
- * a request: the caller grants it under one budget for all streams together
- * (flow.h), so many slow clients taking turns cannot either.
- * Cost: the number of streams behind right now.
- */
-bool streams_backpressure(streams *ss);
-/* The sequencer has its first head: streams may start. */
-bool streams_ready(const streams *ss);
-
-/*
- * Drain: new streams are refused (draining), every open stream is sent reconnect with a
- * retry hint spread over the grace period, streams still open after the
- * grace are closed.  done(arg) is called (once, from the loop) when no
- * stream is left.  Idempotent.
- */
-void streams_drain(streams *ss, void (*done)(void *arg), void *arg);
-bool streams_draining(const streams *ss);
-size_t streams_count(const streams *ss);
+void stream_open(const stream_env *env, http_req *req, streamreq *rq, uint64_t exp_ms, const uint8_t *ip);
+/* The registry's heartbeat tick (hb: the shared heartbeat frame, borrowed). */
+void stream_heartbeat(stream *s, frame *hb, uint64_t now);
+/* Drain or token expiry: reconnect with this hint; before the response, a refusal.  May free s. */
+void stream_reconnect(stream *s, uint32_t retry_ms, const char *reason);
+/* The drain's grace passed: close the connection now (the close callback frees s later). */
+void stream_abort(stream *s);
+/* The history head moved: a bounded stream may be complete.  May free s. */
+void stream_head_moved(stream *s);
+/* Flow control: a live stream with a burst queued (may join the behind list). */
+bool stream_burst_queued(const stream *s);
+/* Flow control: a behind stream still holds the intake (still live, still queued, its socket still taking). */
+bool stream_holds_intake(const stream *s, uint64_t now);
+/* The registry is freed: a request still waiting gets 503; frees s. */
+void stream_shutdown(stream *s);
+/* The hub's callbacks (arg: the stream subscribed). */
+void stream_hub_deliver(void *arg, frame *f);
+void stream_hub_flush(void *arg);
 
 #endif

@@ -11,14 +11,14 @@
 #include <stdbool.h>
 
 enum stream_state {
-	ST_CHECKING,  /* the resume check is out; no byte written */
-	ST_REPLAYING, /* rows from PostgreSQL written; live frames held */
-	ST_LIVE,      /* frames from the hub's queue written */
-	ST_CLOSING,   /* a terminal envelope queued behind live frames */
-	ST_ENDING,    /* a terminal envelope handed to the connection; waits for the close */
+	STREAM_CHECKING,  /* the resume check is out; no byte written */
+	STREAM_REPLAYING, /* rows from PostgreSQL written; live frames held */
+	STREAM_LIVE,      /* frames from the hub's queue written */
+	STREAM_CLOSING,   /* a terminal envelope queued behind live frames */
+	STREAM_ENDING,    /* a terminal envelope handed to the connection; waits for the close */
 };
 /* Not an enumerator, so switches over the states stay exhaustive without it. */
-#define ST_STATE_COUNT (ST_ENDING + 1)
+#define STREAM_STATE_COUNT (STREAM_ENDING + 1)
 
 /* A stream starts in this state (admitted: live only, or a resume to check). */
 bool stream_state_initial(enum stream_state s);

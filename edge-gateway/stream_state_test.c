@@ -14,25 +14,25 @@ t_edges(void)
 	static const struct {
 		enum stream_state from, to;
 	} want[] = {
-		{ ST_CHECKING, ST_REPLAYING }, { ST_REPLAYING, ST_LIVE }, { ST_REPLAYING, ST_ENDING },
-		{ ST_LIVE, ST_CLOSING },       { ST_LIVE, ST_ENDING },    { ST_CLOSING, ST_ENDING },
+		{ STREAM_CHECKING, STREAM_REPLAYING }, { STREAM_REPLAYING, STREAM_LIVE }, { STREAM_REPLAYING, STREAM_ENDING },
+		{ STREAM_LIVE, STREAM_CLOSING },       { STREAM_LIVE, STREAM_ENDING },    { STREAM_CLOSING, STREAM_ENDING },
 	};
 	size_t n = 0;
 
 	for (size_t i = 0; i < ST_ARRAY_LEN(want); i++)
 		ST_CHECK(stream_state_can(want[i].from, want[i].to));
-	for (int f = 0; f < ST_STATE_COUNT; f++)
-		for (int t = 0; t < ST_STATE_COUNT; t++)
+	for (int f = 0; f < STREAM_STATE_COUNT; f++)
+		for (int t = 0; t < STREAM_STATE_COUNT; t++)
 			n += stream_state_can((enum stream_state)f, (enum stream_state)t);
 	ST_CHECK_EQ_U64(n, ST_ARRAY_LEN(want));
-	ST_CHECK(!stream_state_can((enum stream_state)ST_STATE_COUNT, ST_LIVE));
+	ST_CHECK(!stream_state_can((enum stream_state)STREAM_STATE_COUNT, STREAM_LIVE));
 }
 
 /* Nothing goes back: no state is reached again (the lifecycle only moves forward). */
 static void
 t_forward_only(void)
 {
-	for (int f = 0; f < ST_STATE_COUNT; f++)
+	for (int f = 0; f < STREAM_STATE_COUNT; f++)
 		for (int t = 0; t <= f; t++)
 			ST_CHECK(!stream_state_can((enum stream_state)f, (enum stream_state)t));
 }
@@ -41,15 +41,15 @@ t_forward_only(void)
 static void
 t_reaches_ending(void)
 {
-	for (int s = 0; s < ST_STATE_COUNT; s++) {
-		bool seen[ST_STATE_COUNT] = { false };
+	for (int s = 0; s < STREAM_STATE_COUNT; s++) {
+		bool seen[STREAM_STATE_COUNT] = { false };
 		bool grew = true;
 
 		seen[s] = true;
 		while (grew) {
 			grew = false;
-			for (int f = 0; f < ST_STATE_COUNT; f++) {
-				for (int t = 0; t < ST_STATE_COUNT; t++) {
+			for (int f = 0; f < STREAM_STATE_COUNT; f++) {
+				for (int t = 0; t < STREAM_STATE_COUNT; t++) {
 					bool edge = stream_state_can((enum stream_state)f, (enum stream_state)t);
 
 					if (seen[f] && !seen[t] && edge)
@@ -57,14 +57,14 @@ t_reaches_ending(void)
 				}
 			}
 		}
-		ST_CHECK(seen[ST_ENDING]);
+		ST_CHECK(seen[STREAM_ENDING]);
 	}
-	for (int t = 0; t < ST_STATE_COUNT; t++)
-		ST_CHECK(!stream_state_can(ST_ENDING, (enum stream_state)t));
-	ST_CHECK(stream_state_initial(ST_CHECKING) && stream_state_initial(ST_LIVE));
-	ST_CHECK(!stream_state_initial(ST_REPLAYING) && !stream_state_initial(ST_CLOSING) &&
-	         !stream_state_initial(ST_ENDING));
-	ST_CHECK_STR(stream_state_name(ST_CLOSING), "closing");
+	for (int t = 0; t < STREAM_STATE_COUNT; t++)
+		ST_CHECK(!stream_state_can(STREAM_ENDING, (enum stream_state)t));
+	ST_CHECK(stream_state_initial(STREAM_CHECKING) && stream_state_initial(STREAM_LIVE));
+	ST_CHECK(!stream_state_initial(STREAM_REPLAYING) && !stream_state_initial(STREAM_CLOSING) &&
+	         !stream_state_initial(STREAM_ENDING));
+	ST_CHECK_STR(stream_state_name(STREAM_CLOSING), "closing");
 }
 
 int

@@ -2,7 +2,8 @@
  * streams: the registry of an edge's streams - admission of GET and HEAD
  * /v1/stream, the list of open streams, the hub that fans the history out
  * to them, heartbeats, drain, flow control and the streams' metrics.  One
- * stream's life is stream.c; the two share stream_internal.h.
+ * stream's life is stream.c (stream.h), which this calls and which calls
+ * back only the hooks this gives it (stream_registry in its stream_env).
  *
  * DESIGN
  *
@@ -29,39 +30,29 @@
  * registry only links it.  Threads: confined to the loop of its base; the
  * handles of streams_metrics are shared by every registry (atomic).
  */
-#include "stream.h"
+#include "streams.h"
 
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "flow.h"
 #include "hub.h"
+#include "refusal.h"
 #include "st_clock.h"
 #include "st_dlist.h"
 #include "st_log.h"
 #include "st_util.h"
-#include "stream_internal.h"
+#include "stream.h"
 #include "streamreq.h"
 #include "subq.h"
 
-/*
- * Flow control (see streams_backpressure): a live stream is "behind" with
- * a burst queued (stream_burst_queued), and holds the edge's intake back
- * while stream_holds_intake and for at most STREAM_HONOUR_MS in any
- * STREAM_HONOUR_WINDOW_MS.  That bounds one stream; what all streams ask
- * together is bounded by the caller's budget (flow.h, edge-gateway edge.c).
- */
-#define STREAM_HONOUR_MS 1000
-#define STREAM_HONOUR_WINDOW_MS 60000
 /* Streams visited per heartbeat callback, so one callback stays bounded. */
 #define STREAM_HEARTBEAT_SLICE 2000
 
 static const char *const outcome_names[OUT_COUNT] = { "complete", "failure", "reconnect", "abrupt_close" };
 static const char *const replay_result_names[RR_COUNT] = { "ok", "replay_cap", "cursor_expired", "future", "error" };
-const char *const refusal_names[RF_COUNT] = { "draining", "not_ready", "overloaded", "unavailable" };
-/* 1 s, except overloaded (5 s: a full edge frees slots slowly). */
-const uint32_t refusal_retry_ms[RF_COUNT] = { 1000, 1000, 5000, 1000 };
 
 struct streams {
 	stream_env env;          /* what every stream borrows */
@@ -83,10 +74,9 @@ struct streams {
 	bool hb_sweeping;
 	frame *heartbeat;        /* one shared heartbeat frame, owned */
 	st_gauge *m_open;
-	st_counter *m_refusal[RF_COUNT];
+	refusals refusals;       /* the retryable refusals' jitter and counters; streams borrow it (env) */
 	st_counter *m_auth[ST_AUTH_RESULT_COUNT]; /* refusals by reason; [ST_AUTH_OK] unused */
 	st_counter *m_ip_refused;
-	uint64_t rng;            /* xorshift state for retry jitter */
 };
 
 /* Registered once per process; every registry (one per loop) copies the handles. */
@@ -99,7 +89,7 @@ struct streams_metrics {
 	st_counter *refused;
 	st_counter *seam_overlap;
 	st_counter *seam_gap;
-	st_counter *refusal[RF_COUNT];
+	st_counter *refusal[REFUSAL_COUNT];
 	st_counter *replay_rows;
 	st_counter *auth[ST_AUTH_RESULT_COUNT];
 	st_counter *ip_refused;
@@ -122,19 +112,13 @@ registry_after(streams *ss, stream_reg *r)
 	return n ? ST_CONTAINER_OF(n, stream_reg, link) : NULL;
 }
 
-const stream_env *
-streams_env(const streams *ss)
-{
-	return &ss->env;
-}
+/* ---- the hooks a stream calls back (stream_registry): head, the list --- */
 
-uint64_t
-streams_head(const streams *ss)
+static uint64_t
+registry_head(void *arg)
 {
-	return ss->head;
+	return ((const streams *)arg)->head;
 }
-
-/* ---- the list ---------------------------------------------------------- */
 
 static void
 streams_check_drained(streams *ss)
@@ -143,16 +127,18 @@ streams_check_drained(streams *ss)
 		event_active(ss->ev_drain_done, 0, 0); /* done runs from the loop, after the caller returned */
 }
 
-void
-streams_link(streams *ss, stream_reg *r)
+static void
+registry_link(void *arg, stream_reg *r)
 {
+	streams *ss = arg;
+
 	st_dlist_push_front(&ss->all, &r->link);
 	ss->n_streams++;
 	if (r->bounded) {
 		ss->n_until++;
 		st_dlist_push_front(&ss->untils, &r->ulink);
 	}
-	/* The slot was reserved in the gauge by streams_slot_reserve; streams_unlink gives it back. */
+	/* The slot was reserved in the gauge by streams_slot_reserve; registry_unlink gives it back. */
 }
 
 /* One slot of --max-streams in the gauge every loop shares (deltas, not a set). */
@@ -169,16 +155,15 @@ streams_slot_reserve(streams *ss)
 static void
 behind_leave(stream_reg *r, uint64_t now)
 {
-	if (!r->behind)
-		return;
-	r->behind = false;
-	r->honour_used += now - r->behind_since;
-	st_dlink_unlink(&r->blink);
+	if (flow_honour_leave(&r->honour, now))
+		st_dlink_unlink(&r->blink);
 }
 
-void
-streams_unlink(streams *ss, stream_reg *r)
+static void
+registry_unlink(void *arg, stream_reg *r)
 {
+	streams *ss = arg;
+
 	behind_leave(r, st_clock_now(ss->env.clock));
 	if (ss->hb_cursor == r)
 		ss->hb_cursor = registry_after(ss, r);
@@ -192,25 +177,18 @@ streams_unlink(streams *ss, stream_reg *r)
 	streams_check_drained(ss);
 }
 
-/* ---- flow control ------------------------------------------------------ */
+/* ---- flow control (the rules are flow.h's) ----------------------------- */
 
-void
-streams_behind_check(streams *ss, stream_reg *r)
+/* The last hook: a stream pushed to may join the behind list. */
+static void
+registry_behind_check(void *arg, stream_reg *r)
 {
-	uint64_t now;
+	streams *ss = arg;
 
-	if (r->behind || !stream_burst_queued(r->s))
+	if (r->honour.holding || !stream_burst_queued(r->s))
 		return;
-	now = st_clock_now(ss->env.clock);
-	if (now - r->honour_start > STREAM_HONOUR_WINDOW_MS) {
-		r->honour_start = now;
-		r->honour_used = 0;
-	}
-	if (r->honour_used >= STREAM_HONOUR_MS)
-		return;
-	r->behind = true;
-	r->behind_since = now;
-	st_dlist_push_front(&ss->behind, &r->blink);
+	if (flow_honour_join(&r->honour, st_clock_now(ss->env.clock)))
+		st_dlist_push_front(&ss->behind, &r->blink);
 }
 
 bool
@@ -223,67 +201,10 @@ streams_backpressure(streams *ss)
 		stream_reg *r = ST_CONTAINER_OF(n, stream_reg, blink);
 
 		next = st_dlist_after(&ss->behind, n);
-		if (!stream_holds_intake(r->s, now) || r->honour_used + (now - r->behind_since) >= STREAM_HONOUR_MS)
+		if (!stream_holds_intake(r->s, now) || flow_honour_spent(&r->honour, now))
 			behind_leave(r, now);
 	}
 	return !st_dlist_empty(&ss->behind);
-}
-
-/* ---- refusals ---------------------------------------------------------- */
-
-const char *
-streams_content_type(enum frame_format f)
-{
-	switch (f) {
-	case FRAME_NDJSON: return "application/x-ndjson";
-	case FRAME_JSONSEQ: return "application/json-seq";
-	default: return "text/event-stream; charset=utf-8";
-	}
-}
-
-uint32_t
-streams_retry_jitter(streams *ss, uint32_t mid)
-{
-	ss->rng ^= ss->rng << 13;
-	ss->rng ^= ss->rng >> 7;
-	ss->rng ^= ss->rng << 17;
-	return mid / 2 + (uint32_t)(ss->rng % (mid + 1));
-}
-
-void
-streams_refusal_send(streams *ss, http_req *req, enum frame_format fmt, enum refusal why, uint32_t retry_ms,
-                     const char *detail)
-{
-	char hdr[40];
-
-	st_counter_inc(ss->m_refusal[why]);
-	if (fmt == FRAME_SSE) {
-		frame *f = frame_reconnect_new(retry_ms, refusal_names[why]);
-		size_t len;
-		const char *body = frame_bytes(f, FRAME_SSE, &len);
-
-		http_reply(req, 200, streams_content_type(FRAME_SSE), body, len, NULL);
-		frame_unref(f);
-		return;
-	}
-	snprintf(hdr, sizeof(hdr), "Retry-After: %u\r\n", (retry_ms + 999) / 1000);
-	http_reply_problem(req, why == RF_OVERLOADED ? 429 : 503, NULL,
-	                   why == RF_OVERLOADED ? "Too Many Requests" : "Service Unavailable", detail, hdr);
-}
-
-/*
- * A refusal that retrying can fix.  A browser's EventSource treats every
- * answer but 200 as final and never reconnects, so a client that asked for
- * SSE gets 200, one reconnect envelope (its retry: hint jittered between
- * half and one and a half times the reason's middle, so refused clients do
- * not come back together) and the end of the response.  NDJSON and json-seq
- * clients read statuses: they get the problem document with Retry-After.
- * Frees req.
- */
-void
-streams_refuse(streams *ss, http_req *req, enum frame_format fmt, enum refusal why, const char *detail)
-{
-	streams_refusal_send(ss, req, fmt, why, streams_retry_jitter(ss, refusal_retry_ms[why]), detail);
 }
 
 /* ---- admission --------------------------------------------------------- */
@@ -362,12 +283,12 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 	 * cannot fix (400, 406) says so even while the edge drains.
 	 */
 	if (ss->draining || draining) {
-		streams_refuse(ss, req, rq.fmt, RF_DRAINING, "this edge is draining; reconnect");
+		refusal_send_jittered(&ss->refusals, req, rq.fmt, REFUSAL_DRAINING, "this edge is draining; reconnect");
 		goto out;
 	}
 	/* The same readiness as /readyz: the database, a known head, a recent writer tick. */
 	if (!ready || !ss->head_known) {
-		streams_refuse(ss, req, rq.fmt, RF_NOT_READY, "this edge is not ready yet");
+		refusal_send_jittered(&ss->refusals, req, rq.fmt, REFUSAL_NOT_READY, "this edge is not ready yet");
 		goto out;
 	}
 	/*
@@ -397,12 +318,13 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 	 * The shared gauge: the bound is the edge's, whichever loop took the
 	 * connection.  A GET reserves its slot in one atomic step (check and
 	 * add), so loops accepting at the same moment cannot both take the
-	 * last one; streams_link takes the reserved slot over.  A HEAD opens no
+	 * last one; registry_link takes the reserved slot over.  A HEAD opens no
 	 * stream: it only looks.
 	 */
 	if (is_head ? ss->cfg.max_streams && st_gauge_get(ss->m_open) >= (int64_t)ss->cfg.max_streams
 	            : !streams_slot_reserve(ss)) {
-		streams_refuse(ss, req, rq.fmt, RF_OVERLOADED, "this edge serves its maximum of streams");
+		refusal_send_jittered(&ss->refusals, req, rq.fmt, REFUSAL_OVERLOADED,
+		                      "this edge serves its maximum of streams");
 		goto out;
 	}
 	if (is_head) {
@@ -413,10 +335,10 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 		 */
 		static const http_stream_cbs none = { head_noop_writable, head_noop_close };
 
-		(void)http_stream_start(req, 200, streams_content_type(rq.fmt), NULL, &none, NULL);
+		(void)http_stream_start(req, 200, refusal_content_type(rq.fmt), NULL, &none, NULL);
 		goto out;
 	}
-	stream_open(ss, req, &rq, exp, ip_held ? ip : NULL);
+	stream_open(&ss->env, req, &rq, exp, ip_held ? ip : NULL);
 	ip_held = false; /* the stream's now */
 out:
 	if (ip_held)
@@ -589,6 +511,7 @@ streams_metrics_new(st_metrics *m)
 {
 	streams_metrics *sm = st_xcalloc(1, sizeof(*sm));
 	const char *auth_names[ST_AUTH_RESULT_COUNT];
+	const char *refusal_names[REFUSAL_COUNT];
 
 	sm->dropped.coalesced = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"coalesced\"",
 	                                           "Frames dropped from stream queues, by reason (ADR-0197).");
@@ -608,7 +531,9 @@ streams_metrics_new(st_metrics *m)
 	                                      "Live frames dropped at the resume seam because the replay sent them.");
 	sm->seam_gap = st_metrics_counter(m, "studio_seam_gaps_total", NULL,
 	                                  "Resume seams that would have left a hole (answered with resync gap).");
-	counter_family(m, "studio_stream_refusals_total", "reason", refusal_names, 0, RF_COUNT,
+	for (int i = 0; i < REFUSAL_COUNT; i++)
+		refusal_names[i] = refusal_name((enum refusal)i);
+	counter_family(m, "studio_stream_refusals_total", "reason", refusal_names, 0, REFUSAL_COUNT,
 	               "Stream requests refused with a retry hint, by reason.", sm->refusal);
 	sm->replay_rows = st_metrics_counter(m, "studio_replay_rows_total", NULL,
 	                                     "Rows replays received from the database (each row once).");
@@ -646,6 +571,7 @@ streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, co
 	ss->cfg = *cfg;
 	if (ss->cfg.heartbeat_ms == 0)
 		ss->cfg.heartbeat_ms = 15000;
+	env->registry = (stream_registry){ ss, registry_head, registry_link, registry_unlink, registry_behind_check };
 	env->base = base;
 	env->pool = pool;
 	env->clock = clock;
@@ -665,8 +591,6 @@ streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, co
 	env->m_replay_rows = sm->replay_rows;
 	ss->heartbeat = frame_heartbeat_new();
 	ss->m_open = sm->open;
-	for (int i = 0; i < RF_COUNT; i++)
-		ss->m_refusal[i] = sm->refusal[i];
 	for (int i = 0; i < ST_AUTH_RESULT_COUNT; i++)
 		ss->m_auth[i] = sm->auth[i];
 	ss->m_ip_refused = sm->ip_refused;
@@ -674,7 +598,9 @@ streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, co
 	st_dlist_init(&ss->behind);
 	st_dlist_init(&ss->untils);
 	/* Jitter only spreads retries; any seed that differs between registries will do. */
-	ss->rng = (st_clock_now(clock) << 20) ^ (uint64_t)(uintptr_t)ss ^ 0x9e3779b97f4a7c15u;
+	refusal_init(&ss->refusals, (st_clock_now(clock) << 20) ^ (uint64_t)(uintptr_t)ss ^ 0x9e3779b97f4a7c15u,
+	             sm->refusal);
+	env->refusals = &ss->refusals;
 	ss->ev_heartbeat = event_new(base, -1, 0, heartbeat_cb, ss);
 	ss->ev_grace = event_new(base, -1, 0, grace_cb, ss);
 	ss->ev_drain_done = event_new(base, -1, 0, drain_done_cb, ss);
