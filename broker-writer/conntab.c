@@ -149,3 +149,12 @@ conntab_count(const conntab *t)
 {
 	return t->n;
 }
+
+bool
+conntab_has_peer(const conntab *t, const unsigned char peer[18])
+{
+	for (size_t i = 0; i < t->cap; i++)
+		if (t->e[i].id != 0 && memcmp(t->e[i].addr.peer, peer, 18) == 0)
+			return true;
+	return false;
+}

@@ -34,6 +34,7 @@ typedef struct conntab conntab;
 typedef struct conntab_addr {
 	unsigned char b[8];
 	uint8_t len; /* 0: not an IP connection (no per-address cap) */
+	unsigned char peer[18]; /* the whole peer, address (IPv6 form) and port: for conntab_has_peer */
 } conntab_addr;
 
 typedef enum {
@@ -61,5 +62,7 @@ void conntab_remove(conntab *t, uint32_t id);
  */
 size_t conntab_expired(conntab *t, uint64_t now, uint32_t *ids, size_t max);
 size_t conntab_count(const conntab *t);
+/* True when a connection in the table came from peer (conntab_addr.peer). */
+bool conntab_has_peer(const conntab *t, const unsigned char peer[18]);
 
 #endif

@@ -50,6 +50,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 
 #include "conntab.h"
+#include "prepipe.h"
 #include "reqcache.h"
 #include "st_buf.h"
 #include "st_clock.h"
@@ -102,9 +103,10 @@ struct ingest {
 	pthread_mutex_t pmu;         /* conns and the connection metrics below */
 	conntab *conns;              /* owned */
 	nng_aio *sweep;              /* owned: the idle-deadline sweep (a sleep loop) */
+	prepipe *pre;                /* owned: connections not yet pipes; NULL on ipc:// and port 0 */
 	uint64_t idle_ms, sweep_ms;
 	bool warned_global, warned_addr;
-	st_counter *refused_global, *refused_addr, *closed_idle, *displaced; /* may be NULL */
+	st_counter *refused_global, *refused_addr, *closed_idle, *displaced, *closed_handshake; /* may be NULL */
 	st_gauge *open_conns;        /* may be NULL */
 	_Atomic(const char *) refuse; /* set by the loop: answer "unavailable" with this detail */
 	st_counter *refused, *refused_unavail; /* refusals answered by the receivers */
@@ -451,8 +453,18 @@ pipe_addr(nng_pipe p)
 	conntab_addr a = { .len = 0 };
 	nng_sockaddr sa;
 
+	memset(&a, 0, sizeof(a));
 	if (nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) != 0)
 		return a;
+	/* the whole peer as prepipe matches sockets: IPv6 form, then the port (both in network order) */
+	if (sa.s_family == NNG_AF_INET) {
+		memcpy(a.peer, mapped, 12);
+		memcpy(a.peer + 12, &sa.s_in.sa_addr, 4);
+		memcpy(a.peer + 16, &sa.s_in.sa_port, 2);
+	} else if (sa.s_family == NNG_AF_INET6) {
+		memcpy(a.peer, sa.s_in6.sa_addr, 16);
+		memcpy(a.peer + 16, &sa.s_in6.sa_port, 2);
+	}
 	if (sa.s_family == NNG_AF_INET) {
 		memcpy(a.b, &sa.s_in.sa_addr, 4);
 		a.len = 4;
@@ -523,6 +535,23 @@ pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 	}
 }
 
+/* prepipe's question, on the sweep's thread: is peer one of our pipes? */
+static bool
+is_pipe(const prepipe_peer *peer, void *arg)
+{
+	ingest *in = arg;
+	unsigned char key[18];
+	bool yes;
+
+	memcpy(key, peer->addr, 16);
+	key[16] = (unsigned char)(peer->port >> 8);
+	key[17] = (unsigned char)(peer->port & 0xff);
+	pthread_mutex_lock(&in->pmu);
+	yes = conntab_has_peer(in->conns, key);
+	pthread_mutex_unlock(&in->pmu);
+	return yes;
+}
+
 /* nng thread, every sweep_ms: closes the connections past their idle deadline. */
 static void
 sweep_cb(void *arg)
@@ -546,10 +575,31 @@ sweep_cb(void *arg)
 			nng_pipe_close(q);
 		}
 	} while (n == ST_ARRAY_LEN(ids));
+	if (in->pre != NULL && (n = prepipe_sweep(in->pre, st_clock_now(in->clock), is_pipe, in)) > 0) {
+		pthread_mutex_lock(&in->pmu);
+		if (in->closed_handshake != NULL)
+			st_counter_add(in->closed_handshake, n);
+		pthread_mutex_unlock(&in->pmu);
+	}
 	nng_sleep_aio((nng_duration)in->sweep_ms, in->sweep);
 }
 
 /* ---------------------------------------------------------------- life */
+
+/* The port of a tcp:// or tls+tcp:// URL ("scheme://host:port", host maybe "[v6]"); 0 when none. */
+static uint16_t
+url_port(const char *url)
+{
+	const char *c = strrchr(url, ':');
+	uint64_t v = 0;
+
+	if (strncmp(url, "tcp", 3) != 0 && strncmp(url, "tls+tcp", 7) != 0)
+		return 0;
+	if (c == NULL || strchr(url, '/') == NULL || c < strchr(url, '/') ||
+	    st_parse_u64(c + 1, strlen(c + 1), &v) != ST_OK || v > 65535)
+		return 0;
+	return (uint16_t)v;
+}
 
 /* INGEST_IDLE_MS, or STUDIO_TEST_INGEST_IDLE_MS (tests: a short deadline, not a long wait). */
 static uint64_t
@@ -641,6 +691,14 @@ ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter 
 		in->rcvs[i].st = R_RECV;
 		nng_recv_aio(in->sock, in->rcvs[i].aio);
 	}
+	{
+		uint16_t port = url_port(url);
+		if (port != 0)
+			in->pre = prepipe_new(port, in->idle_ms);
+		else if (strncmp(url, "tcp", 3) == 0 || strncmp(url, "tls", 3) == 0)
+			st_warn("ingest: %s: no fixed port, so connections that never finish their SP (or TLS) "
+			        "handshake are left to nng's own deadline", url);
+	}
 	nng_sleep_aio((nng_duration)in->sweep_ms, in->sweep);
 	*out = in;
 	return ST_OK;
@@ -686,6 +744,7 @@ ingest_free(ingest *in)
 	free(in->works);
 	reqcache_free(in->cache);
 	conntab_free(in->conns);
+	prepipe_free(in->pre);
 	pthread_mutex_destroy(&in->pmu);
 	pthread_mutex_destroy(&in->mu);
 	free(in);
@@ -706,9 +765,10 @@ ingest_set_counters(ingest *in, st_counter *busy, st_counter *unavailable)
 
 void
 ingest_set_conn_metrics(ingest *in, st_counter *refused_global, st_counter *refused_addr, st_counter *closed_idle,
-                        st_counter *displaced, st_gauge *open_conns)
+                        st_counter *displaced, st_counter *closed_handshake, st_gauge *open_conns)
 {
 	pthread_mutex_lock(&in->pmu);
+	in->closed_handshake = closed_handshake;
 	in->refused_global = refused_global;
 	in->refused_addr = refused_addr;
 	in->closed_idle = closed_idle;

@@ -23,7 +23,9 @@
  * database is down.  Connections are capped at INGEST_MAX_PIPES, and at
  * INGEST_MAX_PIPES_PER_ADDR from one address, and closed when they
  * complete no request within INGEST_IDLE_MS (pipe notification and a
- * sweep; nothing read from the refused ones; conntab.h).
+ * sweep; nothing read from the refused ones; conntab.h), or that are not
+ * pipes yet (SP header, TLS handshake) INGEST_IDLE_MS after the sweep
+ * first sees them (prepipe.h).
  *
  * On the loop thread: fn gets every valid request; the loop answers each
  * exactly once with ingest_reply_ok or ingest_reply_err (any thread may
@@ -101,11 +103,13 @@ void ingest_set_counters(ingest *in, st_counter *busy, st_counter *unavailable);
 
 /*
  * Where the connection rules are counted (each may be NULL): refusals at the
- * global and the per-address cap, closes for idling and for displacement,
- * and the gauge of open connections.  Loop thread, at start.
+ * global and the per-address cap, closes for idling, for displacement and
+ * for not finishing the SP/TLS handshake in time (prepipe.h), and the gauge
+ * of open connections (pipes).  Loop thread, at start.
  */
 void ingest_set_conn_metrics(ingest *in, st_counter *refused_global, st_counter *refused_addr,
-                             st_counter *closed_idle, st_counter *displaced, st_gauge *open_conns);
+                             st_counter *closed_idle, st_counter *displaced, st_counter *closed_handshake,
+                             st_gauge *open_conns);
 
 /* Bytes charged to the budget now (any thread; for stats and tests). */
 size_t ingest_inflight_bytes(const ingest *in);

@@ -250,7 +250,7 @@ typedef struct writer {
 	st_counter *committed, *rej_invalid, *rej_busy, *rej_unavail, *retained, *flush_failures;
 	st_histogram *flush_seconds;
 	st_gauge *pending;
-	st_counter *conn_refused_global, *conn_refused_addr, *conn_closed_idle, *conn_displaced;
+	st_counter *conn_refused_global, *conn_refused_addr, *conn_closed_idle, *conn_displaced, *conn_closed_hs;
 	st_gauge *conns;
 } writer;
 
@@ -850,6 +850,8 @@ metrics_init(writer *w)
 	w->conn_displaced = st_metrics_counter(w->m, "studio_writer_ingest_conns_closed_total",
 	                                       "reason=\"displaced\"",
 	                                       "Ingest connections closed before their first request");
+	w->conn_closed_hs = st_metrics_counter(w->m, "studio_writer_ingest_conns_closed_total", "reason=\"handshake\"",
+	                                       "Ingest connections closed before their first request");
 	w->conns = st_metrics_gauge(w->m, "studio_writer_ingest_conns", NULL, "Open ingest connections (nng pipes)");
 }
 
@@ -916,7 +918,7 @@ run(writer *w)
 		st_config_fail(PROG, "--ingest: cannot listen (%s)", st_err_str(rv));
 	ingest_set_counters(w->in, w->rej_busy, w->rej_unavail);
 	ingest_set_conn_metrics(w->in, w->conn_refused_global, w->conn_refused_addr, w->conn_closed_idle,
-	                        w->conn_displaced, w->conns);
+	                        w->conn_displaced, w->conn_closed_hs, w->conns);
 	if (ctl_url != NULL && ctl_url[0] != '\0' &&
 	    (rv = st_control_new(w->base, ctl_url, on_control, w, &w->ctl)) != ST_OK)
 		st_config_fail(PROG, "--control: cannot listen (%s)", st_err_str(rv));
