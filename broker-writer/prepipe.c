@@ -2,7 +2,9 @@
  * prepipe: each sweep lists /proc/self/fd, keeps the sockets connected on
  * the local port, and carries over the first-seen time of those it saw
  * before (the previous list sorted by inode, searched in halves).  A
- * socket that is gone is forgotten with the list it was in.
+ * socket that is gone is forgotten with the list it was in.  A socket once
+ * seen as a pipe stays one: when the ingest closes it (idle, displaced) it
+ * leaves the pipe table before nng has closed the descriptor.
  */
 #include "prepipe.h"
 
@@ -21,6 +23,7 @@
 typedef struct seen {
 	ino_t ino;
 	uint64_t first;
+	bool pipe; /* was a pipe at some sweep: nng closes it, never this module */
 } seen;
 
 struct prepipe {
@@ -137,7 +140,8 @@ prepipe_sweep(prepipe *p, uint64_t now, prepipe_is_pipe_fn is_pipe, void *arg)
 		key.ino = st.st_ino;
 		old = bsearch(&key, p->cur, p->n_cur, sizeof(*p->cur), by_ino);
 		key.first = old != NULL ? old->first : now;
-		if (now >= key.first + p->deadline_ms && !is_pipe(&peer, arg)) {
+		key.pipe = (old != NULL && old->pipe) || is_pipe(&peer, arg);
+		if (now >= key.first + p->deadline_ms && !key.pipe) {
 			if (shut((int)fd, key.ino))
 				shut_n++;
 			continue;

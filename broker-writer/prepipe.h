@@ -9,7 +9,7 @@
  *
  * So this module looks at the process's descriptors (/proc/self/fd): every
  * connected TCP socket whose local port is the ingest's, and that the
- * caller does not know as a pipe, is remembered by its inode from the
+ * caller has never known as a pipe, is remembered by its inode from the
  * first sweep that sees it; one still there deadline_ms later is shut
  * down (shutdown(2) on a dup of the descriptor, checked to be the same
  * socket: nng sees end-of-file on its pending read and frees the

@@ -19,10 +19,12 @@ out").
 """
 import selectors
 import socket
+import ssl
 import struct
 import time
 
 import harness as h
+import test_tls
 
 t = h.Tests()
 
@@ -79,10 +81,10 @@ def wait_closed(socks, born, timeout):
     return closed
 
 
-def publish_timed(w, topic):
+def publish_timed(w, topic, url=None, flags=()):
     t0 = time.monotonic()
-    p = h.studioctl("publish", "--writer", w.ingest, "--topic", topic, "--data", "1", "--timeout-ms", "20000",
-                    timeout=60)
+    p = h.studioctl("publish", "--writer", url or w.ingest, "--topic", topic, "--data", "1", "--timeout-ms", "20000",
+                    *flags, timeout=60)
     took = time.monotonic() - t0
     return p, took
 
@@ -154,9 +156,20 @@ def recv_exactly(s, n):
     return buf
 
 
-def sp_open(port, src):
-    """A raw SP/TCP req0 connection, past the header exchange."""
-    s = connect(port, src)
+def tls_connect(ctx, port, src):
+    """A TLS connection (handshake done) that has sent the SP header."""
+    raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    raw.bind((src, 0))
+    raw.settimeout(20)
+    raw.connect(("127.0.0.1", port))
+    s = ctx.wrap_socket(raw, server_hostname="localhost")
+    s.sendall(SP_REQ_HEADER)
+    return s
+
+
+def sp_open(port, src, ctx=None):
+    """A raw SP req0 connection (over TLS with ctx), past the header exchange."""
+    s = connect(port, src) if ctx is None else tls_connect(ctx, port, src)
     s.settimeout(20)
     hdr = recv_exactly(s, 8)
     h.check_eq(hdr[:4], b"\x00SP\x00", "the writer's SP header")
@@ -210,6 +223,85 @@ def per_address_cap_refuses_past_64_active_connections():
                 % (IDLE_S, rep))
         for s in active:
             s.close()
+        h.check_eq(w.stop(), 0, "writer exit status")
+
+
+def wait_closed_tls(socks, born, timeout):
+    """wait_closed for TLS sockets: blocking reads with a deadline (TLS buffers hide readiness)."""
+    closed = {}
+    deadline = time.monotonic() + timeout
+    pending = list(socks)
+    while pending and time.monotonic() < deadline:
+        s = pending.pop(0)
+        s.settimeout(max(0.05, min(0.5, deadline - time.monotonic())))
+        try:
+            data = s.recv(4096)
+        except (socket.timeout, ssl.SSLWantReadError):
+            pending.append(s)
+            continue
+        except (ConnectionResetError, BrokenPipeError, ssl.SSLError, OSError):
+            data = b""
+        if not data:
+            closed[s] = time.monotonic() - born[s]
+        else:
+            pending.append(s)
+    return closed
+
+
+@t.case
+def tls_idle_and_silent_connections_do_not_lock_producers_out():
+    with h.Env() as env:
+        pki = test_tls.Pki(env.tmp)
+        port = h.free_port()
+        w = env.start_writer(ingest="tls+tcp://127.0.0.1:%d" % port, tls_cert=pki.server[0],
+                             tls_key=pki.server[1], tls_ca=pki.ca).wait_ready()
+        ctx = ssl.create_default_context(cafile=pki.ca)
+        ctx.load_cert_chain(pki.client[0], pki.client[1])
+        # one connection past its first request, held beyond the deadline
+        active = sp_open(port, "127.0.0.1", ctx)
+        h.check(OK_TRUE in sp_request(active, 1, h.mp_pack({"topic": "tls.lockout", "data": "1"})),
+                "a request over TLS")
+        born = {}
+        silent, header_only = [], []
+        for i in range(300):
+            s = connect(port, "127.0.0.7", header=False)   # not even a ClientHello
+            born[s] = time.monotonic()
+            silent.append(s)
+        t0 = time.monotonic()
+        for i in range(300):
+            s = tls_connect(ctx, port, "127.0.0.%d" % (2 + i % 5))
+            born[s] = time.monotonic()
+            header_only.append(s)
+        h.log("300 TLS handshakes took %.2f s" % (time.monotonic() - t0))
+        h.wait_until(lambda: (metric(w, "studio_writer_ingest_conns") or 0) +
+                     (metric(w, "studio_writer_ingest_conns_closed_total", reason="displaced") or 0) >= 301,
+                     30, "300 header-only TLS connections seen by the writer", detail=lambda: metrics_text(w))
+
+        p, took = publish_timed(w, "tls.lockout", "tls+tcp://localhost:%d" % port, test_tls.tls_flags(pki, pki.client))
+        h.log("FIGURE a producer published over TLS in %.3f s with 300 header-only TLS and 300 silent "
+              "connections held" % took)
+        h.check(p.returncode == 0, "studioctl publish succeeds (rc %d, %.1f s): %s"
+                % (p.returncode, took, p.stderr.decode()[-300:]))
+        h.check(took < PUBLISH_BOUND_S, "the producer published within %.1f s: took %.3f s" % (PUBLISH_BOUND_S, took))
+
+        closed = wait_closed(silent, born, IDLE_S + 60)
+        h.log("FIGURE silent connections to a tls+tcp ingest closed %.2f .. %.2f s after connecting (%d of 300)"
+              % (min(closed.values() or [0]), max(closed.values() or [0]), len(closed)))
+        h.check_eq(len(closed), 300, "silent connections to the TLS ingest closed by the writer")
+        h.check(max(closed.values()) < IDLE_S + 15, "closed soon after %.0f s: latest %.2f s"
+                % (IDLE_S, max(closed.values())))
+        closed = wait_closed_tls(header_only, born, IDLE_S + 60)
+        h.check_eq(len(closed), 300, "header-only TLS connections closed by the writer")
+        h.log("FIGURE header-only TLS connections closed %.2f .. %.2f s after connecting"
+              % (min(closed.values()), max(closed.values())))
+        h.log(metrics_text(w))
+        h.check_eq(metric(w, "studio_writer_ingest_conns_closed_total", reason="handshake"), 300,
+                   "connections closed before finishing their TLS handshake")
+        # the connection past its first request survived all this, and still works
+        h.check(OK_TRUE in sp_request(active, 2, h.mp_pack({"topic": "tls.lockout", "data": "2"})),
+                "the active TLS connection still answers after %.0f s" % IDLE_S)
+        h.check_eq(metric(w, "studio_writer_ingest_conns"), 1, "open ingest connections at the end")
+        active.close()
         h.check_eq(w.stop(), 0, "writer exit status")
 
 
