@@ -20,11 +20,11 @@ typedef struct entry {
 struct conntab {
 	entry *e;           /* owned, cap entries */
 	size_t cap, per_addr, n;
-	uint64_t idle_ms;
+	uint64_t idle_ms, displace_ms;
 };
 
 conntab *
-conntab_new(size_t cap, size_t per_addr, uint64_t idle_ms)
+conntab_new(size_t cap, size_t per_addr, uint64_t idle_ms, uint64_t displace_ms)
 {
 	conntab *t = st_xcalloc(1, sizeof(*t));
 
@@ -33,6 +33,7 @@ conntab_new(size_t cap, size_t per_addr, uint64_t idle_ms)
 	t->cap = cap;
 	t->per_addr = per_addr;
 	t->idle_ms = idle_ms;
+	t->displace_ms = displace_ms;
 	return t;
 }
 
@@ -60,15 +61,15 @@ find(conntab *t, uint32_t id)
 	return NULL;
 }
 
-/* The oldest entry that completed no request, among those from a (NULL: all). */
+/* The oldest entry that completed no request and is displace_ms old, among those from a (NULL: all). */
 static entry *
-oldest_unseen(conntab *t, const conntab_addr *a)
+oldest_unseen(conntab *t, const conntab_addr *a, uint64_t now)
 {
 	entry *best = NULL;
 
 	for (size_t i = 0; i < t->cap; i++) {
 		entry *x = &t->e[i];
-		if (x->id == 0 || x->seen || (a != NULL && !same_addr(&x->addr, a)))
+		if (x->id == 0 || x->seen || (a != NULL && !same_addr(&x->addr, a)) || now < x->added + t->displace_ms)
 			continue;
 		if (best == NULL || x->added < best->added)
 			best = x;
@@ -88,10 +89,10 @@ conntab_admit(conntab *t, uint32_t id, const conntab_addr *a, uint64_t now, uint
 		for (size_t i = 0; i < t->cap; i++)
 			if (t->e[i].id != 0 && same_addr(&t->e[i].addr, a))
 				same++;
-		if (same >= t->per_addr && (slot = oldest_unseen(t, a)) == NULL)
+		if (same >= t->per_addr && (slot = oldest_unseen(t, a, now)) == NULL)
 			return CONNTAB_REFUSE_ADDR;
 	}
-	if (slot == NULL && t->n >= t->cap && (slot = oldest_unseen(t, NULL)) == NULL)
+	if (slot == NULL && t->n >= t->cap && (slot = oldest_unseen(t, NULL, now)) == NULL)
 		return CONNTAB_REFUSE_GLOBAL;
 	if (slot != NULL) {
 		*displaced = slot->id;

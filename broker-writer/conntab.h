@@ -11,7 +11,11 @@
  *     connections open between bursts.
  *   - A new connection past a cap (its address's or the global one)
  *     displaces the oldest connection in that scope that has completed no
- *     request yet; when every one of them has, the new one is refused.
+ *     request yet and is at least `displace_ms` old; when there is none, the
+ *     new one is refused.  The minimum age spares a producer whose first
+ *     request is still on its way (a large one takes a while): without it,
+ *     producers past a cap that all send large requests would displace
+ *     each other for ever.
  *     So silent connections can delay a producer's connection only by the
  *     time it takes to send its first request, never lock it out.
  *
@@ -39,12 +43,12 @@ typedef struct conntab_addr {
 
 typedef enum {
 	CONNTAB_ADMIT,          /* in the table */
-	CONNTAB_REFUSE_ADDR,    /* its address has per_addr connections, each past its first request */
-	CONNTAB_REFUSE_GLOBAL,  /* the table is full of connections past their first request */
+	CONNTAB_REFUSE_ADDR,    /* its address has per_addr connections, none of them displaceable */
+	CONNTAB_REFUSE_GLOBAL,  /* the table is full, none of them displaceable */
 } conntab_verdict;
 
 /* cap >= 1, per_addr >= 1, idle_ms >= 1. */
-conntab *conntab_new(size_t cap, size_t per_addr, uint64_t idle_ms);
+conntab *conntab_new(size_t cap, size_t per_addr, uint64_t idle_ms, uint64_t displace_ms);
 void conntab_free(conntab *t); /* NULL-safe */
 
 /*

@@ -18,7 +18,7 @@ ip(unsigned char last)
 static void
 t_idle_until_first_request(void)
 {
-	conntab *t = conntab_new(8, 8, 10000);
+	conntab *t = conntab_new(8, 8, 10000, 0);
 	conntab_addr a = ip(1);
 	uint32_t d, ids[8];
 
@@ -40,7 +40,7 @@ t_idle_until_first_request(void)
 static void
 t_per_address_cap_displaces_then_refuses(void)
 {
-	conntab *t = conntab_new(16, 2, 10000);
+	conntab *t = conntab_new(16, 2, 10000, 0);
 	conntab_addr a = ip(1), b = ip(2);
 	uint32_t d;
 
@@ -62,7 +62,7 @@ t_per_address_cap_displaces_then_refuses(void)
 static void
 t_global_cap_displaces_oldest_silent(void)
 {
-	conntab *t = conntab_new(3, 3, 10000);
+	conntab *t = conntab_new(3, 3, 10000, 0);
 	conntab_addr a = ip(1), b = ip(2), c = ip(3), local = { .len = 0 };
 	uint32_t d;
 
@@ -82,7 +82,7 @@ t_global_cap_displaces_oldest_silent(void)
 static void
 t_no_address_is_not_capped_per_address(void)
 {
-	conntab *t = conntab_new(4, 1, 10000);
+	conntab *t = conntab_new(4, 1, 10000, 0);
 	conntab_addr local = { .len = 0 };
 	uint32_t d;
 
@@ -95,9 +95,26 @@ t_no_address_is_not_capped_per_address(void)
 	conntab_free(t);
 }
 
+static void
+t_young_connections_are_not_displaced(void)
+{
+	conntab *t = conntab_new(2, 2, 10000, 1000);
+	conntab_addr a = ip(1);
+	uint32_t d;
+
+	ST_CHECK(conntab_admit(t, 1, &a, 100, &d) == CONNTAB_ADMIT);
+	ST_CHECK(conntab_admit(t, 2, &a, 600, &d) == CONNTAB_ADMIT);
+	/* both younger than 1 s: a request may be on its way; the newcomer is refused */
+	ST_CHECK(conntab_admit(t, 3, &a, 1099, &d) == CONNTAB_REFUSE_ADDR);
+	ST_CHECK(conntab_admit(t, 4, &a, 1100, &d) == CONNTAB_ADMIT);
+	ST_CHECK_EQ_U64(d, 1);
+	conntab_free(t);
+}
+
 int
 main(void)
 {
+	ST_RUN(t_young_connections_are_not_displaced);
 	ST_RUN(t_idle_until_first_request);
 	ST_RUN(t_per_address_cap_displaces_then_refuses);
 	ST_RUN(t_global_cap_displaces_oldest_silent);

@@ -29,8 +29,10 @@
  * REM_POST: not in the table, ignored).  A receiver marks a connection
  * when a request from it arrives (msg's pipe); a sleep aio sweeps every
  * SWEEP_MS and closes connections that completed no request within the
- * idle deadline.  nng_pipe_close is called outside pmu; the callbacks
- * never touch the socket (nng 1.5 runs them without its locks held).
+ * idle deadline, then lets prepipe (prepipe.h) shut down the connections
+ * that are not pipes yet (SP header, TLS handshake) 10 s after it first
+ * saw them.  nng_pipe_close is called outside pmu; the callbacks never
+ * touch the socket (nng 1.5 runs them without its locks held).
  *
  * Teardown closes the socket first (every outstanding aio completes with
  * NNG_ECLOSED and the callbacks stop re-arming), then nng_aio_stop waits for
@@ -39,7 +41,6 @@
  */
 #include "ingest.h"
 
-#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -61,6 +62,8 @@
 
 /* our pipe id + the REQ backtrace (its last word is the request id) */
 #define HDR_MAX (4u + INGEST_BACKTRACE_MAX)
+/* how often the deadlines are checked: a silent connection goes 10 to 11 s after it arrived */
+#define SWEEP_MS 1000
 
 enum work_state { W_FREE, W_WAIT, W_SEND };
 enum rcv_state { R_RECV, R_SEND };
@@ -104,7 +107,7 @@ struct ingest {
 	conntab *conns;              /* owned */
 	nng_aio *sweep;              /* owned: the idle-deadline sweep (a sleep loop) */
 	prepipe *pre;                /* owned: connections not yet pipes; NULL on ipc:// and port 0 */
-	uint64_t idle_ms, sweep_ms;
+	uint64_t idle_ms;
 	bool warned_global, warned_addr;
 	st_counter *refused_global, *refused_addr, *closed_idle, *displaced, *closed_handshake; /* may be NULL */
 	st_gauge *open_conns;        /* may be NULL */
@@ -552,7 +555,7 @@ is_pipe(const prepipe_peer *peer, void *arg)
 	return yes;
 }
 
-/* nng thread, every sweep_ms: closes the connections past their idle deadline. */
+/* nng thread, every SWEEP_MS: closes the connections past their idle deadline. */
 static void
 sweep_cb(void *arg)
 {
@@ -581,7 +584,7 @@ sweep_cb(void *arg)
 			st_counter_add(in->closed_handshake, n);
 		pthread_mutex_unlock(&in->pmu);
 	}
-	nng_sleep_aio((nng_duration)in->sweep_ms, in->sweep);
+	nng_sleep_aio(SWEEP_MS, in->sweep);
 }
 
 /* ---------------------------------------------------------------- life */
@@ -601,24 +604,6 @@ url_port(const char *url)
 	return (uint16_t)v;
 }
 
-/* INGEST_IDLE_MS, or STUDIO_TEST_INGEST_IDLE_MS (tests: a short deadline, not a long wait). */
-static uint64_t
-idle_deadline_ms(void)
-{
-	const char *env = getenv("STUDIO_TEST_INGEST_IDLE_MS");
-	uint64_t v = 0;
-
-	if (env == NULL || env[0] == '\0')
-		return INGEST_IDLE_MS;
-	if (st_parse_u64(env, strlen(env), &v) != ST_OK || v == 0) {
-		st_error("STUDIO_TEST_INGEST_IDLE_MS: not a positive number: %s", env);
-		return INGEST_IDLE_MS;
-	}
-	st_warn("ingest: STUDIO_TEST_INGEST_IDLE_MS: connections that send no request are closed after %" PRIu64 " ms",
-	        v);
-	return v;
-}
-
 st_err
 ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter *invalid, ingest_request_fn fn,
            void *arg, ingest **out)
@@ -635,9 +620,8 @@ ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter 
 	atomic_init(&in->closing, false);
 	atomic_init(&in->budget, 0);
 	pthread_mutex_init(&in->pmu, NULL);
-	in->idle_ms = idle_deadline_ms();
-	in->sweep_ms = in->idle_ms / 4 < 1000 ? (in->idle_ms / 4 > 0 ? in->idle_ms / 4 : 1) : 1000;
-	in->conns = conntab_new(INGEST_MAX_PIPES, INGEST_MAX_PIPES_PER_ADDR, in->idle_ms);
+	in->idle_ms = INGEST_IDLE_MS;
+	in->conns = conntab_new(INGEST_MAX_PIPES, INGEST_MAX_PIPES_PER_ADDR, in->idle_ms, INGEST_DISPLACE_MS);
 	atomic_init(&in->refuse, NULL);
 	pthread_mutex_init(&in->mu, NULL);
 	in->cache = reqcache_new(INGEST_CACHE_ENTRIES, INGEST_CACHE_BYTES, INGEST_CACHE_TTL_MS);
@@ -699,7 +683,7 @@ ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter 
 			st_warn("ingest: %s: no fixed port, so connections that never finish their SP (or TLS) "
 			        "handshake are left to nng's own deadline", url);
 	}
-	nng_sleep_aio((nng_duration)in->sweep_ms, in->sweep);
+	nng_sleep_aio(SWEEP_MS, in->sweep);
 	*out = in;
 	return ST_OK;
 fail:

@@ -56,12 +56,15 @@
 /*
  * Producer connections, in all and from one address (IPv6: one /64): a new
  * one past either cap displaces the oldest that has completed no request
- * yet, or is closed as it arrives when there is none (conntab.h).
+ * yet and is INGEST_DISPLACE_MS old, or is closed as it arrives when there
+ * is none (conntab.h).
  */
 #define INGEST_MAX_PIPES 256u
 #define INGEST_MAX_PIPES_PER_ADDR 64u
 /* A connection that completes no request within this is closed (the contract's 10 s). */
 #define INGEST_IDLE_MS 10000u
+/* A connection younger than this is not displaced (its request may be on its way). */
+#define INGEST_DISPLACE_MS 1000u
 /* Answered requests kept for late resends: count, bytes, age. */
 #define INGEST_CACHE_ENTRIES 65536u
 #define INGEST_CACHE_BYTES (16u * 1024 * 1024)
