@@ -152,10 +152,15 @@ conntab_count(const conntab *t)
 }
 
 bool
-conntab_has_peer(const conntab *t, const unsigned char peer[18])
+conntab_peer(conntab *t, const unsigned char peer[18], bool receiving, uint64_t now)
 {
-	for (size_t i = 0; i < t->cap; i++)
-		if (t->e[i].id != 0 && memcmp(t->e[i].addr.peer, peer, 18) == 0)
+	for (size_t i = 0; i < t->cap; i++) {
+		entry *x = &t->e[i];
+		if (x->id != 0 && memcmp(x->addr.peer, peer, 18) == 0) {
+			if (receiving && !x->seen && now > x->added)
+				x->added = now;
 			return true;
+		}
+	}
 	return false;
 }

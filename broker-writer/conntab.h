@@ -66,7 +66,13 @@ void conntab_remove(conntab *t, uint32_t id);
  */
 size_t conntab_expired(conntab *t, uint64_t now, uint32_t *ids, size_t max);
 size_t conntab_count(const conntab *t);
-/* True when a connection in the table came from peer (conntab_addr.peer). */
-bool conntab_has_peer(const conntab *t, const unsigned char peer[18]);
+/*
+ * True when a connection in the table came from peer (conntab_addr.peer).
+ * receiving (data is arriving on it): a connection that has completed no
+ * request yet gets its idle deadline restarted at now, so a large first
+ * request on a slow or busy link is not cut off (it is young again for
+ * displacement too).
+ */
+bool conntab_peer(conntab *t, const unsigned char peer[18], bool receiving, uint64_t now);
 
 #endif

@@ -540,7 +540,7 @@ pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 
 /* prepipe's question, on the sweep's thread: is peer one of our pipes? */
 static bool
-is_pipe(const prepipe_peer *peer, void *arg)
+is_pipe(const prepipe_peer *peer, bool receiving, void *arg)
 {
 	ingest *in = arg;
 	unsigned char key[18];
@@ -550,7 +550,7 @@ is_pipe(const prepipe_peer *peer, void *arg)
 	key[16] = (unsigned char)(peer->port >> 8);
 	key[17] = (unsigned char)(peer->port & 0xff);
 	pthread_mutex_lock(&in->pmu);
-	yes = conntab_has_peer(in->conns, key);
+	yes = conntab_peer(in->conns, key, receiving, st_clock_now(in->clock));
 	pthread_mutex_unlock(&in->pmu);
 	return yes;
 }
@@ -565,6 +565,13 @@ sweep_cb(void *arg)
 
 	if (nng_aio_result(in->sweep) != 0 || atomic_load(&in->closing))
 		return;
+	/* first: connections that are not pipes yet, and pipes receiving a first request (deadline restarted) */
+	if (in->pre != NULL && (n = prepipe_sweep(in->pre, st_clock_now(in->clock), is_pipe, in)) > 0) {
+		pthread_mutex_lock(&in->pmu);
+		if (in->closed_handshake != NULL)
+			st_counter_add(in->closed_handshake, n);
+		pthread_mutex_unlock(&in->pmu);
+	}
 	do {
 		pthread_mutex_lock(&in->pmu);
 		n = conntab_expired(in->conns, st_clock_now(in->clock), ids, ST_ARRAY_LEN(ids));
@@ -578,12 +585,6 @@ sweep_cb(void *arg)
 			nng_pipe_close(q);
 		}
 	} while (n == ST_ARRAY_LEN(ids));
-	if (in->pre != NULL && (n = prepipe_sweep(in->pre, st_clock_now(in->clock), is_pipe, in)) > 0) {
-		pthread_mutex_lock(&in->pmu);
-		if (in->closed_handshake != NULL)
-			st_counter_add(in->closed_handshake, n);
-		pthread_mutex_unlock(&in->pmu);
-	}
 	nng_sleep_aio(SWEEP_MS, in->sweep);
 }
 

@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -98,6 +99,16 @@ peer_on_port(int fd, uint16_t port, prepipe_peer *peer)
 	return true;
 }
 
+/* Data arrived on fd within PREPIPE_RECEIVING_MS. */
+static bool
+receiving(int fd)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_last_data_recv < PREPIPE_RECEIVING_MS;
+}
+
 /* Shuts down the socket ino that fd named a moment ago, if fd still names it. */
 static bool
 shut(int fd, ino_t ino)
@@ -140,7 +151,7 @@ prepipe_sweep(prepipe *p, uint64_t now, prepipe_is_pipe_fn is_pipe, void *arg)
 		key.ino = st.st_ino;
 		old = bsearch(&key, p->cur, p->n_cur, sizeof(*p->cur), by_ino);
 		key.first = old != NULL ? old->first : now;
-		key.pipe = (old != NULL && old->pipe) || is_pipe(&peer, arg);
+		key.pipe = is_pipe(&peer, receiving((int)fd), arg) || (old != NULL && old->pipe);
 		if (now >= key.first + p->deadline_ms && !key.pipe) {
 			if (shut((int)fd, key.ino))
 				shut_n++;

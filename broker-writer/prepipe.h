@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #define PREPIPE_TRACK 4096u
+#define PREPIPE_RECEIVING_MS 2000u
 
 typedef struct prepipe prepipe;
 
@@ -36,8 +37,12 @@ typedef struct prepipe_peer {
 	uint16_t port;
 } prepipe_peer;
 
-/* True when peer is a connection the caller knows as a pipe. */
-typedef bool (*prepipe_is_pipe_fn)(const prepipe_peer *peer, void *arg);
+/*
+ * True when peer is a connection the caller knows as a pipe.  receiving:
+ * data arrived on it within the last PREPIPE_RECEIVING_MS (TCP_INFO), so a
+ * request may be on its way: the ingest restarts that pipe's deadline.
+ */
+typedef bool (*prepipe_is_pipe_fn)(const prepipe_peer *peer, bool receiving, void *arg);
 
 prepipe *prepipe_new(uint16_t local_port, uint64_t deadline_ms);
 void prepipe_free(prepipe *p); /* NULL-safe */

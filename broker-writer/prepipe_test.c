@@ -12,17 +12,19 @@
 #include "st_test.h"
 
 static bool
-never(const prepipe_peer *peer, void *arg)
+never(const prepipe_peer *peer, bool receiving, void *arg)
 {
 	(void)peer;
+	(void)receiving;
 	(void)arg;
 	return false;
 }
 
 static bool
-always(const prepipe_peer *peer, void *arg)
+always(const prepipe_peer *peer, bool receiving, void *arg)
 {
 	(void)arg;
+	(void)receiving;
 	return peer->addr[10] == 0xff && peer->addr[12] == 127;
 }
 

@@ -223,27 +223,31 @@ main(int argc, char **argv)
 	}
 	if ((ps = calloc((size_t)n, sizeof(*ps))) == NULL)
 		return 4;
+	/*
+	 * One copy per producer, all made before the first dial: the sends then
+	 * go out together, and no connection waits idle while copies are made
+	 * (the writer closes a connection that sends no request within 10 s).
+	 */
 	for (long k = 0; k < n; k++) {
 		producer *p = &ps[k];
+		nng_msg *m = NULL;
 		if ((rv = nng_req0_open(&p->sock)) != 0 ||
 		    (rv = nng_socket_set_ms(p->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE)) != 0 ||
 		    (rv = nng_socket_set_ms(p->sock, NNG_OPT_RECONNMINT, 100)) != 0 ||
-		    (rv = nng_aio_alloc(&p->aio, cb, p)) != 0 || (rv = dial(p->sock, argv[i], sources, k)) != 0) {
+		    (rv = nng_aio_alloc(&p->aio, cb, p)) != 0 || (rv = nng_msg_alloc(&m, len)) != 0) {
 			fprintf(stderr, "ingestflood: producer %ld: %s\n", k, nng_strerror(rv));
 			return 3;
 		}
+		memcpy(nng_msg_body(m), payload, len);
+		nng_aio_set_msg(p->aio, m);
 		nng_aio_set_timeout(p->aio, (nng_duration)timeout_ms);
 		p->result = R_PENDING;
 	}
-	/* one copy per producer, made before the first send: the sends then go out together */
 	for (long k = 0; k < n; k++) {
-		nng_msg *m = NULL;
-		if ((rv = nng_msg_alloc(&m, len)) != 0) {
-			fprintf(stderr, "ingestflood: nng_msg_alloc: %s\n", nng_strerror(rv));
+		if ((rv = dial(ps[k].sock, argv[i], sources, k)) != 0) {
+			fprintf(stderr, "ingestflood: producer %ld: %s\n", k, nng_strerror(rv));
 			return 3;
 		}
-		memcpy(nng_msg_body(m), payload, len);
-		nng_aio_set_msg(ps[k].aio, m);
 		ps[k].sending = 1;
 	}
 	free(payload);
