@@ -13,7 +13,8 @@
 typedef struct entry {
 	uint32_t id;
 	bool seen;          /* completed a request */
-	uint64_t added;     /* ms */
+	uint64_t added;     /* ms: arrival (the age for displacement) */
+	uint64_t active;    /* ms: arrival or the last sweep that saw data arriving (the idle deadline) */
 	conntab_addr addr;
 } entry;
 
@@ -104,6 +105,7 @@ conntab_admit(conntab *t, uint32_t id, const conntab_addr *a, uint64_t now, uint
 	slot->id = id;
 	slot->seen = false;
 	slot->added = now;
+	slot->active = now;
 	slot->addr = *a;
 	t->n++;
 	return CONNTAB_ADMIT;
@@ -136,7 +138,7 @@ conntab_expired(conntab *t, uint64_t now, uint32_t *ids, size_t max)
 
 	for (size_t i = 0; i < t->cap && k < max; i++) {
 		entry *x = &t->e[i];
-		if (x->id == 0 || x->seen || now < x->added + t->idle_ms)
+		if (x->id == 0 || x->seen || now < x->active + t->idle_ms)
 			continue;
 		ids[k++] = x->id;
 		memset(x, 0, sizeof(*x));
@@ -157,8 +159,8 @@ conntab_peer(conntab *t, const unsigned char peer[18], bool receiving, uint64_t 
 	for (size_t i = 0; i < t->cap; i++) {
 		entry *x = &t->e[i];
 		if (x->id != 0 && memcmp(x->addr.peer, peer, 18) == 0) {
-			if (receiving && !x->seen && now > x->added)
-				x->added = now;
+			if (receiving && !x->seen && now > x->active)
+				x->active = now;
 			return true;
 		}
 	}

@@ -70,8 +70,8 @@ size_t conntab_count(const conntab *t);
  * True when a connection in the table came from peer (conntab_addr.peer).
  * receiving (data is arriving on it): a connection that has completed no
  * request yet gets its idle deadline restarted at now, so a large first
- * request on a slow or busy link is not cut off (it is young again for
- * displacement too).
+ * request on a slow or busy link is not cut off (its age for displacement
+ * still counts from its arrival).
  */
 bool conntab_peer(conntab *t, const unsigned char peer[18], bool receiving, uint64_t now);
 
