@@ -1,0 +1,123 @@
+/* conntab_test: the idle deadline (until the first request only), the
+ * per-address and global caps, and displacement of the oldest connection
+ * that has completed no request, with a hand-driven time. */
+#include "conntab.h"
+
+#include <string.h>
+
+#include "st_test.h"
+
+static conntab_addr
+ip(unsigned char last)
+{
+	conntab_addr a = { .b = { 10, 0, 0, last }, .len = 4 };
+
+	return a;
+}
+
+static void
+t_idle_until_first_request(void)
+{
+	conntab *t = conntab_new(8, 8, 10000, 0);
+	conntab_addr a = ip(1);
+	uint32_t d, ids[8];
+
+	ST_CHECK(conntab_admit(t, 1, &a, 1000, &d) == CONNTAB_ADMIT && d == 0);
+	ST_CHECK(conntab_admit(t, 2, &a, 2000, &d) == CONNTAB_ADMIT && d == 0);
+	conntab_seen(t, 2);
+	ST_CHECK_EQ_U64(conntab_expired(t, 10999, ids, 8), 0);
+	ST_CHECK_EQ_U64(conntab_expired(t, 11000, ids, 8), 1);
+	ST_CHECK_EQ_U64(ids[0], 1);
+	ST_CHECK_EQ_U64(conntab_count(t), 1);
+	/* a connection past its first request never idles out */
+	ST_CHECK_EQ_U64(conntab_expired(t, 1000000, ids, 8), 0);
+	conntab_remove(t, 2);
+	conntab_remove(t, 77); /* unknown: ignored */
+	ST_CHECK_EQ_U64(conntab_count(t), 0);
+	conntab_free(t);
+}
+
+static void
+t_per_address_cap_displaces_then_refuses(void)
+{
+	conntab *t = conntab_new(16, 2, 10000, 0);
+	conntab_addr a = ip(1), b = ip(2);
+	uint32_t d;
+
+	ST_CHECK(conntab_admit(t, 1, &a, 100, &d) == CONNTAB_ADMIT);
+	ST_CHECK(conntab_admit(t, 2, &a, 200, &d) == CONNTAB_ADMIT);
+	/* a third from a: the oldest silent one from a (1) makes room */
+	ST_CHECK(conntab_admit(t, 3, &a, 300, &d) == CONNTAB_ADMIT);
+	ST_CHECK_EQ_U64(d, 1);
+	ST_CHECK_EQ_U64(conntab_count(t), 2);
+	conntab_seen(t, 2);
+	conntab_seen(t, 3);
+	/* every connection from a has sent a request: refused */
+	ST_CHECK(conntab_admit(t, 4, &a, 400, &d) == CONNTAB_REFUSE_ADDR);
+	/* another address is not affected */
+	ST_CHECK(conntab_admit(t, 5, &b, 400, &d) == CONNTAB_ADMIT && d == 0);
+	conntab_free(t);
+}
+
+static void
+t_global_cap_displaces_oldest_silent(void)
+{
+	conntab *t = conntab_new(3, 3, 10000, 0);
+	conntab_addr a = ip(1), b = ip(2), c = ip(3), local = { .len = 0 };
+	uint32_t d;
+
+	ST_CHECK(conntab_admit(t, 1, &a, 100, &d) == CONNTAB_ADMIT);
+	ST_CHECK(conntab_admit(t, 2, &b, 50, &d) == CONNTAB_ADMIT);
+	ST_CHECK(conntab_admit(t, 3, &c, 300, &d) == CONNTAB_ADMIT);
+	conntab_seen(t, 1);
+	ST_CHECK(conntab_admit(t, 4, &local, 400, &d) == CONNTAB_ADMIT);
+	ST_CHECK_EQ_U64(d, 2); /* the oldest that sent nothing */
+	conntab_seen(t, 3);
+	conntab_seen(t, 4);
+	ST_CHECK(conntab_admit(t, 5, &a, 500, &d) == CONNTAB_REFUSE_GLOBAL);
+	ST_CHECK_EQ_U64(conntab_count(t), 3);
+	conntab_free(t);
+}
+
+static void
+t_no_address_is_not_capped_per_address(void)
+{
+	conntab *t = conntab_new(4, 1, 10000, 0);
+	conntab_addr local = { .len = 0 };
+	uint32_t d;
+
+	for (uint32_t id = 1; id <= 4; id++) {
+		ST_CHECK(conntab_admit(t, id, &local, id, &d) == CONNTAB_ADMIT);
+		ST_CHECK_EQ_U64(d, 0);
+		conntab_seen(t, id);
+	}
+	ST_CHECK(conntab_admit(t, 5, &local, 5, &d) == CONNTAB_REFUSE_GLOBAL);
+	conntab_free(t);
+}
+
+static void
+t_young_connections_are_not_displaced(void)
+{
+	conntab *t = conntab_new(2, 2, 10000, 1000);
+	conntab_addr a = ip(1);
+	uint32_t d;
+
+	ST_CHECK(conntab_admit(t, 1, &a, 100, &d) == CONNTAB_ADMIT);
+	ST_CHECK(conntab_admit(t, 2, &a, 600, &d) == CONNTAB_ADMIT);
+	/* both younger than 1 s: a request may be on its way; the newcomer is refused */
+	ST_CHECK(conntab_admit(t, 3, &a, 1099, &d) == CONNTAB_REFUSE_ADDR);
+	ST_CHECK(conntab_admit(t, 4, &a, 1100, &d) == CONNTAB_ADMIT);
+	ST_CHECK_EQ_U64(d, 1);
+	conntab_free(t);
+}
+
+int
+main(void)
+{
+	ST_RUN(t_young_connections_are_not_displaced);
+	ST_RUN(t_idle_until_first_request);
+	ST_RUN(t_per_address_cap_displaces_then_refuses);
+	ST_RUN(t_global_cap_displaces_oldest_silent);
+	ST_RUN(t_no_address_is_not_capped_per_address);
+	return st_test_done();
+}
