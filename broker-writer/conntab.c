@@ -14,7 +14,7 @@ typedef struct entry {
 	uint32_t id;
 	bool seen;          /* completed a request */
 	uint64_t added;     /* ms: arrival (the age for displacement) */
-	uint64_t active;    /* ms: arrival or the last sweep that saw data arriving (the idle deadline) */
+	uint64_t active;    /* ms: arrival, or when request bytes last arrived (the idle deadline counts from it) */
 	conntab_addr addr;
 } entry;
 
@@ -62,7 +62,11 @@ find(conntab *t, uint32_t id)
 	return NULL;
 }
 
-/* The oldest entry that completed no request and is displace_ms old, among those from a (NULL: all). */
+/*
+ * The oldest entry that completed no request, sent nothing since its SP
+ * header (active == added) and is displace_ms old, among those from a
+ * (NULL: all).
+ */
 static entry *
 oldest_unseen(conntab *t, const conntab_addr *a, uint64_t now)
 {
@@ -70,7 +74,8 @@ oldest_unseen(conntab *t, const conntab_addr *a, uint64_t now)
 
 	for (size_t i = 0; i < t->cap; i++) {
 		entry *x = &t->e[i];
-		if (x->id == 0 || x->seen || (a != NULL && !same_addr(&x->addr, a)) || now < x->added + t->displace_ms)
+		if (x->id == 0 || x->seen || x->active != x->added || (a != NULL && !same_addr(&x->addr, a)) ||
+		    now < x->added + t->displace_ms)
 			continue;
 		if (best == NULL || x->added < best->added)
 			best = x;
@@ -154,13 +159,13 @@ conntab_count(const conntab *t)
 }
 
 bool
-conntab_peer(conntab *t, const unsigned char peer[18], bool receiving, uint64_t now)
+conntab_peer(conntab *t, const unsigned char peer[18], uint64_t data_at)
 {
 	for (size_t i = 0; i < t->cap; i++) {
 		entry *x = &t->e[i];
 		if (x->id != 0 && memcmp(x->addr.peer, peer, 18) == 0) {
-			if (receiving && !x->seen && now > x->active)
-				x->active = now;
+			if (!x->seen && data_at >= x->added + CONNTAB_DATA_MARGIN_MS && data_at > x->active)
+				x->active = data_at;
 			return true;
 		}
 	}

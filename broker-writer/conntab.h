@@ -9,9 +9,12 @@
  *     arrived is due to be closed (conntab_expired).  Once it has sent one
  *     request it is never closed for idling: producers keep their
  *     connections open between bursts.
+ *     While request bytes keep arriving (or wait unread: nng is behind),
+ *     the deadline counts from the last of them (conntab_peer).
  *   - A new connection past a cap (its address's or the global one)
  *     displaces the oldest connection in that scope that has completed no
- *     request yet and is at least `displace_ms` old; when there is none, the
+ *     request, has sent nothing since its SP header, and is at least
+ *     `displace_ms` old; when there is none, the
  *     new one is refused.  The minimum age spares a producer whose first
  *     request is still on its way (a large one takes a while): without it,
  *     producers past a cap that all send large requests would displace
@@ -32,6 +35,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* Slack for the kernel's coarse clock (jiffies) on when the SP header arrived. */
+#define CONNTAB_DATA_MARGIN_MS 100u
 
 typedef struct conntab conntab;
 
@@ -68,11 +74,14 @@ size_t conntab_expired(conntab *t, uint64_t now, uint32_t *ids, size_t max);
 size_t conntab_count(const conntab *t);
 /*
  * True when a connection in the table came from peer (conntab_addr.peer).
- * receiving (data is arriving on it): a connection that has completed no
- * request yet gets its idle deadline restarted at now, so a large first
- * request on a slow or busy link is not cut off (its age for displacement
- * still counts from its arrival).
+ * data_at: when request bytes last arrived on it (now while bytes wait
+ * unread in the kernel: the writer is behind, not the peer), 0 when
+ * unknown.  Bytes that arrived CONNTAB_DATA_MARGIN_MS or more after the
+ * connection was admitted (its SP header comes before) are a request on
+ * its way: the idle deadline of a connection that has completed no request
+ * restarts at data_at, and it is no longer displaced, so a large request
+ * that nng is still reading is never cut.
  */
-bool conntab_peer(conntab *t, const unsigned char peer[18], bool receiving, uint64_t now);
+bool conntab_peer(conntab *t, const unsigned char peer[18], uint64_t data_at);
 
 #endif

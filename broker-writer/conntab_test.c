@@ -111,9 +111,51 @@ t_young_connections_are_not_displaced(void)
 	conntab_free(t);
 }
 
+static conntab_addr
+peer_of(unsigned char last, uint16_t port)
+{
+	conntab_addr a = ip(last);
+
+	a.peer[10] = a.peer[11] = 0xff;
+	memcpy(a.peer + 12, a.b, 4);
+	a.peer[16] = (unsigned char)(port >> 8);
+	a.peer[17] = (unsigned char)port;
+	return a;
+}
+
+/*
+ * Request bytes arriving restart the idle deadline from when they arrived,
+ * and make the connection not displaceable; bytes within the margin of its
+ * admission (its SP header, seen through a coarse clock) do neither.
+ */
+static void
+t_request_bytes_restart_the_deadline(void)
+{
+	conntab *t = conntab_new(2, 2, 10000, 1000);
+	conntab_addr a = peer_of(1, 5000), b = peer_of(1, 5001), other = peer_of(2, 5000);
+	uint32_t d, ids[4];
+
+	ST_CHECK(conntab_admit(t, 1, &a, 1000, &d) == CONNTAB_ADMIT);
+	ST_CHECK(conntab_admit(t, 2, &b, 1000, &d) == CONNTAB_ADMIT);
+	ST_CHECK(!conntab_peer(t, other.peer, 5000));                    /* not ours */
+	ST_CHECK(conntab_peer(t, a.peer, 1000 + CONNTAB_DATA_MARGIN_MS - 1)); /* the header: no restart */
+	ST_CHECK(conntab_peer(t, b.peer, 9000));                         /* b's request is arriving */
+	ST_CHECK(conntab_peer(t, b.peer, 0));                            /* unknown: changes nothing */
+	/* past the cap: a (silent) is displaced, never b (receiving) */
+	ST_CHECK(conntab_admit(t, 3, &other, 2500, &d) == CONNTAB_ADMIT);
+	ST_CHECK_EQ_U64(d, 1);
+	ST_CHECK(conntab_admit(t, 4, &other, 9500, &d) == CONNTAB_ADMIT);
+	ST_CHECK_EQ_U64(d, 3);
+	ST_CHECK_EQ_U64(conntab_expired(t, 18999, ids, 4), 0);
+	ST_CHECK_EQ_U64(conntab_expired(t, 19000, ids, 4), 1);           /* 10 s after b's last bytes */
+	ST_CHECK_EQ_U64(ids[0], 2);
+	conntab_free(t);
+}
+
 int
 main(void)
 {
+	ST_RUN(t_request_bytes_restart_the_deadline);
 	ST_RUN(t_young_connections_are_not_displaced);
 	ST_RUN(t_idle_until_first_request);
 	ST_RUN(t_per_address_cap_displaces_then_refuses);

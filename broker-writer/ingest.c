@@ -610,7 +610,7 @@ pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 
 /* prepipe's question, on the sweep's thread: is peer one of our pipes? */
 static bool
-is_pipe(const prepipe_peer *peer, bool receiving, void *arg)
+is_pipe(const prepipe_peer *peer, uint64_t data_at, void *arg)
 {
 	ingest *in = arg;
 	unsigned char key[18];
@@ -620,7 +620,7 @@ is_pipe(const prepipe_peer *peer, bool receiving, void *arg)
 	key[16] = (unsigned char)(peer->port >> 8);
 	key[17] = (unsigned char)(peer->port & 0xff);
 	pthread_mutex_lock(&in->pmu);
-	yes = conntab_peer(in->conns, key, receiving, st_clock_now(in->clock));
+	yes = conntab_peer(in->conns, key, data_at);
 	pthread_mutex_unlock(&in->pmu);
 	return yes;
 }

@@ -14,6 +14,7 @@
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -99,14 +100,23 @@ peer_on_port(int fd, uint16_t port, prepipe_peer *peer)
 	return true;
 }
 
-/* Data arrived on fd within PREPIPE_RECEIVING_MS. */
-static bool
-receiving(int fd)
+/*
+ * When data last arrived on fd, on the clock of now: now itself while
+ * bytes wait unread (FIONREAD), else now less TCP_INFO's age of the last
+ * data (jiffies: a few ms coarse); 0 when unknown.
+ */
+static uint64_t
+data_at(int fd, uint64_t now)
 {
 	struct tcp_info ti;
 	socklen_t len = sizeof(ti);
+	int unread = 0;
 
-	return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_last_data_recv < PREPIPE_RECEIVING_MS;
+	if (ioctl(fd, FIONREAD, &unread) == 0 && unread > 0)
+		return now;
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 || ti.tcpi_last_data_recv > now)
+		return 0;
+	return now - ti.tcpi_last_data_recv;
 }
 
 /* Shuts down the socket ino that fd named a moment ago, if fd still names it. */
@@ -151,7 +161,7 @@ prepipe_sweep(prepipe *p, uint64_t now, prepipe_is_pipe_fn is_pipe, void *arg)
 		key.ino = st.st_ino;
 		old = bsearch(&key, p->cur, p->n_cur, sizeof(*p->cur), by_ino);
 		key.first = old != NULL ? old->first : now;
-		key.pipe = is_pipe(&peer, receiving((int)fd), arg) || (old != NULL && old->pipe);
+		key.pipe = is_pipe(&peer, data_at((int)fd, now), arg) || (old != NULL && old->pipe);
 		if (now >= key.first + p->deadline_ms && !key.pipe) {
 			if (shut((int)fd, key.ino))
 				shut_n++;

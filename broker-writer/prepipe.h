@@ -27,7 +27,6 @@
 #include <stdint.h>
 
 #define PREPIPE_TRACK 4096u
-#define PREPIPE_RECEIVING_MS 2000u
 
 typedef struct prepipe prepipe;
 
@@ -38,11 +37,13 @@ typedef struct prepipe_peer {
 } prepipe_peer;
 
 /*
- * True when peer is a connection the caller knows as a pipe.  receiving:
- * data arrived on it within the last PREPIPE_RECEIVING_MS (TCP_INFO), so a
- * request may be on its way: the ingest restarts that pipe's deadline.
+ * True when peer is a connection the caller knows as a pipe.  data_at (the
+ * sweep's clock): when data last arrived on it (TCP_INFO), or the sweep's
+ * now while bytes wait unread in its kernel buffer (nng has not read them
+ * yet: the peer is not the one that is slow); 0 when unknown.  The ingest
+ * restarts that pipe's deadline from it (conntab_peer).
  */
-typedef bool (*prepipe_is_pipe_fn)(const prepipe_peer *peer, bool receiving, void *arg);
+typedef bool (*prepipe_is_pipe_fn)(const prepipe_peer *peer, uint64_t data_at, void *arg);
 
 prepipe *prepipe_new(uint16_t local_port, uint64_t deadline_ms);
 void prepipe_free(prepipe *p); /* NULL-safe */
