@@ -2,6 +2,12 @@
  * ingest: a raw rep0 socket, INGEST_RECEIVERS receive aios and n_works work
  * slots.
  *
+ * Over 800 lines because the connection rules (pipe notification, the
+ * deadline sweep: section "pipes") share the socket, the clock and the
+ * receivers' request marks with the request path; their state lives in
+ * conntab.c and prepipe.c, only the nng glue is here.  Split that glue into
+ * its own module before this file grows further.
+ *
  * Why raw: a cooked rep0 context hands over the body only; the REQ request
  * id stays in rep0's private backtrace.  Without it a resend over a new
  * connection looks like a new request, and two requests with identical
