@@ -2,6 +2,12 @@
  * ingest: a raw rep0 socket, INGEST_RECEIVERS receive aios and n_works work
  * slots.
  *
+ * Over 800 lines because the connection rules (pipe notification, the
+ * deadline sweep: section "pipes") share the socket, the clock and the
+ * receivers' request marks with the request path; their state lives in
+ * conntab.c and prepipe.c, only the nng glue is here.  Split that glue into
+ * its own module before this file grows further.
+ *
  * Why raw: a cooked rep0 context hands over the body only; the REQ request
  * id stays in rep0's private backtrace.  Without it a resend over a new
  * connection looks like a new request, and two requests with identical
@@ -22,10 +28,17 @@
  * reply takes its route under it.  The budget is one atomic counter: a
  * charge is a compare-and-swap loop that never goes past INGEST_BUDGET.
  *
- * Pipes: nng_pipe_notify counts connections (ADD_PRE +1, REM_POST -1; a
- * pipe closed in ADD_PRE still gets REM_POST) and closes the ones past
- * INGEST_MAX_PIPES before the socket reads anything from them.  The
- * callbacks only touch atomics and nng_pipe_close, never the socket.
+ * Pipes: nng_pipe_notify keeps the connection table (conntab.h) under
+ * its own mutex `pmu`: ADD_PRE admits a connection, or closes it before the
+ * socket reads anything from it (caps), or closes the silent one it
+ * displaces; REM_POST removes it (a pipe closed in ADD_PRE still gets
+ * REM_POST: not in the table, ignored).  A receiver marks a connection
+ * when a request from it arrives (msg's pipe); a sleep aio sweeps every
+ * SWEEP_MS and closes connections that completed no request within the
+ * idle deadline, then lets prepipe (prepipe.h) shut down the connections
+ * that are not pipes yet (SP header, TLS handshake) 10 s after it first
+ * saw them.  nng_pipe_close is called outside pmu; the callbacks never
+ * touch the socket (nng 1.5 runs them without its locks held).
  *
  * Teardown closes the socket first (every outstanding aio completes with
  * NNG_ECLOSED and the callbacks stop re-arming), then nng_aio_stop waits for
@@ -43,6 +56,8 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
 
+#include "conntab.h"
+#include "prepipe.h"
 #include "reqcache.h"
 #include "st_auth.h"
 #include "st_buf.h"
@@ -54,6 +69,8 @@
 
 /* our pipe id + the REQ backtrace (its last word is the request id) */
 #define HDR_MAX (4u + INGEST_BACKTRACE_MAX)
+/* how often the deadlines are checked: a silent connection goes 10 to 11 s after it arrived */
+#define SWEEP_MS 1000
 
 enum work_state { W_FREE, W_WAIT, W_SEND };
 enum rcv_state { R_RECV, R_SEND };
@@ -93,8 +110,14 @@ struct ingest {
 	reqcache *cache;
 	ingest_work *free_works;
 	atomic_size_t budget;        /* bytes charged */
-	atomic_uint pipes;           /* connections counted by the pipe callbacks */
-	atomic_bool pipes_warned;
+	pthread_mutex_t pmu;         /* conns and the connection metrics below */
+	conntab *conns;              /* owned */
+	nng_aio *sweep;              /* owned: the idle-deadline sweep (a sleep loop) */
+	prepipe *pre;                /* owned: connections not yet pipes; NULL on ipc:// and port 0 */
+	uint64_t idle_ms;
+	bool warned_global, warned_addr;
+	st_counter *refused_global, *refused_addr, *closed_idle, *displaced, *closed_handshake; /* may be NULL */
+	st_gauge *open_conns;        /* may be NULL */
 	_Atomic(const char *) refuse; /* set by the loop: answer "unavailable" with this detail */
 	st_counter *refused, *refused_unavail; /* refusals answered by the receivers */
 	st_auth_store *auth;         /* NULL: no producer credentials checked; borrowed */
@@ -289,6 +312,10 @@ receive(ingest *in, nng_msg *m)
 		return NULL;
 	}
 	memcpy(hdr, nng_msg_header(m), hdr_len);
+	/* a whole request arrived: the connection is past its idle deadline for good */
+	pthread_mutex_lock(&in->pmu);
+	conntab_seen(in->conns, (uint32_t)nng_pipe_id(nng_msg_get_pipe(m)));
+	pthread_mutex_unlock(&in->pmu);
 	if (len > PROTO_MAX_REQUEST) {
 		/* never accepted, so never pending: no lookup; not decoded either */
 		nng_msg_free(m);
@@ -497,24 +524,162 @@ mailbox_cb(void *item, void *arg)
 
 /* ---------------------------------------------------------------- pipes */
 
+/* The per-address key of p's peer (conntab.h); len 0 when it is not TCP/TLS over IP. */
+static conntab_addr
+pipe_addr(nng_pipe p)
+{
+	static const unsigned char mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	conntab_addr a = { .len = 0 };
+	nng_sockaddr sa;
+
+	memset(&a, 0, sizeof(a));
+	if (nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) != 0)
+		return a;
+	/* the whole peer as prepipe matches sockets: IPv6 form, then the port (both in network order) */
+	if (sa.s_family == NNG_AF_INET) {
+		memcpy(a.peer, mapped, 12);
+		memcpy(a.peer + 12, &sa.s_in.sa_addr, 4);
+		memcpy(a.peer + 16, &sa.s_in.sa_port, 2);
+	} else if (sa.s_family == NNG_AF_INET6) {
+		memcpy(a.peer, sa.s_in6.sa_addr, 16);
+		memcpy(a.peer + 16, &sa.s_in6.sa_port, 2);
+	}
+	if (sa.s_family == NNG_AF_INET) {
+		memcpy(a.b, &sa.s_in.sa_addr, 4);
+		a.len = 4;
+	} else if (sa.s_family == NNG_AF_INET6 && memcmp(sa.s_in6.sa_addr, mapped, 12) == 0) {
+		memcpy(a.b, sa.s_in6.sa_addr + 12, 4);
+		a.len = 4;
+	} else if (sa.s_family == NNG_AF_INET6) {
+		memcpy(a.b, sa.s_in6.sa_addr, 8); /* its /64 */
+		a.len = 8;
+	}
+	return a;
+}
+
+/* Under pmu. */
+static void
+conns_gauge_locked(ingest *in)
+{
+	if (in->open_conns != NULL)
+		st_gauge_set(in->open_conns, (int64_t)conntab_count(in->conns));
+}
+
 static void
 pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
 	ingest *in = arg;
+	uint32_t id = (uint32_t)nng_pipe_id(p), displaced = 0;
+	conntab_addr a;
+	conntab_verdict v;
+	bool warn = false;
 
 	if (ev == NNG_PIPE_EV_REM_POST) {
-		atomic_fetch_sub(&in->pipes, 1);
+		pthread_mutex_lock(&in->pmu);
+		conntab_remove(in->conns, id);
+		conns_gauge_locked(in);
+		pthread_mutex_unlock(&in->pmu);
 		return;
 	}
-	if (atomic_fetch_add(&in->pipes, 1) >= INGEST_MAX_PIPES) {
-		if (!atomic_exchange(&in->pipes_warned, true))
-			st_warn("ingest: more than %u producer connections; closing the new ones (logged once)",
-			        INGEST_MAX_PIPES);
+	a = pipe_addr(p);
+	pthread_mutex_lock(&in->pmu);
+	v = conntab_admit(in->conns, id, &a, st_clock_now(in->clock), &displaced);
+	if (v == CONNTAB_REFUSE_GLOBAL) {
+		count(in->refused_global);
+		warn = !in->warned_global;
+		in->warned_global = true;
+	} else if (v == CONNTAB_REFUSE_ADDR) {
+		count(in->refused_addr);
+		warn = !in->warned_addr;
+		in->warned_addr = true;
+	} else if (displaced != 0) {
+		count(in->displaced);
+	}
+	conns_gauge_locked(in);
+	pthread_mutex_unlock(&in->pmu);
+	if (v != CONNTAB_ADMIT) {
+		if (warn && v == CONNTAB_REFUSE_GLOBAL)
+			st_warn("ingest: more than %u producer connections, each past its first request; "
+			        "closing the new ones (logged once)", INGEST_MAX_PIPES);
+		else if (warn)
+			st_warn("ingest: more than %u producer connections from one address, each past its first "
+			        "request; closing the new ones (logged once)", INGEST_MAX_PIPES_PER_ADDR);
 		nng_pipe_close(p); /* before the socket reads anything from it */
+		return;
+	}
+	if (displaced != 0) {
+		nng_pipe q;
+		q.id = displaced;
+		nng_pipe_close(q); /* a stale id (already gone) gives NNG_ENOENT: nothing to do */
 	}
 }
 
+/* prepipe's question, on the sweep's thread: is peer one of our pipes? */
+static bool
+is_pipe(const prepipe_peer *peer, uint64_t data_at, void *arg)
+{
+	ingest *in = arg;
+	unsigned char key[18];
+	bool yes;
+
+	memcpy(key, peer->addr, 16);
+	key[16] = (unsigned char)(peer->port >> 8);
+	key[17] = (unsigned char)(peer->port & 0xff);
+	pthread_mutex_lock(&in->pmu);
+	yes = conntab_peer(in->conns, key, data_at);
+	pthread_mutex_unlock(&in->pmu);
+	return yes;
+}
+
+/* nng thread, every SWEEP_MS: closes the connections past their idle deadline. */
+static void
+sweep_cb(void *arg)
+{
+	ingest *in = arg;
+	uint32_t ids[64];
+	size_t n;
+
+	if (nng_aio_result(in->sweep) != 0 || atomic_load(&in->closing))
+		return;
+	/* first: connections that are not pipes yet, and pipes receiving a first request (deadline restarted) */
+	if (in->pre != NULL && (n = prepipe_sweep(in->pre, st_clock_now(in->clock), is_pipe, in)) > 0) {
+		pthread_mutex_lock(&in->pmu);
+		if (in->closed_handshake != NULL)
+			st_counter_add(in->closed_handshake, n);
+		pthread_mutex_unlock(&in->pmu);
+	}
+	do {
+		pthread_mutex_lock(&in->pmu);
+		n = conntab_expired(in->conns, st_clock_now(in->clock), ids, ST_ARRAY_LEN(ids));
+		if (in->closed_idle != NULL)
+			st_counter_add(in->closed_idle, n);
+		conns_gauge_locked(in);
+		pthread_mutex_unlock(&in->pmu);
+		for (size_t i = 0; i < n; i++) {
+			nng_pipe q;
+			q.id = ids[i];
+			nng_pipe_close(q);
+		}
+	} while (n == ST_ARRAY_LEN(ids));
+	nng_sleep_aio(SWEEP_MS, in->sweep);
+}
+
 /* ---------------------------------------------------------------- life */
+
+/* The port of a tcp:// or tls+tcp:// URL ("scheme://host:port", host maybe "[v6]"); 0 when none. */
+static uint16_t
+url_port(const char *url)
+{
+	const char *c = strrchr(url, ':');
+	uint64_t v = 0;
+
+	if (strncmp(url, "tcp", 3) != 0 && strncmp(url, "tls+tcp", 7) != 0)
+		return 0;
+	if (c == NULL || strchr(url, '/') == NULL || c < strchr(url, '/') ||
+	    st_parse_u64(c + 1, strlen(c + 1), &v) != ST_OK || v > 65535)
+		return 0;
+	return (uint16_t)v;
+}
 
 st_err
 ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter *invalid, const ingest_auth *auth,
@@ -537,8 +702,9 @@ ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter 
 	in->clock = st_clock_system();
 	atomic_init(&in->closing, false);
 	atomic_init(&in->budget, 0);
-	atomic_init(&in->pipes, 0);
-	atomic_init(&in->pipes_warned, false);
+	pthread_mutex_init(&in->pmu, NULL);
+	in->idle_ms = INGEST_IDLE_MS;
+	in->conns = conntab_new(INGEST_MAX_PIPES, INGEST_MAX_PIPES_PER_ADDR, in->idle_ms, INGEST_DISPLACE_MS);
 	atomic_init(&in->refuse, NULL);
 	pthread_mutex_init(&in->mu, NULL);
 	in->cache = reqcache_new(INGEST_CACHE_ENTRIES, INGEST_CACHE_BYTES, INGEST_CACHE_TTL_MS);
@@ -568,6 +734,10 @@ ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter 
 			goto fail;
 		}
 	}
+	if ((rv = nng_aio_alloc(&in->sweep, sweep_cb, in)) != 0) {
+		st_error("ingest: cannot allocate an aio: %s", nng_strerror(rv));
+		goto fail;
+	}
 	in->works = st_xcalloc(n_works, sizeof(*in->works));
 	in->n_works = n_works;
 	for (size_t i = n_works; i-- > 0;) {
@@ -588,6 +758,15 @@ ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter 
 		in->rcvs[i].st = R_RECV;
 		nng_recv_aio(in->sock, in->rcvs[i].aio);
 	}
+	{
+		uint16_t port = url_port(url);
+		if (port != 0)
+			in->pre = prepipe_new(port, in->idle_ms);
+		else if (strncmp(url, "tcp", 3) == 0 || strncmp(url, "tls", 3) == 0)
+			st_warn("ingest: %s: no fixed port, so connections that never finish their SP (or TLS) "
+			        "handshake are left to nng's own deadline", url);
+	}
+	nng_sleep_aio(SWEEP_MS, in->sweep);
 	*out = in;
 	return ST_OK;
 fail:
@@ -603,6 +782,10 @@ ingest_free(ingest *in)
 	atomic_store(&in->closing, true);
 	if (in->open)
 		nng_close(in->sock);
+	if (in->sweep != NULL) {
+		nng_aio_stop(in->sweep);
+		nng_aio_free(in->sweep);
+	}
 	for (size_t i = 0; i < INGEST_RECEIVERS; i++)
 		if (in->rcvs[i].aio != NULL)
 			nng_aio_stop(in->rcvs[i].aio);
@@ -627,6 +810,9 @@ ingest_free(ingest *in)
 	}
 	free(in->works);
 	reqcache_free(in->cache);
+	conntab_free(in->conns);
+	prepipe_free(in->pre);
+	pthread_mutex_destroy(&in->pmu);
 	pthread_mutex_destroy(&in->mu);
 	free(in);
 }
@@ -642,6 +828,21 @@ ingest_set_counters(ingest *in, st_counter *busy, st_counter *unavailable)
 {
 	in->refused = busy;
 	in->refused_unavail = unavailable;
+}
+
+void
+ingest_set_conn_metrics(ingest *in, st_counter *refused_global, st_counter *refused_addr, st_counter *closed_idle,
+                        st_counter *displaced, st_counter *closed_handshake, st_gauge *open_conns)
+{
+	pthread_mutex_lock(&in->pmu);
+	in->closed_handshake = closed_handshake;
+	in->refused_global = refused_global;
+	in->refused_addr = refused_addr;
+	in->closed_idle = closed_idle;
+	in->displaced = displaced;
+	in->open_conns = open_conns;
+	conns_gauge_locked(in);
+	pthread_mutex_unlock(&in->pmu);
 }
 
 void

@@ -27,8 +27,12 @@
  *      st_mailbox, in a work slot that owns it until the loop answers.
  * The charge is released when the reply has been handed to nng.  Receivers
  * never wait for the loop, so a producer always hears back, even while the
- * database is down.  Connections are capped at INGEST_MAX_PIPES (pipe
- * notification, nothing read from the refused ones).
+ * database is down.  Connections are capped at INGEST_MAX_PIPES, and at
+ * INGEST_MAX_PIPES_PER_ADDR from one address, and closed when they
+ * complete no request within INGEST_IDLE_MS (pipe notification and a
+ * sweep; nothing read from the refused ones; conntab.h), or that are not
+ * pipes yet (SP header, TLS handshake) INGEST_IDLE_MS after the sweep
+ * first sees them (prepipe.h).
  *
  * On the loop thread: fn gets every valid request; the loop answers each
  * exactly once with ingest_reply_ok or ingest_reply_err (any thread may
@@ -56,8 +60,18 @@
 #define INGEST_RECV_LIMIT (INGEST_CEILING + 4u)
 /* Bytes reserved by the requests between their receipt and their reply. */
 #define INGEST_BUDGET (256u * 1024 * 1024)
-/* Producer connections; more are closed as they arrive. */
+/*
+ * Producer connections, in all and from one address (IPv6: one /64): a new
+ * one past either cap displaces the oldest that has completed no request
+ * yet and is INGEST_DISPLACE_MS old, or is closed as it arrives when there
+ * is none (conntab.h).
+ */
 #define INGEST_MAX_PIPES 256u
+#define INGEST_MAX_PIPES_PER_ADDR 64u
+/* A connection that completes no request within this is closed (the contract's 10 s). */
+#define INGEST_IDLE_MS 10000u
+/* A connection younger than this is not displaced (its request may be on its way). */
+#define INGEST_DISPLACE_MS 1000u
 /* Answered requests kept for late resends: count, bytes, age. */
 #define INGEST_CACHE_ENTRIES 65536u
 #define INGEST_CACHE_BYTES (16u * 1024 * 1024)
@@ -108,6 +122,16 @@ void ingest_free(ingest *in);
 void ingest_set_refusal(ingest *in, const char *detail);
 /* Counters for the refusals the receivers answer themselves (either may be NULL). Loop thread, at start. */
 void ingest_set_counters(ingest *in, st_counter *busy, st_counter *unavailable);
+
+/*
+ * Where the connection rules are counted (each may be NULL): refusals at the
+ * global and the per-address cap, closes for idling, for displacement and
+ * for not finishing the SP/TLS handshake in time (prepipe.h), and the gauge
+ * of open connections (pipes).  Loop thread, at start.
+ */
+void ingest_set_conn_metrics(ingest *in, st_counter *refused_global, st_counter *refused_addr,
+                             st_counter *closed_idle, st_counter *displaced, st_counter *closed_handshake,
+                             st_gauge *open_conns);
 
 /* Bytes charged to the budget now (any thread; for stats and tests). */
 size_t ingest_inflight_bytes(const ingest *in);

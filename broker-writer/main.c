@@ -182,6 +182,8 @@ typedef struct writer {
 	st_counter *committed, *rej_invalid, *rej_busy, *rej_unavail, *rej_unauth, *rej_forbidden, *retained, *flush_failures;
 	st_histogram *flush_seconds;
 	st_gauge *pending;
+	st_counter *conn_refused_global, *conn_refused_addr, *conn_closed_idle, *conn_displaced, *conn_closed_hs;
+	st_gauge *conns;
 } writer;
 
 static volatile sig_atomic_t pre_loop_stop;
@@ -576,6 +578,20 @@ metrics_init(writer *w)
 	                                 "Events deleted by retention (by this replica)");
 	w->pending = st_metrics_gauge(w->m, "studio_writer_pending_events", NULL,
 	                              "Accepted events not yet committed");
+	w->conn_refused_global = st_metrics_counter(w->m, "studio_writer_ingest_conns_refused_total",
+	                                            "reason=\"global_cap\"",
+	                                            "Ingest connections closed as they arrived, by the cap they met");
+	w->conn_refused_addr = st_metrics_counter(w->m, "studio_writer_ingest_conns_refused_total",
+	                                          "reason=\"address_cap\"",
+	                                          "Ingest connections closed as they arrived, by the cap they met");
+	w->conn_closed_idle = st_metrics_counter(w->m, "studio_writer_ingest_conns_closed_total", "reason=\"idle\"",
+	                                         "Ingest connections closed before their first request");
+	w->conn_displaced = st_metrics_counter(w->m, "studio_writer_ingest_conns_closed_total",
+	                                       "reason=\"displaced\"",
+	                                       "Ingest connections closed before their first request");
+	w->conn_closed_hs = st_metrics_counter(w->m, "studio_writer_ingest_conns_closed_total", "reason=\"handshake\"",
+	                                       "Ingest connections closed before their first request");
+	w->conns = st_metrics_gauge(w->m, "studio_writer_ingest_conns", NULL, "Open ingest connections (nng pipes)");
 }
 
 static int
@@ -648,6 +664,8 @@ run(writer *w)
 	                     w->rej_invalid, w->auth ? &ia : NULL, on_request, w, &w->in)) != ST_OK)
 		st_config_fail(PROG, "--ingest: cannot listen (%s)", st_err_str(rv));
 	ingest_set_counters(w->in, w->rej_busy, w->rej_unavail);
+	ingest_set_conn_metrics(w->in, w->conn_refused_global, w->conn_refused_addr, w->conn_closed_idle,
+	                        w->conn_displaced, w->conn_closed_hs, w->conns);
 	if (ctl_url != NULL && ctl_url[0] != '\0' &&
 	    (rv = st_control_new(w->base, ctl_url, on_control, w, &w->ctl)) != ST_OK)
 		st_config_fail(PROG, "--control: cannot listen (%s)", st_err_str(rv));

@@ -4,8 +4,11 @@
  * for its answer.  The memory test (test_ingest_memory.py) uses it to put N
  * large requests on the writer's ingest socket at the same moment.
  *
- * Usage: ingestflood [--producers N] [--timeout-ms N] URL < REQUEST
+ * Usage: ingestflood [--producers N] [--timeout-ms N] [--sources N] URL < REQUEST
  *   --producers N   sockets (default 200, at most 1000)
+ *   --sources N     producer k connects from 127.0.0.(2 + k % N) (a tcp://
+ *                   URL on loopback; default: the system's choice), so that
+ *                   the writer's per-address cap is not what is met
  *   --timeout-ms N  how long each producer waits for its answer (default 120000)
  * Every socket is dialed first; then every request is sent without waiting,
  * and the answers are counted by their error code.  REQ resending is off
@@ -16,6 +19,7 @@
  * Exit codes: 0 every producer was answered; 1 some were not; 2 bad usage;
  * 3 nng error while setting up; 4 bad input.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -155,8 +159,44 @@ read_stdin(unsigned char **out, size_t *len)
 static void
 usage(void)
 {
-	fprintf(stderr, "usage: ingestflood [--producers N] [--timeout-ms N] URL < REQUEST\n");
+	fprintf(stderr, "usage: ingestflood [--producers N] [--timeout-ms N] [--sources N] URL < REQUEST\n");
 	exit(2);
+}
+
+/*
+ * Dials url, from 127.0.0.(2 + k % sources) when sources > 0, with flags
+ * (0: blocking, connected when it returns; NNG_FLAG_NONBLOCK).
+ */
+static int
+dial_once(nng_socket s, const char *url, long sources, long k, int flags)
+{
+	nng_dialer d;
+	nng_sockaddr sa;
+	int rv;
+
+	if (sources == 0)
+		return nng_dial(s, url, NULL, flags);
+	memset(&sa, 0, sizeof(sa));
+	sa.s_in.sa_family = NNG_AF_INET;
+	sa.s_in.sa_addr = htonl(0x7f000002u + (uint32_t)(k % sources));
+	if ((rv = nng_dialer_create(&d, s, url)) != 0)
+		return rv;
+	if ((rv = nng_dialer_set_addr(d, NNG_OPT_LOCADDR, &sa)) != 0 || (rv = nng_dialer_start(d, flags)) != 0)
+		nng_dialer_close(d);
+	return rv;
+}
+
+/*
+ * Dials, blocking; a connection the writer closes as it arrives (past a
+ * cap) can fail that first dial, and then the producer redials in the
+ * background as a real one does (it stays unanswered unless it gets in).
+ */
+static int
+dial(nng_socket s, const char *url, long sources, long k)
+{
+	int rv = dial_once(s, url, sources, k, 0);
+
+	return rv == 0 ? 0 : dial_once(s, url, sources, k, NNG_FLAG_NONBLOCK);
 }
 
 static long
@@ -175,7 +215,7 @@ parse_long(const char *s, long lo, long hi)
 int
 main(int argc, char **argv)
 {
-	long n = 200, timeout_ms = 120000;
+	long n = 200, timeout_ms = 120000, sources = 0;
 	int i = 1, rv, counts[R_NONE + 1] = { 0 };
 	unsigned char *payload = NULL;
 	size_t len = 0;
@@ -188,6 +228,8 @@ main(int argc, char **argv)
 			n = parse_long(argv[++i], 1, 1000);
 		else if (strcmp(argv[i], "--timeout-ms") == 0 && i + 1 < argc)
 			timeout_ms = parse_long(argv[++i], 1, 3600000);
+		else if (strcmp(argv[i], "--sources") == 0 && i + 1 < argc)
+			sources = parse_long(argv[++i], 1, 250);
 		else
 			usage();
 	}
@@ -199,27 +241,31 @@ main(int argc, char **argv)
 	}
 	if ((ps = calloc((size_t)n, sizeof(*ps))) == NULL)
 		return 4;
+	/*
+	 * One copy per producer, all made before the first dial: the sends then
+	 * go out together, and no connection waits idle while copies are made
+	 * (the writer closes a connection that sends no request within 10 s).
+	 */
 	for (long k = 0; k < n; k++) {
 		producer *p = &ps[k];
+		nng_msg *m = NULL;
 		if ((rv = nng_req0_open(&p->sock)) != 0 ||
 		    (rv = nng_socket_set_ms(p->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE)) != 0 ||
 		    (rv = nng_socket_set_ms(p->sock, NNG_OPT_RECONNMINT, 100)) != 0 ||
-		    (rv = nng_aio_alloc(&p->aio, cb, p)) != 0 || (rv = nng_dial(p->sock, argv[i], NULL, 0)) != 0) {
+		    (rv = nng_aio_alloc(&p->aio, cb, p)) != 0 || (rv = nng_msg_alloc(&m, len)) != 0) {
 			fprintf(stderr, "ingestflood: producer %ld: %s\n", k, nng_strerror(rv));
 			return 3;
 		}
+		memcpy(nng_msg_body(m), payload, len);
+		nng_aio_set_msg(p->aio, m);
 		nng_aio_set_timeout(p->aio, (nng_duration)timeout_ms);
 		p->result = R_PENDING;
 	}
-	/* one copy per producer, made before the first send: the sends then go out together */
 	for (long k = 0; k < n; k++) {
-		nng_msg *m = NULL;
-		if ((rv = nng_msg_alloc(&m, len)) != 0) {
-			fprintf(stderr, "ingestflood: nng_msg_alloc: %s\n", nng_strerror(rv));
+		if ((rv = dial(ps[k].sock, argv[i], sources, k)) != 0) {
+			fprintf(stderr, "ingestflood: producer %ld: %s\n", k, nng_strerror(rv));
 			return 3;
 		}
-		memcpy(nng_msg_body(m), payload, len);
-		nng_aio_set_msg(ps[k].aio, m);
 		ps[k].sending = 1;
 	}
 	free(payload);
@@ -254,6 +300,10 @@ main(int argc, char **argv)
 	       "\"no_reply\":%d,\"first_ms\":%.0f,\"last_ms\":%.0f}\n",
 	       n, counts[R_OK], counts[R_BUSY], counts[R_INVALID], counts[R_UNAVAILABLE], counts[R_OTHER],
 	       counts[R_NONE], first < 0 ? 0 : first, last);
+	/* the counts are out even if a sanitizer ends the process at exit without flushing stdio */
+	fflush(stdout);
 	free(ps);
+	/* closed sockets' dialers and pipes are reaped asynchronously: let nng finish (LeakSanitizer) */
+	nng_fini();
 	return counts[R_NONE] == 0 ? 0 : 1;
 }
