@@ -339,7 +339,7 @@ request_at(const void *src, size_t i)
 }
 
 static void
-on_request(ingest_work *work, const proto_request *req, void *arg)
+on_request(ingest_origin *work, const proto_request *req, void *arg)
 {
 	writer *w = arg;
 	st_err rv;
