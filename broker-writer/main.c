@@ -88,6 +88,7 @@
 
 #include "batch.h"
 #include "ingest.h"
+#include "ingest_http.h"
 #include "pgerr.h"
 #include "publish.h"
 #include "retention.h"
@@ -175,6 +176,7 @@ enum {
 	W_TLS_KEY,
 	W_TLS_CA,
 	W_INGEST_KEYS,
+	W_INGEST_HTTP,
 	W_N
 };
 
@@ -203,6 +205,8 @@ static st_opt opts[W_N] = {
 	/* Producer credentials (docs/security.md): the edge's JWKS rules, claim "publish". */
 	[W_INGEST_KEYS] = { .name = "ingest-keys", .kind = ST_OPT_STR, .def = "",
 	  .help = "JWKS file of the producers' token keys; empty = no producer credentials (reload: SIGHUP, reload)" },
+	[W_INGEST_HTTP] = { .name = "ingest-http", .kind = ST_OPT_STR, .def = "",
+	  .help = "ADDR:PORT for publishing over HTTP (POST /v1/events); empty = none", .check = st_preflight_http_addr },
 };
 
 enum flush_state {
@@ -232,6 +236,7 @@ typedef struct writer {
 	publish *pub;
 	retention *ret;
 	http_server *http;
+	ingest_http *in_http; /* --ingest-http, or NULL */
 	st_control *ctl;
 	batch *cur, *fl;
 	batch *iso;       /* requests of a flush that failed with a data error: flushed one at a time */
@@ -1013,6 +1018,14 @@ run(writer *w)
 	                     w->rej_invalid, w->auth ? &ia : NULL, on_request, w, &w->in)) != ST_OK)
 		st_config_fail(PROG, "--ingest: cannot listen (%s)", st_err_str(rv));
 	ingest_set_counters(w->in, w->rej_busy, w->rej_unavail);
+	if (opts[W_INGEST_HTTP].sval[0] != '\0') {
+		ingest_http_config hc = { .in = w->in, .auth = w->auth, .invalid = w->rej_invalid, .busy = w->rej_busy,
+			                  .unavailable = w->rej_unavail, .unauthorized = w->rej_unauth,
+			                  .forbidden = w->rej_forbidden, .fn = on_request, .arg = w };
+		if ((rv = ingest_http_new(w->base, opts[W_INGEST_HTTP].sval, &hc, &w->in_http)) != ST_OK)
+			st_config_fail(PROG, "--ingest-http: cannot listen on %s (%s)", opts[W_INGEST_HTTP].sval,
+			               st_err_str(rv));
+	}
 	if (ctl_url != NULL && ctl_url[0] != '\0' &&
 	    (rv = st_control_new(w->base, ctl_url, on_control, w, &w->ctl)) != ST_OK)
 		st_config_fail(PROG, "--control: cannot listen (%s)", st_err_str(rv));
@@ -1036,6 +1049,7 @@ static void
 writer_fini(writer *w)
 {
 	/* nng first: its threads must stop posting before the loop objects go */
+	ingest_http_free(w->in_http); /* before the ingest whose budget it charges */
 	ingest_free(w->in);
 	st_control_free(w->ctl);
 	http_server_free(w->http);
@@ -1081,7 +1095,7 @@ main(int argc, char **argv)
 	st_log_init(PROG);
 	st_config_parse_or_exit(opts, W_N, argc, argv, PROG,
 	                "broker-writer [migrate] --pg-dsn DSN [--ingest URL] [--publish URL] [--control URL] "
-	                "[--http ADDR:PORT] [--flush-interval-ms 1000] [--lock-key N] [--retention DURATION]",
+	                "[--http ADDR:PORT] [--ingest-http ADDR:PORT] [--flush-interval-ms 1000] [--lock-key N] [--retention DURATION]",
 	                &first);
 	if (first < argc && strcmp(argv[first], "migrate") == 0) {
 		if (first + 1 < argc)
@@ -1098,6 +1112,7 @@ main(int argc, char **argv)
 			{ "publish", opts[W_PUBLISH].sval, ST_PREFLIGHT_NNG },
 			{ "control", opts[W_CONTROL].sval, ST_PREFLIGHT_NNG },
 			{ "http", opts[W_HTTP].sval, ST_PREFLIGHT_HTTP },
+			{ "ingest-http", opts[W_INGEST_HTTP].sval, ST_PREFLIGHT_HTTP },
 		};
 		st_preflight_listen(PROG, addrs, ST_ARRAY_LEN(addrs));
 	}
