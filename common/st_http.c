@@ -10,6 +10,13 @@
  *     |                           \--(reply with close)-----> DRAIN
  *     \--(refused: 400/413/431/505)--> DRAIN        STREAM --(end)--> DRAIN
  *
+ * With max_body_bytes, HANDLER --(http_req_read_body)--> BODY --(complete:
+ * body_fn)--> HANDLER: the body is copied out of the input into one block
+ * of its declared length as it arrives (so the input's head-sized watermark
+ * is lifted meanwhile); its deadline is a per-connection timer (it varies
+ * with the length, so it cannot share a FIFO); missing it is a 408 and the
+ * request is gone (its gone callback), as is a client that closes meanwhile.
+ *
  * DRAIN flushes the output, shuts the write side down and waits (at most
  * 5 s after entering DRAIN) for the peer's EOF before the socket is closed,
  * so that a response is never destroyed by an RST for unread input.
