@@ -441,6 +441,44 @@ def psql_time(dsn, sql):
     return time.monotonic() - t0
 
 
+def http_ingest(port, seconds, conns=64, batch=1000):
+    """POST /v1/events over conns keep-alive connections for `seconds`: events/s committed.
+    The client is Python threads with a body encoded once (per request only the
+    send and the answer's parse), so on a 2-core machine it competes with the writer."""
+    import http.client
+    import threading
+    body = json.dumps([{"topic": "ingest", "data": {"n": i, "p": "x" * 16}} for i in range(batch)],
+                      separators=(",", ":")).encode()
+    hdrs = {"Content-Type": "application/json"}
+    tally = {"ok": 0, "busy": 0, "errors": 0}
+    lock = threading.Lock()
+    end = time.monotonic() + seconds
+
+    def run():
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        while time.monotonic() < end:
+            try:
+                c.request("POST", "/v1/events", body=body, headers=hdrs)
+                r = c.getresponse()
+                r.read()
+                k = "ok" if r.status == 200 else "busy" if r.status == 429 else "errors"
+            except (OSError, http.client.HTTPException):
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                k = "errors"
+            with lock:
+                tally[k] += batch if k == "ok" else 1
+
+    t0 = time.monotonic()
+    ths = [threading.Thread(target=run) for _ in range(conns)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    el = time.monotonic() - t0
+    return {"http_committed": tally["ok"], "http_elapsed_s": el, "http_rate": tally["ok"] / el,
+            "http_busy": tally["busy"], "http_errors": tally["errors"], "http_conns": conns, "http_batch": batch}
+
+
 def ingest(args, tmp, writers):
     s = Studio(writers=writers, edge=False, flush_ms=args.ingest_flush_ms)
     try:
@@ -464,6 +502,12 @@ def ingest(args, tmp, writers):
             secs = psql_time(s.env.dsn, "\\copy broker_event (topic, about, data) FROM '%s' CSV" % f)
             res["copy_rows"], res["copy_s"], res["copy_rate"] = n, secs, n / secs
             os.unlink(f)
+            # publishing over HTTP, on a writer of its own beside the nng one
+            port = harness.free_port()
+            hw = s.env.start_writer(flush_interval_ms=args.ingest_flush_ms, retention="0",
+                                    ingest_http="127.0.0.1:%d" % port)
+            hw.wait_ready(30)
+            res.update(http_ingest(port, args.ingest_s))
         return res
     finally:
         s.close()
@@ -703,6 +747,10 @@ def table(R, quick):
         L.append("| ingest, %d writer%s | events/s committed | %s | - | - | %s (COPY) | %s | %s | %s |" % (
             r["writers"], "s" if r["writers"] > 1 else "", fmt(r["rate"]), fmt(lim), ratio(r["rate"], lim),
             tgt, met))
+        if "http_rate" in r:
+            L.append("| ingest over HTTP, 1 writer, %d keep-alive connections, batches of %d | events/s committed | %s | - | - | %s (nng ingest) | %s | >= 60%% of nng | %s |" % (
+                r["http_conns"], r["http_batch"], fmt(r["http_rate"]), fmt(r["rate"]), ratio(r["http_rate"], r["rate"]),
+                "yes" if r["http_rate"] >= 0.6 * r["rate"] else "no"))
     rp = R.get("replay")
     if rp:
         met = "yes" if rp["rate"] >= 200000 and rp["rate"] >= 0.6 * rp["copy_rate"] else "no"

@@ -75,7 +75,10 @@
 enum work_state { W_FREE, W_WAIT, W_SEND };
 enum rcv_state { R_RECV, R_SEND };
 
+typedef struct ingest_work ingest_work;
+
 struct ingest_work {
+	ingest_origin origin; /* first: the loop's handle on this slot */
 	ingest *in;
 	nng_aio *aio;
 	enum work_state st;
@@ -124,6 +127,9 @@ struct ingest {
 	st_counter *unauthorized, *forbidden;
 };
 
+static void work_ok(ingest_origin *o, const uint64_t *seqs, size_t n);
+static void work_err(ingest_origin *o, const char *code, const char *detail);
+
 /* ---------------------------------------------------------------- budget */
 
 static bool
@@ -148,6 +154,24 @@ size_t
 ingest_inflight_bytes(const ingest *in)
 {
 	return atomic_load(&((ingest *)in)->budget);
+}
+
+bool
+ingest_budget_charge(ingest *in, size_t n)
+{
+	return charge(in, n);
+}
+
+void
+ingest_budget_release(ingest *in, size_t n)
+{
+	release(in, n);
+}
+
+const char *
+ingest_refusal(const ingest *in)
+{
+	return atomic_load(&((ingest *)in)->refuse);
 }
 
 /* ---------------------------------------------------------------- replies */
@@ -271,9 +295,8 @@ auth_check(ingest *in, nng_msg *m, const unsigned char *hdr, size_t hdr_len, st_
 	return reply_err_msg(hdr, hdr_len, "unauthorized", detail);
 }
 
-/* The index of the first event whose topic the grant does not cover, or n. */
-static size_t
-grant_uncovered(const st_auth_grant *g, const proto_request *req)
+size_t
+ingest_grant_uncovered(const st_auth_grant *g, const proto_request *req)
 {
 	size_t n = proto_request_count(req);
 
@@ -284,6 +307,15 @@ grant_uncovered(const st_auth_grant *g, const proto_request *req)
 			return i;
 	}
 	return n;
+}
+
+void
+ingest_forbidden_detail(const proto_request *req, size_t i, char *detail, size_t cap)
+{
+	const proto_event *ev = proto_request_event(req, i);
+
+	snprintf(detail, cap, "event %zu: topic \"%.*s\" is not in the token's publish claim", i, (int)ev->topic.len,
+	         ev->topic.p);
 }
 
 /*
@@ -390,15 +422,12 @@ receive(ingest *in, nng_msg *m)
 
 	detail[0] = '\0';
 	if (proto_request_decode(nng_msg_body(m), len, &w->req, detail, sizeof(detail)) != ST_OK ||
-	    (grant != NULL && (bad = grant_uncovered(grant, w->req)) < proto_request_count(w->req))) {
+	    (grant != NULL && (bad = ingest_grant_uncovered(grant, w->req)) < proto_request_count(w->req))) {
 		const char *code = "invalid";
 
 		if (w->req != NULL) {
 			/* decoded, but the token does not cover every topic: nothing of it is stored */
-			const proto_event *ev = proto_request_event(w->req, bad);
-
-			snprintf(detail, sizeof(detail), "event %zu: topic \"%.*s\" is not in the token's publish claim",
-			         bad, (int)ev->topic.len, ev->topic.p);
+			ingest_forbidden_detail(w->req, bad, detail, sizeof(detail));
 			code = "forbidden";
 			count(in->forbidden);
 			proto_request_free(w->req);
@@ -427,7 +456,7 @@ receive(ingest *in, nng_msg *m)
 	}
 	w->msg = m;
 	w->st = W_WAIT;
-	st_mailbox_post(in->mb, w);
+	st_mailbox_post(in->mb, &w->origin);
 	return NULL;
 }
 
@@ -519,7 +548,7 @@ mailbox_cb(void *item, void *arg)
 
 	if (atomic_load(&in->closing))
 		return;
-	in->fn(w, w->req, in->arg);
+	in->fn(&w->origin, w->req, in->arg);
 }
 
 /* ---------------------------------------------------------------- pipes */
@@ -742,6 +771,8 @@ ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter 
 	in->n_works = n_works;
 	for (size_t i = n_works; i-- > 0;) {
 		ingest_work *w = &in->works[i];
+		w->origin.ok = work_ok;
+		w->origin.err = work_err;
 		w->in = in;
 		if ((rv = nng_aio_alloc(&w->aio, work_cb, w)) != 0) {
 			st_error("ingest: cannot allocate an aio: %s", nng_strerror(rv));
@@ -845,9 +876,10 @@ ingest_set_conn_metrics(ingest *in, st_counter *refused_global, st_counter *refu
 	pthread_mutex_unlock(&in->pmu);
 }
 
-void
-ingest_reply_ok(ingest_work *w, const uint64_t *seqs, size_t n)
+static void
+work_ok(ingest_origin *o, const uint64_t *seqs, size_t n)
 {
+	ingest_work *w = (ingest_work *)o;
 	st_buf b;
 
 	st_buf_init(&b);
@@ -856,9 +888,10 @@ ingest_reply_ok(ingest_work *w, const uint64_t *seqs, size_t n)
 	st_buf_fini(&b);
 }
 
-void
-ingest_reply_err(ingest_work *w, const char *code, const char *detail)
+static void
+work_err(ingest_origin *o, const char *code, const char *detail)
 {
+	ingest_work *w = (ingest_work *)o;
 	st_buf b;
 
 	st_buf_init(&b);

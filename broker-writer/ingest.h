@@ -81,11 +81,24 @@
 
 struct event_base;
 struct st_auth_store;
+struct st_auth_grant;
 typedef struct ingest ingest;
-typedef struct ingest_work ingest_work;
 
-/* Loop thread: a valid request arrived.  The work (and req) stay valid until answered. */
-typedef void (*ingest_request_fn)(ingest_work *w, const proto_request *req, void *arg);
+/*
+ * Who answers an accepted request on the loop: an nng work slot (here) or
+ * an HTTP request (ingest_http.h).  The loop batches requests by this
+ * pointer and answers each exactly once with ingest_reply_ok or
+ * ingest_reply_err, whichever ingest it came from.  Hands off the layout
+ * but for the two functions' owners.
+ */
+typedef struct ingest_origin ingest_origin;
+struct ingest_origin {
+	void (*ok)(ingest_origin *o, const uint64_t *seqs, size_t n);
+	void (*err)(ingest_origin *o, const char *code, const char *detail);
+};
+
+/* Loop thread: a valid request arrived.  The origin (and req) stay valid until answered. */
+typedef void (*ingest_request_fn)(ingest_origin *o, const proto_request *req, void *arg);
 
 /*
  * Producer credentials (docs/security.md): every request must carry a token
@@ -135,10 +148,35 @@ void ingest_set_conn_metrics(ingest *in, st_counter *refused_global, st_counter 
 
 /* Bytes charged to the budget now (any thread; for stats and tests). */
 size_t ingest_inflight_bytes(const ingest *in);
+/*
+ * The in-flight byte budget, shared with the HTTP ingest: true when n bytes
+ * were charged (never past INGEST_BUDGET), false (nothing charged) when
+ * they do not fit: the request is `busy`.  Any thread.
+ */
+bool ingest_budget_charge(ingest *in, size_t n);
+void ingest_budget_release(ingest *in, size_t n);
+/* The loop's current "unavailable" detail (ingest_set_refusal), or NULL. Any thread. */
+const char *ingest_refusal(const ingest *in);
 
-/* Answers w: {"ok":true,"seqs":[...]}.  Frees w's request; w goes back to the free slots. */
-void ingest_reply_ok(ingest_work *w, const uint64_t *seqs, size_t n);
-/* Answers w: {"ok":false,"error":code,"detail":detail}. */
-void ingest_reply_err(ingest_work *w, const char *code, const char *detail);
+/*
+ * The index of the first event of req whose topic the producer grant does
+ * not cover, or proto_request_count(req) when it covers them all; and the
+ * `forbidden` detail for index i into detail.  Pure.
+ */
+size_t ingest_grant_uncovered(const struct st_auth_grant *g, const proto_request *req);
+void ingest_forbidden_detail(const proto_request *req, size_t i, char *detail, size_t cap);
+
+/* Answers o: {"ok":true,"seqs":[...]}.  For the nng ingest: frees the request; the slot goes back. */
+static inline void
+ingest_reply_ok(ingest_origin *o, const uint64_t *seqs, size_t n)
+{
+	o->ok(o, seqs, n);
+}
+/* Answers o: {"ok":false,"error":code,"detail":detail} (over HTTP: the matching problem). */
+static inline void
+ingest_reply_err(ingest_origin *o, const char *code, const char *detail)
+{
+	o->err(o, code, detail);
+}
 
 #endif

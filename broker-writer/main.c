@@ -44,6 +44,7 @@
 
 #include "flush.h"
 #include "ingest.h"
+#include "ingest_http.h"
 #include "publish.h"
 #include "retention.h"
 #include "schema.h"
@@ -118,6 +119,7 @@ enum {
 	W_TLS_CA,
 	W_INGEST_KEYS,
 	W_MIGRATE_WAIT,
+	W_INGEST_HTTP,
 	W_N
 };
 
@@ -149,6 +151,8 @@ static st_opt opts[W_N] = {
 	[W_MIGRATE_WAIT] = { .name = "migrate-wait", .kind = ST_OPT_DURATION, .def = "60s",
 	  .help = "`migrate`: how long a database that cannot be reached (down, starting, not resolvable) is waited for",
 	  .min = 0, .max = 3600000, .allowed = "0 (fail at once) or a duration up to 1h" },
+	[W_INGEST_HTTP] = { .name = "ingest-http", .kind = ST_OPT_STR, .def = "",
+	  .help = "ADDR:PORT for publishing over HTTP (POST /v1/events); empty = none", .check = st_preflight_http_addr },
 };
 
 /* Ordered: each state refuses what the ones before it refuse. */
@@ -170,6 +174,7 @@ typedef struct writer {
 	publish *pub;
 	retention *ret;
 	http_server *http;
+	ingest_http *in_http; /* --ingest-http, or NULL */
 	st_control *ctl;
 	flush *flush;          /* the batches and the flush machine (flush.h) */
 	enum writer_life life; /* see DESIGN */
@@ -237,7 +242,7 @@ request_at(const void *src, size_t i)
 }
 
 static void
-on_request(ingest_work *work, const proto_request *req, void *arg)
+on_request(ingest_origin *work, const proto_request *req, void *arg)
 {
 	writer *w = arg;
 	st_err rv;
@@ -666,6 +671,14 @@ run(writer *w)
 	ingest_set_counters(w->in, w->rej_busy, w->rej_unavail);
 	ingest_set_conn_metrics(w->in, w->conn_refused_global, w->conn_refused_addr, w->conn_closed_idle,
 	                        w->conn_displaced, w->conn_closed_hs, w->conns);
+	if (opts[W_INGEST_HTTP].sval[0] != '\0') {
+		ingest_http_config hc = { .in = w->in, .auth = w->auth, .invalid = w->rej_invalid, .busy = w->rej_busy,
+			                  .unavailable = w->rej_unavail, .unauthorized = w->rej_unauth,
+			                  .forbidden = w->rej_forbidden, .fn = on_request, .arg = w };
+		if ((rv = ingest_http_new(w->base, opts[W_INGEST_HTTP].sval, &hc, &w->in_http)) != ST_OK)
+			st_config_fail(PROG, "--ingest-http: cannot listen on %s (%s)", opts[W_INGEST_HTTP].sval,
+			               st_err_str(rv));
+	}
 	if (ctl_url != NULL && ctl_url[0] != '\0' &&
 	    (rv = st_control_new(w->base, ctl_url, on_control, w, &w->ctl)) != ST_OK)
 		st_config_fail(PROG, "--control: cannot listen (%s)", st_err_str(rv));
@@ -689,6 +702,7 @@ static void
 writer_fini(writer *w)
 {
 	/* nng first: its threads must stop posting before the loop objects go */
+	ingest_http_free(w->in_http); /* before the ingest whose budget it charges */
 	ingest_free(w->in);
 	st_control_free(w->ctl);
 	http_server_free(w->http);
@@ -725,7 +739,7 @@ main(int argc, char **argv)
 	st_log_init(PROG);
 	st_config_parse_or_exit(opts, W_N, argc, argv, PROG,
 	                "broker-writer [migrate] --pg-dsn DSN [--ingest URL] [--publish URL] [--control URL] "
-	                "[--http ADDR:PORT] [--flush-interval-ms 1000] [--lock-key N] [--retention DURATION]",
+	                "[--http ADDR:PORT] [--ingest-http ADDR:PORT] [--flush-interval-ms 1000] [--lock-key N] [--retention DURATION]",
 	                &first);
 	if (first < argc && strcmp(argv[first], "migrate") == 0) {
 		if (first + 1 < argc)
@@ -743,6 +757,7 @@ main(int argc, char **argv)
 			{ "publish", opts[W_PUBLISH].sval, ST_PREFLIGHT_NNG },
 			{ "control", opts[W_CONTROL].sval, ST_PREFLIGHT_NNG },
 			{ "http", opts[W_HTTP].sval, ST_PREFLIGHT_HTTP },
+			{ "ingest-http", opts[W_INGEST_HTTP].sval, ST_PREFLIGHT_HTTP },
 		};
 		st_preflight_listen(PROG, addrs, ST_ARRAY_LEN(addrs));
 	}

@@ -10,6 +10,13 @@
  *     |                           \--(reply with close)-----> DRAIN
  *     \--(refused: 400/413/431/505)--> DRAIN        STREAM --(end)--> DRAIN
  *
+ * With max_body_bytes, HANDLER --(http_req_read_body)--> BODY --(complete:
+ * body_fn)--> HANDLER: the body is copied out of the input into one block
+ * of its declared length as it arrives (so the input's head-sized watermark
+ * is lifted meanwhile); its deadline is a per-connection timer (it varies
+ * with the length, so it cannot share a FIFO); missing it is a 408 and the
+ * request is gone (its gone callback), as is a client that closes meanwhile.
+ *
  * DRAIN flushes the output, shuts the write side down and waits (at most
  * 5 s after entering DRAIN) for the peer's EOF before the socket is closed,
  * so that a response is never destroyed by an RST for unread input.
@@ -99,7 +106,10 @@
 /* Buffers per writev of http_stream_write_refs (callers batch fewer). */
 #define HTTP_WRITEV_MAX 64
 
-enum conn_state { ST_HEAD, ST_HANDLER, ST_STREAM, ST_DRAIN };
+enum conn_state { ST_HEAD, ST_HANDLER, ST_BODY, ST_STREAM, ST_DRAIN };
+
+/* A body must arrive at this rate after the server's body grace time (bytes/s). */
+#define HTTP_BODY_MIN_RATE (64u * 1024)
 
 /* Every connection has one link per kind of list (st_dlist.h). */
 enum { L_ALL, L_Q, L_KICK, L_OUT, L_NKINDS };
@@ -128,6 +138,7 @@ struct http_stream {
 	bool watch_gone : 1;
 	char peer[56];
 	uint8_t peer_ip[16];     /* the peer's address, IPv4 as ::ffff:a.b.c.d (http_req_peer_ip) */
+	struct event *body_ev;   /* ST_BODY: the body's deadline; made on the first body read */
 };
 
 struct http_req {
@@ -137,6 +148,11 @@ struct http_req {
 	const char *cors;     /* the Origin header when it matches cors_origins, else NULL */
 	bool head, options;   /* the method is HEAD / OPTIONS */
 	bool keep_alive;      /* from the head; cleared when the handler watches for the client going away */
+	bool body_read;       /* http_req_read_body took the declared body (else it is unread: close after the answer) */
+	char *body;           /* ST_BODY: parsed.content_length bytes being filled; handed to body_fn */
+	size_t body_got;
+	http_body_fn body_fn;
+	void *body_arg;
 	st_http_head parsed;  /* points into buf */
 	char buf[];           /* the head, NUL-split in place by st_http_parse_head */
 };
@@ -149,7 +165,9 @@ struct http_server {
 	char *cors;
 	bool cors_credentials;    /* Access-Control-Allow-Credentials: true with every CORS answer */
 	size_t max_head;
+	size_t max_body;          /* 0: request bodies refused by the parser */
 	uint32_t head_timeout_ms;
+	uint32_t body_grace_ms;
 	http_conn_limit *limit;   /* cfg's (borrowed) or own_limit */
 	http_conn_limit *own_limit;
 	uint32_t nconns;
@@ -371,6 +389,9 @@ conn_destroy(http_stream *c, bool force_abrupt)
 	bufferevent_setcb(c->bev, NULL, NULL, NULL, NULL);
 	bufferevent_free(c->bev);
 	c->bev = NULL;
+	if (c->body_ev)
+		event_free(c->body_ev);
+	c->body_ev = NULL;
 	s->cb_depth++;
 	if (r) {
 		c->req = NULL;
@@ -645,6 +666,7 @@ cors_match(const http_server *s, const char *origin)
 static void
 req_free(http_req *r)
 {
+	free(r->body);
 	free(r);
 }
 
@@ -723,7 +745,8 @@ conn_parse(http_stream *c)
 		r->c = c;
 		evbuffer_remove(in, r->buf, hl);
 		r->buf[hl] = '\0';
-		if (st_http_parse_head(&r->parsed, r->buf, hl) != ST_OK) {
+		if ((s->max_body ? st_http_parse_head_bodies(&r->parsed, r->buf, hl)
+		                 : st_http_parse_head(&r->parsed, r->buf, hl)) != ST_OK) {
 			int status = r->parsed.status;
 			const char *detail = r->parsed.detail; /* static text */
 
@@ -773,6 +796,102 @@ conn_after_reply(http_stream *c, bool keep)
 		conn_kick(c);
 }
 
+/* ------------------------------------------------------------ bodies */
+
+/*
+ * Moves the body's bytes from the input into the request's block; when it
+ * is complete, hands it to body_fn (the connection is back in HANDLER, and
+ * pipelined bytes after the body stay in the input for later).
+ */
+static void
+body_take(http_stream *c)
+{
+	http_req *r = c->req;
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	size_t want = (size_t)r->parsed.content_length - r->body_got;
+	size_t n = ST_MIN(want, evbuffer_get_length(in));
+	http_body_fn fn;
+	char *body;
+
+	if (n > 0) {
+		evbuffer_remove(in, r->body + r->body_got, n);
+		r->body_got += n;
+	}
+	if (r->body_got < (size_t)r->parsed.content_length)
+		return;
+	event_del(c->body_ev);
+	bufferevent_setwatermark(c->bev, EV_READ, 0, c->srv->max_head);
+	c->state = ST_HANDLER;
+	fn = r->body_fn;
+	body = r->body;
+	r->body = NULL;
+	r->body_fn = NULL;
+	c->srv->cb_depth++;
+	fn(r, body, r->body_got, r->body_arg);
+	c->srv->cb_depth--;
+}
+
+/* The body did not arrive in time: 408, and the request is gone (its gone callback). */
+static void
+body_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	http_stream *c = arg;
+	http_req *r = c->req;
+
+	(void)fd;
+	(void)what;
+	if (c->closing || c->state != ST_BODY || r == NULL)
+		return;
+	c->req = NULL;
+	conn_fail(c, 408, "the request body did not arrive in time");
+	c->srv->cb_depth++;
+	if (r->gone)
+		r->gone(r->gone_arg);
+	c->srv->cb_depth--;
+	req_free(r);
+}
+
+uint64_t
+http_req_body_length(const http_req *r)
+{
+	return r->parsed.content_length;
+}
+
+void
+http_req_read_body(http_req *r, http_body_fn fn, void *arg)
+{
+	http_stream *c = r->c;
+	http_server *s = c->srv;
+	size_t len = (size_t)r->parsed.content_length;
+	uint64_t ms = s->body_grace_ms + (uint64_t)len * 1000 / HTTP_BODY_MIN_RATE;
+
+	ST_ASSERT(c->req == r && c->state == ST_HANDLER && !r->body_read && len > 0 && len <= s->max_body);
+	r->body_read = true;
+	r->body = st_xmalloc(len);
+	r->body_got = 0;
+	r->body_fn = fn;
+	r->body_arg = arg;
+	c->state = ST_BODY;
+	if (!c->body_ev)
+		c->body_ev = evtimer_new(s->base, body_timer_cb, c);
+	ST_ASSERT(c->body_ev != NULL);
+	{
+		struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+		evtimer_add(c->body_ev, &tv);
+	}
+	/* no head-sized cap while the body streams in: it is copied out as it arrives */
+	bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
+	bufferevent_enable(c->bev, EV_READ);
+	body_take(c);
+}
+
+void
+http_req_set_close_cb(http_req *r, void (*gone)(void *arg), void *arg)
+{
+	r->gone = gone;
+	r->gone_arg = arg;
+}
+
 /* ------------------------------------------------- bufferevent callbacks */
 
 static void
@@ -784,6 +903,9 @@ read_cb(struct bufferevent *bev, void *arg)
 	switch (c->state) {
 	case ST_HEAD:
 		conn_parse(c);
+		break;
+	case ST_BODY:
+		body_take(c);
 		break;
 	case ST_HANDLER:
 		/*
@@ -1073,6 +1195,8 @@ server_create(struct event_base *base, const char *listen, const http_server_con
 	s->max_head = cfg && cfg->max_header_bytes ? cfg->max_header_bytes : 8192;
 	s->max_head = ST_MAX(ST_MIN(s->max_head, (size_t)HTTP_HEAD_MAX), (size_t)HTTP_HEAD_MIN);
 	s->head_timeout_ms = cfg && cfg->header_timeout_ms ? cfg->header_timeout_ms : 10000;
+	s->max_body = cfg ? cfg->max_body_bytes : 0;
+	s->body_grace_ms = cfg && cfg->body_grace_ms ? cfg->body_grace_ms : 10000;
 	if (limit) {
 		s->limit = limit;
 	} else {
@@ -1222,9 +1346,10 @@ http_reply(http_req *r, int status, const char *content_type, const void *body, 
            const char *extra_headers)
 {
 	http_stream *c = r->c;
-	bool keep = r->keep_alive;
+	/* a declared body never read is still on the wire: the connection cannot carry another request */
+	bool keep = r->keep_alive && (r->parsed.content_length == 0 || r->body_read);
 
-	ST_ASSERT(c->req == r && status >= 100 && status <= 599);
+	ST_ASSERT(c->req == r && c->state == ST_HANDLER && status >= 100 && status <= 599);
 	c->req = NULL;
 	if (!c->closing) {
 		conn_put_head(c, status, content_type, HEAD_PLAIN, len, keep, r->cors, NULL, extra_headers);

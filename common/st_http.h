@@ -14,7 +14,12 @@
  *   - request head (request line + headers) at most max_header_bytes: 431;
  *   - the whole head must arrive within header_timeout_ms of the accept (or
  *     of the previous response on a kept-alive connection): closed;
- *   - request bodies are not accepted (Content-Length > 0 or chunked): 413;
+ *   - request bodies are not accepted (Content-Length > 0 or chunked): 413,
+ *     unless the server reads them (max_body_bytes): then a POST may carry
+ *     one Content-Length body, which the handler reads (or refuses unread)
+ *     with http_req_read_body; a chunked POST is 411;
+ *   - a body being read must arrive within body_grace_ms plus 1 s per
+ *     64 KiB of its length (a client trickling it is cut): 408 and close;
  *   - more than max_conns open connections (of this server, or of every
  *     server sharing one http_conn_limit): the new one is closed at once.
  *
@@ -68,6 +73,8 @@ typedef struct http_server_config {
 	uint32_t header_timeout_ms;  /* 0 = 10000 */
 	uint32_t max_conns;          /* 0 = 100000; a shared server's limit replaces it */
 	const char *cors_origins;    /* NULL/"" = no CORS headers; copied */
+	size_t max_body_bytes;       /* 0 = request bodies refused; else the most http_req_read_body reads */
+	uint32_t body_grace_ms;      /* 0 = 10000: a body's deadline is this plus 1 s per 64 KiB */
 } http_server_config;
 
 /*
@@ -149,6 +156,31 @@ const char *http_req_header(const http_req *r, const char *name);
  * connection closes after the answer.
  */
 void http_req_set_gone_cb(http_req *r, void (*gone)(void *arg), void *arg);
+
+/*
+ * Like http_req_set_gone_cb, but the connection stays kept alive: the input
+ * is not dropped, so a client gone behind more than max_header_bytes of
+ * pipelined input is noticed only when the answer is written.  For handlers
+ * that answer after a wait (a commit) on connections that carry request
+ * after request.
+ */
+void http_req_set_close_cb(http_req *r, void (*gone)(void *arg), void *arg);
+
+/*
+ * Request bodies (servers with max_body_bytes): the declared length
+ * (Content-Length of a POST; 0 for none).  A handler either answers without
+ * reading it (the connection then closes after the answer, so a 413 or 401
+ * is said before the body is read) or calls http_req_read_body once: fn
+ * gets the whole body (len == the declared length, at most max_body_bytes:
+ * asserted), malloc'd and owned by fn from then on, and r is again waiting
+ * for its answer.  fn may run before http_req_read_body returns.  When the
+ * body does not arrive in time (408, answered by the server) or the client
+ * goes away, fn is never called: the gone callback is (http_req_set_gone_cb
+ * or http_req_set_close_cb), and r is freed.
+ */
+typedef void (*http_body_fn)(http_req *r, char *body, size_t len, void *arg);
+uint64_t http_req_body_length(const http_req *r);
+void http_req_read_body(http_req *r, http_body_fn fn, void *arg);
 
 /* http_query_each (the query string, percent-decoded, pair by pair) is
  * declared in st_http_parse.h, included above: it is part of the parser. */

@@ -145,36 +145,61 @@ target_parse(st_http_head *h, char *t)
 }
 
 /*
- * No bodies: any Content-Length > 0 or any Transfer-Encoding.  Only GET,
- * HEAD and OPTIONS are served, so a request with a body that uses another
- * method gets the more useful 405 (the connection closes either way, the
- * body unread).
+ * Bodies.  Without `bodies`: none, any Content-Length > 0 or any
+ * Transfer-Encoding is refused.  Only GET, HEAD and OPTIONS are served
+ * then, so a request with a body that uses another method gets the more
+ * useful 405 (the connection closes either way, the body unread).  With
+ * `bodies` (st_http_parse_head_bodies): POST may carry a body framed by one
+ * Content-Length (h->content_length); a Transfer-Encoding is 411 (chunked
+ * bodies are not read: every client of a POST API sends a length), a
+ * second Content-Length 400 (a smuggling vector).
  */
 static st_err
-body_check(st_http_head *h)
+body_check(st_http_head *h, bool bodies)
 {
 	bool served = strcmp(h->method, "GET") == 0 || strcmp(h->method, "HEAD") == 0 ||
 	              strcmp(h->method, "OPTIONS") == 0;
+	bool post = bodies && strcmp(h->method, "POST") == 0;
 	const char *why = served ? "request bodies are not accepted" : "this server serves GET, HEAD and OPTIONS";
+	bool seen_len = false;
 
 	for (uint16_t i = 0; i < h->nfields; i++) {
 		const char *name = h->buf + h->fields[i].name, *val = h->buf + h->fields[i].value;
 		uint64_t n;
 
 		if (strcasecmp(name, "Transfer-Encoding") == 0)
-			return refuse(h, served ? 413 : 405, why);
+			return post ? refuse(h, 411, "a request body needs a Content-Length (no Transfer-Encoding)")
+			            : refuse(h, served ? 413 : 405, why);
 		if (strcasecmp(name, "Content-Length") == 0) {
 			if (st_parse_u64(val, strlen(val), &n) != ST_OK)
 				return refuse(h, 400, "malformed Content-Length");
-			if (n > 0)
+			if (seen_len && bodies)
+				return refuse(h, 400, "more than one Content-Length");
+			seen_len = true;
+			if (n > 0 && !post)
 				return refuse(h, served ? 413 : 405, why);
+			h->content_length = n;
 		}
 	}
 	return ST_OK;
 }
 
+static st_err head_parse(st_http_head *h, char *buf, size_t len, bool bodies);
+
 st_err
 st_http_parse_head(st_http_head *h, char *buf, size_t len)
+{
+	return head_parse(h, buf, len, false);
+}
+
+st_err
+st_http_parse_head_bodies(st_http_head *h, char *buf, size_t len)
+{
+	return head_parse(h, buf, len, true);
+}
+
+static st_err
+head_parse(st_http_head *h, char *buf, size_t len, bool bodies)
 {
 	char *p = buf, *end = buf + len, *nl, *sp1, *sp2, *q;
 	bool http10;
@@ -256,7 +281,7 @@ st_http_parse_head(st_http_head *h, char *buf, size_t len)
 		h->fields[h->nfields].value = (uint32_t)(vs - buf);
 		h->nfields++;
 	}
-	if ((rv = body_check(h)) != ST_OK)
+	if ((rv = body_check(h, bodies)) != ST_OK)
 		return rv;
 	h->keep_alive = !http10 && !list_has_token(st_http_parse_field_get(h, "Connection"), "close");
 	return ST_OK;

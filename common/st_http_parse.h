@@ -15,6 +15,7 @@
  *   405  CONNECT, or a body (Content-Length > 0, Transfer-Encoding) with a
  *        method other than GET, HEAD, OPTIONS (the server serves only those);
  *   413  a body with GET, HEAD or OPTIONS;
+ *   411  (st_http_parse_head_bodies only) a POST with Transfer-Encoding;
  *   431  more than ST_HTTP_HEAD_FIELDS_MAX header lines;
  *   505  HTTP/x.y other than 1.0 and 1.1.
  * The bound on the head's size is the caller's (st_http's
@@ -58,6 +59,7 @@ typedef struct st_http_head {
 	const char *path;   /* starts with '/' (or is "*" for OPTIONS), undecoded */
 	const char *query;  /* after '?', undecoded; "" when none */
 	bool keep_alive;    /* HTTP/1.1 without "Connection: close" */
+	uint64_t content_length; /* st_http_parse_head_bodies: a POST's declared body length; else 0 */
 	uint16_t nfields;
 	st_http_field fields[ST_HTTP_HEAD_FIELDS_MAX];
 	/* On ST_EPROTO: the status to refuse with (400, 405, 413, 431, 505) and
@@ -93,6 +95,13 @@ size_t st_http_parse_head_end(const unsigned char *p, size_t from, size_t n);
  * the caller's; h points into it.
  */
 st_err st_http_parse_head(st_http_head *h, char *buf, size_t len);
+/*
+ * The same for a server that reads request bodies: a POST may declare one
+ * with a single Content-Length (any size: the bound is the server's), put
+ * in h->content_length; a POST with Transfer-Encoding is 411, two
+ * Content-Length fields 400; other methods are refused as above.
+ */
+st_err st_http_parse_head_bodies(st_http_head *h, char *buf, size_t len);
 
 /*
  * The value of the first header field with that name (ASCII

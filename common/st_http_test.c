@@ -429,7 +429,7 @@ server_new(const http_server_config *cfg)
 	return s;
 }
 
-static const http_server_config cors_cfg = { 0, 0, 0, "https://a.example, https://b.example" };
+static const http_server_config cors_cfg = { .cors_origins = "https://a.example, https://b.example" };
 
 /* ---------------------------------------------------------------- tests */
 
@@ -594,7 +594,7 @@ t_options_cors(void)
 {
 	http_server *s = server_new(&cors_cfg);
 	http_server *star;
-	http_server_config sc = { 0, 0, 0, "*" };
+	http_server_config sc = { .cors_origins = "*" };
 	int fd = cl_connect(http_server_port(s));
 	st_buf b;
 	resp r;
@@ -810,7 +810,7 @@ t_refusals(void)
 static void
 t_header_timeout(void)
 {
-	http_server_config cfg = { 0, 200, 0, NULL };
+	http_server_config cfg = { .header_timeout_ms = 200 };
 	http_server *s = server_new(&cfg);
 	int fd = cl_connect(http_server_port(s));
 	uint64_t t0 = now(), next = t0, elapsed;
@@ -1125,7 +1125,7 @@ t_deferred_and_gone(void)
 static void
 t_max_conns(void)
 {
-	http_server_config cfg = { 0, 0, 2, NULL };
+	http_server_config cfg = { .max_conns = 2 };
 	http_server *s = server_new(&cfg);
 	int a = cl_connect(http_server_port(s));
 	int c2 = cl_connect(http_server_port(s));

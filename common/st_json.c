@@ -487,7 +487,41 @@ typedef struct builder {
 	st_json *j;
 	size_t i;
 	const char *err;
+	const char *opaque; /* member key whose values are not expanded (st_json_parse_opaque), or NULL */
 } builder;
+
+/* Steps over the (valid) value at text[b->i] without building anything. */
+static void
+skip_value(builder *b)
+{
+	const char *t = b->j->text;
+	size_t depth = 0;
+
+	do {
+		char c = t[b->i];
+
+		if (c == '"') {
+			for (b->i++; t[b->i] != '"'; b->i++)
+				if (t[b->i] == '\\')
+					b->i++;
+			b->i++;
+		} else if (c == '{' || c == '[') {
+			depth++;
+			b->i++;
+		} else if (c == '}' || c == ']') {
+			depth--;
+			b->i++;
+		} else if (depth > 0) {
+			b->i++; /* ',' ':' whitespace and scalar bytes inside a container */
+		} else if (c == 't' || c == 'n') {
+			b->i += 4;
+		} else if (c == 'f') {
+			b->i += 5;
+		} else {
+			(void)scan_number((const unsigned char *)t, b->j->len, &b->i);
+		}
+	} while (depth > 0);
+}
 
 static void
 skip_ws(builder *b)
@@ -604,6 +638,11 @@ build_value(builder *b, int parent, size_t key_off)
 	if ((me = node_add(b, t, parent)) < 0)
 		return -1;
 	j->nodes[me].key_off = key_off;
+	if (b->opaque != NULL && key_off != SIZE_MAX && strcmp(j->strs + key_off, b->opaque) == 0) {
+		skip_value(b);
+		j->nodes[me].raw_len = b->i - j->nodes[me].raw_off;
+		return me;
+	}
 
 	switch (t) {
 	case ST_JSON_STRING: {
@@ -653,6 +692,12 @@ build_value(builder *b, int parent, size_t key_off)
 st_err
 st_json_parse(const char *in, size_t len, size_t max_nodes, st_json **out)
 {
+	return st_json_parse_opaque(in, len, max_nodes, NULL, out);
+}
+
+st_err
+st_json_parse_opaque(const char *in, size_t len, size_t max_nodes, const char *opaque_key, st_json **out)
+{
 	st_json *j = NULL;
 	builder b;
 
@@ -673,6 +718,7 @@ st_json_parse(const char *in, size_t len, size_t max_nodes, st_json **out)
 	b.j = j;
 	b.i = 0;
 	b.err = NULL;
+	b.opaque = opaque_key;
 	skip_ws(&b);
 	if (build_value(&b, -1, SIZE_MAX) < 0)
 		goto fail;
@@ -694,6 +740,14 @@ st_json_parse(const char *in, size_t len, size_t max_nodes, st_json **out)
 fail:
 	st_json_free(j);
 	return ST_EINVAL;
+}
+
+size_t
+st_json_parse_cost(size_t len, size_t max_nodes)
+{
+	/* the text copy and the string pool; nodes at their peak (a doubling
+	 * realloc holds old and new: 1.5 times the final capacity); kids */
+	return sizeof(st_json) + 2 * (len + 1) + max_nodes * (sizeof(node) * 3 / 2 + sizeof(int));
 }
 
 void

@@ -67,6 +67,16 @@ enum st_json_type { ST_JSON_NULL, ST_JSON_FALSE, ST_JSON_TRUE, ST_JSON_NUMBER,
  * freed afterwards.  Nodes are ints: 0 is the root, -1 means "none".
  */
 st_err st_json_parse(const char *in, size_t len, size_t max_nodes, st_json **out);
+/*
+ * The same, but the value of every object member named opaque_key (NULL:
+ * none) is one node only: its type, its raw text (st_json_raw), no children
+ * (count 0) and, for a string, no decoded text; it is validated like the
+ * rest but costs one node whatever it holds.  For envelopes carrying a
+ * payload the reader passes on as text (an HTTP event's `data`).
+ */
+st_err st_json_parse_opaque(const char *in, size_t len, size_t max_nodes, const char *opaque_key, st_json **out);
+/* Upper bound of the bytes a parse of len bytes into at most max_nodes nodes holds. */
+size_t st_json_parse_cost(size_t len, size_t max_nodes);
 void st_json_free(st_json *j); /* NULL-safe */
 
 enum st_json_type st_json_type(const st_json *j, int node);

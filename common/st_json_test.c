@@ -535,6 +535,40 @@ t_fuzz(void)
 	free(out2);
 }
 
+/* Opaque members: one node each, raw text intact, nested values and \\u0000 never decoded. */
+static void
+t_dom_opaque(void)
+{
+	const char *text = "[{\"data\": {\"a\": [1, {\"b\": \"x\\\"]}\"}], \"n\": null}, \"topic\": \"t\"},"
+	                   " {\"data\": \"\\u0000z\"}, {\"data\": -1.5e3}, {\"data\": [[], {}]}]";
+	st_json *j = NULL;
+	const char *p;
+	size_t len;
+	int d;
+
+	ST_CHECK(st_json_parse_opaque(text, strlen(text), 100, "data", &j) == ST_OK);
+	if (j == NULL)
+		return;
+	ST_CHECK_EQ_U64(st_json_count(j, 0), 4);
+	d = st_json_get(j, st_json_at(j, 0, 0), "data");
+	ST_CHECK(st_json_type(j, d) == ST_JSON_OBJECT && st_json_count(j, d) == 0);
+	st_json_raw(j, d, &p, &len);
+	ST_CHECK_MEM(p, len, "{\"a\": [1, {\"b\": \"x\\\"]}\"}], \"n\": null}");
+	ST_CHECK_STR(st_json_str(j, st_json_get(j, st_json_at(j, 0, 0), "topic"), NULL), "t");
+	st_json_raw(j, st_json_get(j, st_json_at(j, 0, 1), "data"), &p, &len);
+	ST_CHECK_MEM(p, len, "\"\\u0000z\"");
+	st_json_raw(j, st_json_get(j, st_json_at(j, 0, 2), "data"), &p, &len);
+	ST_CHECK_MEM(p, len, "-1.5e3");
+	st_json_raw(j, st_json_get(j, st_json_at(j, 0, 3), "data"), &p, &len);
+	ST_CHECK_MEM(p, len, "[[], {}]");
+	/* 4 objects + array + 5 members: the data never counts more than one */
+	st_json_free(j);
+	ST_CHECK(st_json_parse_opaque(text, strlen(text), 10, "data", &j) == ST_OK);
+	st_json_free(j);
+	ST_CHECK(st_json_parse_opaque(text, strlen(text), 9, "data", &j) == ST_EINVAL && j == NULL);
+	ST_CHECK(st_json_parse(text, strlen(text), 100, &j) == ST_EINVAL); /* \\u0000 when decoded */
+}
+
 int
 main(void)
 {
@@ -546,6 +580,7 @@ main(void)
 	ST_RUN(t_escape);
 	ST_RUN(t_dom);
 	ST_RUN(t_dom_refused);
+	ST_RUN(t_dom_opaque);
 	ST_RUN(t_fuzz);
 	return st_test_done();
 }
