@@ -102,7 +102,7 @@ struct edge {
 	bool exiting;
 	st_counter *m_msgs, *m_bad_msgs, *m_gap_fills, *m_filled, *m_dups, *m_fill_errors, *m_held_dropped;
 	st_counter *m_paused;      /* ms the intake was paused */
-	st_gauge *m_held, *m_head, *m_conns;
+	st_gauge *m_held, *m_head, *m_conns, *m_db_up;
 	st_histogram *m_delivery;  /* given to every worker's HTTP server */
 	sequencer_stats seen;      /* the sequencer's counters already exported */
 };
@@ -329,13 +329,14 @@ ops_ready(void *arg, const char **why)
 	return fanout_ready(c->e->fan, why);
 }
 
-/* The connection gauge is read only when scraped: it is one load of the server's count. */
+/* The connection and database gauges are read only when scraped: loads of what is kept anyway. */
 static void
 ops_refresh(void *arg)
 {
 	ops_ctx *c = arg;
 
 	st_gauge_set(c->e->m_conns, (int64_t)http_server_conns_open(fanout_worker_http(c->w)));
+	st_gauge_set(c->e->m_db_up, atomic_load(&c->e->db_up) && pgpool_ready(fanout_worker_pool(c->w)));
 }
 
 static void
@@ -659,6 +660,8 @@ main(int argc, char **argv)
 	e.m_head = st_metrics_gauge(e.metrics, "studio_history_head", NULL, "The newest seq of the ordered history.");
 	e.m_conns = st_metrics_gauge(e.metrics, "studio_http_connections_open", NULL,
 	                             "HTTP connections open now (this scrape's included), of --max-streams + 1024.");
+	e.m_db_up = st_metrics_gauge(e.metrics, "studio_database_up", NULL,
+	                             "1 when the database pools (main's and this worker's) are connected, else 0.");
 	{
 		static const double b[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 		                            0.075,  0.1,     0.15,   0.2,   0.25,   0.3,   0.4,  0.5,   0.75, 1,
