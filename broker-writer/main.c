@@ -184,9 +184,9 @@ typedef struct writer {
 	const char *keys_path;
 	/* metrics */
 	st_metrics *m;
-	st_counter *committed, *rej_invalid, *rej_busy, *rej_unavail, *rej_unauth, *rej_forbidden, *retained, *flush_failures;
+	st_counter *committed, *rej_invalid, *rej_busy, *rej_unavail, *rej_unauth, *rej_forbidden, *flush_failures;
 	st_histogram *flush_seconds;
-	st_gauge *pending;
+	st_gauge *pending, *db_up;
 	st_counter *conn_refused_global, *conn_refused_addr, *conn_closed_idle, *conn_displaced, *conn_closed_hs;
 	st_gauge *conns;
 } writer;
@@ -392,11 +392,20 @@ writer_ready(void *arg, const char **why)
 	return true;
 }
 
+/* Read only when scraped. */
+static void
+writer_refresh(void *arg)
+{
+	writer *w = arg;
+
+	st_gauge_set(w->db_up, st_pgconn_up(w->db));
+}
+
 static void
 on_http(http_req *req, void *arg)
 {
 	writer *w = arg;
-	const st_ops ops = { .metrics = w->m, .ready = writer_ready, .arg = w };
+	const st_ops ops = { .metrics = w->m, .ready = writer_ready, .refresh = writer_refresh, .arg = w };
 
 	if (!st_ops_handle(req, &ops) && !st_ops_refuse_method(req))
 		http_reply_problem(req, 404, NULL, "Not Found", "no such endpoint", NULL);
@@ -579,8 +588,7 @@ metrics_init(writer *w)
 	                                        ST_ARRAY_LEN(bounds));
 	w->flush_failures = st_metrics_counter(w->m, "studio_writer_flush_failures_total", NULL,
 	                                       "Flush attempts that failed and were retried");
-	w->retained = st_metrics_counter(w->m, "studio_writer_retention_deleted_total", NULL,
-	                                 "Events deleted by retention (by this replica)");
+	w->db_up = st_metrics_gauge(w->m, "studio_database_up", NULL, "1 when the flush connection is up, else 0.");
 	w->pending = st_metrics_gauge(w->m, "studio_writer_pending_events", NULL,
 	                              "Accepted events not yet committed");
 	w->conn_refused_global = st_metrics_counter(w->m, "studio_writer_ingest_conns_refused_total",
@@ -685,7 +693,7 @@ run(writer *w)
 	if (http_addr != NULL && http_addr[0] != '\0' &&
 	    (rv = http_server_new(w->base, http_addr, NULL, on_http, w, &w->http)) != ST_OK)
 		st_config_fail(PROG, "--http: cannot listen on %s (%s)", http_addr, st_err_str(rv));
-	if (retention_new(w->base, w->db_ret, strtoll(w->lock_key, NULL, 10), retention_ms, w->retained, &w->ret) !=
+	if (retention_new(w->base, w->db_ret, strtoll(w->lock_key, NULL, 10), retention_ms, w->m, &w->ret) !=
 	    ST_OK) {
 		st_error("cannot start retention");
 		return 1;

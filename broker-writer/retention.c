@@ -8,6 +8,15 @@
  * at a time, and a round stops at the first chunk that deletes nothing (done,
  * or another replica holds the lock), at an error (logged; the next round
  * retries), or when the connection is down.
+ *
+ * After every round, also one that failed, one more statement measures how
+ * far behind retention is (studio_writer_retention_lag_seconds): the first
+ * row above the horizon that is not the newest event (which is never
+ * deleted) is the oldest row retention could delete; by how much it is
+ * older than --retention is the lag.  Two probes of the primary key, so it
+ * costs nothing whatever the table's size, and a retention that keeps
+ * failing, or is slower than the rows expire, shows as a lag that grows
+ * (the "retention behind" alert, docs/operations.md).
  */
 #include "retention.h"
 
@@ -28,10 +37,17 @@ struct retention {
 	char interval[48]; /* "N milliseconds", or "" for keep-all */
 	char chunk[16];
 	st_counter *deleted;
+	st_gauge *lag;
 	uint64_t round_deleted;
 };
 
 static const char retain_sql[] = "SELECT broker_retain4($1::bigint, $2::interval, $3::int)";
+/* No row: nothing is deletable (empty, or only the newest event left): no lag. */
+static const char lag_sql[] =
+    "SELECT greatest(0, floor(extract(epoch FROM now() - $1::interval - o.created_at)))::bigint"
+    " FROM (SELECT e.created_at FROM broker_event e"
+    " WHERE e.seq > (SELECT m.horizon FROM broker_meta m WHERE m.id = 1)"
+    " AND e.seq < (SELECT max(x.seq) FROM broker_event x) ORDER BY e.seq LIMIT 1) o";
 
 static void
 arm(retention *r, int ms)
@@ -44,12 +60,34 @@ arm(retention *r, int ms)
 static void chunk_send(retention *r);
 
 static void
+on_lag(void *arg, PGresult *res, const char *err)
+{
+	retention *r = arg;
+
+	if (res == NULL) {
+		st_warn("retention lag: %s", err);
+	} else if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		char msg[512];
+
+		st_pgconn_result_text(res, msg, sizeof(msg));
+		st_warn("retention lag: %s", msg);
+	} else {
+		st_gauge_set(r->lag, PQntuples(res) == 1 ? strtoll(PQgetvalue(res, 0, 0), NULL, 10) : 0);
+	}
+	arm(r, RETENTION_PERIOD_MS);
+}
+
+static void
 round_end(retention *r)
 {
+	const char *vals[1] = { r->interval };
+
 	if (r->round_deleted > 0)
 		st_info("retention: deleted %" PRIu64 " events", r->round_deleted);
 	r->round_deleted = 0;
-	arm(r, RETENTION_PERIOD_MS);
+	/* keep-all has no lag; down or busy: measured after the next round */
+	if (r->interval[0] == '\0' || st_pgconn_send(r->sink, lag_sql, 1, NULL, vals, NULL, NULL, 0, on_lag, r) != ST_OK)
+		arm(r, RETENTION_PERIOD_MS);
 }
 
 static void
@@ -77,8 +115,7 @@ on_result(void *arg, PGresult *res, const char *err)
 		return;
 	}
 	r->round_deleted += (uint64_t)n;
-	if (r->deleted != NULL)
-		st_counter_add(r->deleted, (uint64_t)n);
+	st_counter_add(r->deleted, (uint64_t)n);
 	chunk_send(r);
 }
 
@@ -100,13 +137,17 @@ on_timer(evutil_socket_t fd, short what, void *arg)
 }
 
 st_err
-retention_new(struct event_base *base, st_pgconn *sink, int64_t lock_key, int64_t retention_ms, st_counter *deleted,
+retention_new(struct event_base *base, st_pgconn *sink, int64_t lock_key, int64_t retention_ms, st_metrics *m,
               retention **out)
 {
 	retention *r = st_xcalloc(1, sizeof(*r));
 
 	r->sink = sink;
-	r->deleted = deleted;
+	r->deleted = st_metrics_counter(m, "studio_writer_retention_deleted_total", NULL,
+	                                "Events deleted by retention (by this replica)");
+	r->lag = st_metrics_gauge(m, "studio_writer_retention_lag_seconds", NULL,
+	                          "Seconds by which the oldest deletable event is older than --retention (0: caught up, "
+	                          "or keep-all)");
 	snprintf(r->lock_key, sizeof(r->lock_key), "%" PRId64, lock_key);
 	if (retention_ms > 0)
 		snprintf(r->interval, sizeof(r->interval), "%" PRId64 " milliseconds", retention_ms);

@@ -14,6 +14,7 @@
  * horizon to the cut before deleting, never deletes the newest event, and
  * when it deletes nothing trims broker_flush records older than 24 hours.
  * retention_ms == 0 keeps every event but still trims broker_flush.
+ * After each round it measures the lag (retention.c).
  *
  * Thread: the loop thread.
  */
@@ -33,9 +34,13 @@
 struct event_base;
 typedef struct retention retention;
 
-/* sink is borrowed (must outlive the retention); deleted may be NULL. */
+/*
+ * sink and m are borrowed (must outlive the retention).  Registers in m
+ * studio_writer_retention_deleted_total and
+ * studio_writer_retention_lag_seconds.  Main thread, at start.
+ */
 st_err retention_new(struct event_base *base, st_pgconn *sink, int64_t lock_key, int64_t retention_ms,
-                     st_counter *deleted, retention **out);
+                     st_metrics *m, retention **out);
 /* Stops the timer.  A chunk in flight is abandoned with the sink (free the sink after this). NULL-safe. */
 void retention_free(retention *r);
 

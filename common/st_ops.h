@@ -6,7 +6,8 @@
  *   /readyz   200 "ready\n" when ready() says so, else a 503 problem
  *             document whose detail is ready()'s reason, with Retry-After: 1;
  *   /metrics  the registry in Prometheus text format 0.0.4, after
- *             refresh() (for gauges read only when scraped).
+ *             refresh() (for gauges read only when scraped), and the gauge
+ *             studio_ready: 1 when ready() says so at that moment, else 0.
  *
  * GET and HEAD only: another method gets 405 with Allow: GET, HEAD,
  * OPTIONS (st_http answers OPTIONS itself, for every path).

@@ -93,7 +93,7 @@ struct edge {
 	bool exiting;
 	st_counter *m_msgs, *m_bad_msgs, *m_gap_fills, *m_filled, *m_dups, *m_fill_errors, *m_held_dropped;
 	st_counter *m_paused;      /* ms the intake was paused */
-	st_gauge *m_held, *m_head, *m_conns;
+	st_gauge *m_held, *m_head, *m_conns, *m_db_up;
 	st_histogram *m_delivery;  /* given to every worker's HTTP server */
 	sequencer_stats seen;      /* the sequencer's counters already exported */
 	streams_config scfg;       /* fanout's workers read these copies */
@@ -331,6 +331,7 @@ ops_refresh(void *arg)
 	ops_ctx *c = arg;
 
 	st_gauge_set(c->e->m_conns, (int64_t)http_server_conns_open(fanout_worker_http(c->w)));
+	st_gauge_set(c->e->m_db_up, atomic_load(&c->e->db_up) && pgpool_ready(fanout_worker_pool(c->w)));
 }
 
 static void
@@ -516,6 +517,8 @@ metrics_init(edge *e)
 	e->m_head = st_metrics_gauge(e->metrics, "studio_history_head", NULL, "The newest seq of the ordered history.");
 	e->m_conns = st_metrics_gauge(e->metrics, "studio_http_connections_open", NULL,
 	                              "HTTP connections open now (this scrape's included), of --max-streams + 1024.");
+	e->m_db_up = st_metrics_gauge(e->metrics, "studio_database_up", NULL,
+	                              "1 when the database pools (main's and this worker's) are connected, else 0.");
 	e->m_delivery = st_metrics_histogram(e->metrics, "studio_edge_delivery_seconds", NULL,
 	                                     "From nng handing a published message over to its bytes "
 	                                     "reaching the kernel, per stream that keeps up.",

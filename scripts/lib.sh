@@ -118,7 +118,10 @@ ST_BUILD_PKGS=(build-essential cmake pkg-config libnng-dev libpq-dev libevent-de
 # the cluster's ingress. kubectl (kustomize) and node/npm (the schema
 # validator) are installed by st_need_cmd only when the command is missing:
 # a machine may carry them from elsewhere, and Debian's packages would clash.
-ST_DEPLOY_PKGS=(mmdebstrap nginx-light python3-yaml)
+# prometheus: promtool and the server test_observability.py runs as its own
+# child on a free loopback port (a service the package's postinst may start
+# on :9090 is neither used nor in the way).
+ST_DEPLOY_PKGS=(mmdebstrap nginx-light python3-yaml prometheus)
 
 # st_need_cmd CMD PKG: installs PKG when CMD is not on PATH.
 st_need_cmd() {

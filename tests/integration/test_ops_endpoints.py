@@ -3,6 +3,8 @@
 /healthz 200 "ok"; /readyz 200 "ready" or a 503 problem document naming the
 reason, with Retry-After; /metrics in Prometheus text format; another
 method on them 405 with Allow: GET, HEAD, OPTIONS; an unknown path 404.
+/metrics carries studio_ready (what /readyz answers, 1 or 0) and
+studio_database_up on both.
 The writer and the edge are checked side by side, once ready and once
 draining (studioctl drain), so a difference between them fails here.
 """
@@ -34,6 +36,8 @@ def both_programs_answer_alike():
             h.check_eq((st, hd.get("content-type")), (200, "text/plain; version=0.0.4; charset=utf-8"),
                        name + " /metrics status and type")
             h.check(b"# TYPE " in body, name + " /metrics has TYPE lines: %r" % body[:80])
+            for gauge in ("studio_ready", "studio_database_up"):
+                h.check_eq(h.metric(base, gauge), 1.0, name + " " + gauge + " when ready")
             for path in ("/healthz", "/readyz", "/metrics"):
                 st, hd, body = answer(base + path, method="POST")
                 h.check_eq((st, hd.get("allow"), hd.get("content-type")),
@@ -50,6 +54,7 @@ def both_programs_answer_alike():
             doc = json.loads(body) if hd.get("content-type") == "application/problem+json" else None
             h.check_eq((st, hd.get("retry-after"), doc and doc.get("status"), doc and doc.get("detail")),
                        (503, "1", 503, "draining"), name + " /readyz while draining")
+            h.check_eq(h.metric(base, "studio_ready"), 0.0, name + " studio_ready while draining")
 
 
 if __name__ == "__main__":
