@@ -137,13 +137,13 @@ conntab_remove(conntab *t, uint32_t id)
 }
 
 size_t
-conntab_expired(conntab *t, uint64_t now, uint32_t *ids, size_t max)
+conntab_expired(conntab *t, uint64_t now, uint64_t behind_at, uint32_t *ids, size_t max)
 {
 	size_t k = 0;
 
 	for (size_t i = 0; i < t->cap && k < max; i++) {
 		entry *x = &t->e[i];
-		if (x->id == 0 || x->seen || now < x->active + t->idle_ms)
+		if (x->id == 0 || x->seen || now < (x->active > behind_at ? x->active : behind_at) + t->idle_ms)
 			continue;
 		ids[k++] = x->id;
 		memset(x, 0, sizeof(*x));

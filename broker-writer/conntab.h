@@ -10,7 +10,9 @@
  *     request it is never closed for idling: producers keep their
  *     connections open between bursts.
  *     While request bytes keep arriving (or wait unread: nng is behind),
- *     the deadline counts from the last of them (conntab_peer).
+ *     the deadline counts from the last of them (conntab_peer); while the
+ *     caller's receivers are all busy (a whole request may wait in nng),
+ *     it counts from the last moment they were (conntab_expired).
  *   - A new connection past a cap (its address's or the global one)
  *     displaces the oldest connection in that scope that has completed no
  *     request, has sent nothing since its SP header, and is at least
@@ -69,8 +71,13 @@ void conntab_remove(conntab *t, uint32_t id);
 /*
  * Removes up to max connections that completed no request within idle_ms
  * and writes their ids to ids (the caller closes them); returns how many.
+ * behind_at: the last time the caller had no receiver free (0: never).  A
+ * whole request can wait inside nng for a receiver, its bytes all read and
+ * none arriving, so the deadline counts from behind_at too: a connection is
+ * closed only once the writer has been ready to take its request for
+ * idle_ms (the writer's delay is never the peer's fault).
  */
-size_t conntab_expired(conntab *t, uint64_t now, uint32_t *ids, size_t max);
+size_t conntab_expired(conntab *t, uint64_t now, uint64_t behind_at, uint32_t *ids, size_t max);
 size_t conntab_count(const conntab *t);
 /*
  * True when a connection in the table came from peer (conntab_addr.peer).

@@ -25,12 +25,12 @@ t_idle_until_first_request(void)
 	ST_CHECK(conntab_admit(t, 1, &a, 1000, &d) == CONNTAB_ADMIT && d == 0);
 	ST_CHECK(conntab_admit(t, 2, &a, 2000, &d) == CONNTAB_ADMIT && d == 0);
 	conntab_seen(t, 2);
-	ST_CHECK_EQ_U64(conntab_expired(t, 10999, ids, 8), 0);
-	ST_CHECK_EQ_U64(conntab_expired(t, 11000, ids, 8), 1);
+	ST_CHECK_EQ_U64(conntab_expired(t, 10999, 0, ids, 8), 0);
+	ST_CHECK_EQ_U64(conntab_expired(t, 11000, 0, ids, 8), 1);
 	ST_CHECK_EQ_U64(ids[0], 1);
 	ST_CHECK_EQ_U64(conntab_count(t), 1);
 	/* a connection past its first request never idles out */
-	ST_CHECK_EQ_U64(conntab_expired(t, 1000000, ids, 8), 0);
+	ST_CHECK_EQ_U64(conntab_expired(t, 1000000, 0, ids, 8), 0);
 	conntab_remove(t, 2);
 	conntab_remove(t, 77); /* unknown: ignored */
 	ST_CHECK_EQ_U64(conntab_count(t), 0);
@@ -146,15 +146,40 @@ t_request_bytes_restart_the_deadline(void)
 	ST_CHECK_EQ_U64(d, 1);
 	ST_CHECK(conntab_admit(t, 4, &other, 9500, &d) == CONNTAB_ADMIT);
 	ST_CHECK_EQ_U64(d, 3);
-	ST_CHECK_EQ_U64(conntab_expired(t, 18999, ids, 4), 0);
-	ST_CHECK_EQ_U64(conntab_expired(t, 19000, ids, 4), 1);           /* 10 s after b's last bytes */
+	ST_CHECK_EQ_U64(conntab_expired(t, 18999, 0, ids, 4), 0);
+	ST_CHECK_EQ_U64(conntab_expired(t, 19000, 0, ids, 4), 1);           /* 10 s after b's last bytes */
 	ST_CHECK_EQ_U64(ids[0], 2);
+	conntab_free(t);
+}
+
+/*
+ * Receivers all busy: a whole request can wait in nng with no byte
+ * arriving (test_ingest_memory.py: 200 x 16 MiB under load closed 5 such
+ * connections 10 s after their last byte, their requests complete).
+ */
+static void
+t_a_busy_writer_stops_the_clock(void)
+{
+	conntab *t = conntab_new(8, 8, 10000, 0);
+	conntab_addr a = peer_of(1, 5000), b = peer_of(1, 5001);
+	uint32_t d, ids[4];
+
+	ST_CHECK(conntab_admit(t, 1, &a, 1000, &d) == CONNTAB_ADMIT);
+	ST_CHECK(conntab_admit(t, 2, &b, 1000, &d) == CONNTAB_ADMIT);
+	ST_CHECK(conntab_peer(t, a.peer, 3000)); /* a's last request bytes */
+	/* the receivers were busy until 8000: a's deadline is 18000, b's too */
+	ST_CHECK_EQ_U64(conntab_expired(t, 17999, 8000, ids, 4), 0);
+	conntab_seen(t, 1);                      /* a's request reached a receiver */
+	ST_CHECK_EQ_U64(conntab_expired(t, 18000, 8000, ids, 4), 1);
+	ST_CHECK_EQ_U64(ids[0], 2);              /* b sent nothing: closed 10 s after the writer was free */
+	ST_CHECK_EQ_U64(conntab_count(t), 1);
 	conntab_free(t);
 }
 
 int
 main(void)
 {
+	ST_RUN(t_a_busy_writer_stops_the_clock);
 	ST_RUN(t_request_bytes_restart_the_deadline);
 	ST_RUN(t_young_connections_are_not_displaced);
 	ST_RUN(t_idle_until_first_request);

@@ -102,6 +102,13 @@ struct ingest {
 	bool open;
 	st_mailbox *mb;
 	rcv rcvs[INGEST_RECEIVERS];
+	/*
+	 * Receivers waiting in nng for a message, and when that count last
+	 * left 0: while it is 0 a whole request can wait in nng with no byte
+	 * arriving, so the idle deadline does not count (conntab_expired).
+	 */
+	atomic_uint rcv_waiting;
+	_Atomic uint64_t behind_at;
 	ingest_work *works;
 	size_t n_works;
 	st_counter *invalid;
@@ -460,6 +467,16 @@ receive(ingest *in, nng_msg *m)
 	return NULL;
 }
 
+/* Posts r's receive, counting it as a free receiver. */
+static void
+rcv_post(ingest *in, rcv *r)
+{
+	r->st = R_RECV;
+	if (atomic_fetch_add(&in->rcv_waiting, 1) == 0)
+		atomic_store(&in->behind_at, st_clock_now(in->clock));
+	nng_recv_aio(in->sock, r->aio);
+}
+
 static void
 rcv_cb(void *arg)
 {
@@ -468,6 +485,8 @@ rcv_cb(void *arg)
 	int rv = nng_aio_result(r->aio);
 	nng_msg *m;
 
+	if (r->st == R_RECV)
+		atomic_fetch_sub(&in->rcv_waiting, 1);
 	if (r->st == R_SEND) {
 		if (rv != 0 && (m = nng_aio_get_msg(r->aio)) != NULL) {
 			nng_aio_set_msg(r->aio, NULL);
@@ -485,8 +504,7 @@ rcv_cb(void *arg)
 	}
 	if (rv == NNG_ECLOSED || atomic_load(&in->closing))
 		return;
-	r->st = R_RECV;
-	nng_recv_aio(in->sock, r->aio);
+	rcv_post(in, r);
 }
 
 /* ---------------------------------------------------------------- work slots */
@@ -678,8 +696,11 @@ sweep_cb(void *arg)
 		pthread_mutex_unlock(&in->pmu);
 	}
 	do {
+		uint64_t now = st_clock_now(in->clock);
+		uint64_t behind = atomic_load(&in->rcv_waiting) == 0 ? now : atomic_load(&in->behind_at);
+
 		pthread_mutex_lock(&in->pmu);
-		n = conntab_expired(in->conns, st_clock_now(in->clock), ids, ST_ARRAY_LEN(ids));
+		n = conntab_expired(in->conns, now, behind, ids, ST_ARRAY_LEN(ids));
 		if (in->closed_idle != NULL)
 			st_counter_add(in->closed_idle, n);
 		conns_gauge_locked(in);
@@ -785,10 +806,8 @@ ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter 
 		err = rv == NNG_EADDRINVAL || rv == NNG_ENOTSUP ? ST_EINVAL : ST_ESYS;
 		goto fail;
 	}
-	for (size_t i = 0; i < INGEST_RECEIVERS; i++) {
-		in->rcvs[i].st = R_RECV;
-		nng_recv_aio(in->sock, in->rcvs[i].aio);
-	}
+	for (size_t i = 0; i < INGEST_RECEIVERS; i++)
+		rcv_post(in, &in->rcvs[i]);
 	{
 		uint16_t port = url_port(url);
 		if (port != 0)

@@ -41,6 +41,8 @@ typedef struct producer {
 	nng_aio *aio;
 	int sending;
 	int result;
+	int err;          /* the nng error of a producer left without an answer */
+	int err_in_send;  /* that error ended the send, not the receive */
 	double at_ms;
 } producer;
 
@@ -112,6 +114,8 @@ cb(void *arg)
 	if (p->sending) {
 		if (rv != 0) {
 			nng_msg_free(nng_aio_get_msg(p->aio));
+			p->err = rv;
+			p->err_in_send = 1;
 			done(p, R_NONE);
 			return;
 		}
@@ -120,6 +124,7 @@ cb(void *arg)
 		return;
 	}
 	if (rv != 0) {
+		p->err = rv;
 		done(p, R_NONE);
 		return;
 	}
@@ -288,6 +293,11 @@ main(int argc, char **argv)
 	for (long k = 0; k < n; k++) {
 		int r = ps[k].result == R_PENDING ? R_NONE : ps[k].result;
 		counts[r]++;
+		/* why, on stderr: the test prints it when a producer is left without an answer */
+		if (r == R_NONE)
+			fprintf(stderr, "ingestflood: producer %ld: no answer: %s%s after %.0f ms\n", k,
+			        ps[k].err == 0 ? "still waiting" : nng_strerror(ps[k].err),
+			        ps[k].err == 0 ? "" : ps[k].err_in_send ? " (send)" : " (receive)", ps[k].at_ms);
 		if (r != R_NONE) {
 			if (first < 0 || ps[k].at_ms < first)
 				first = ps[k].at_ms;
