@@ -54,6 +54,7 @@
 #include "st_config.h"
 #include "st_control.h"
 #include "st_http.h"
+#include "st_keywatch.h"
 #include "st_log.h"
 #include "st_metrics.h"
 #include "st_pgconn.h"
@@ -118,6 +119,7 @@ enum {
 	W_TLS_KEY,
 	W_TLS_CA,
 	W_INGEST_KEYS,
+	W_INGEST_KEYS_WATCH,
 	W_MIGRATE_WAIT,
 	W_INGEST_HTTP,
 	W_N
@@ -148,6 +150,9 @@ static st_opt opts[W_N] = {
 	/* Producer credentials (docs/security.md): the edge's JWKS rules, claim "publish". */
 	[W_INGEST_KEYS] = { .name = "ingest-keys", .kind = ST_OPT_STR, .def = "",
 	  .help = "JWKS file of the producers' token keys; empty = no producer credentials (reload: SIGHUP, reload)" },
+	[W_INGEST_KEYS_WATCH] = { .name = "ingest-keys-watch", .kind = ST_OPT_DURATION, .def = "10s",
+	  .help = "how often the --ingest-keys file is looked at; a changed file (a rotated Secret) is reloaded",
+	  .min = 0, .max = 3600000, .allowed = "0 (only SIGHUP and reload) or a duration up to 1h" },
 	[W_MIGRATE_WAIT] = { .name = "migrate-wait", .kind = ST_OPT_DURATION, .def = "60s",
 	  .help = "`migrate`: how long a database that cannot be reached (down, starting, not resolvable) is waited for",
 	  .min = 0, .max = 3600000, .allowed = "0 (fail at once) or a duration up to 1h" },
@@ -182,6 +187,8 @@ typedef struct writer {
 	struct event *flush_timer, *give_up_timer, *exit_timer, *sig_term, *sig_int, *sig_hup;
 	st_auth_store *auth;       /* NULL: --ingest-keys not set; read by the ingest receivers */
 	const char *keys_path;
+	uint64_t keys_watch_ms;
+	st_keywatch *keys;         /* owned; NULL: no --ingest-keys */
 	/* metrics */
 	st_metrics *m;
 	st_counter *committed, *rej_invalid, *rej_busy, *rej_unavail, *rej_unauth, *rej_forbidden, *flush_failures;
@@ -427,29 +434,15 @@ put_stats(writer *w, st_buf *out)
 	              ingest_inflight_bytes(w->in));
 }
 
-/*
- * Reloads --ingest-keys into a new key set and swaps it in; requests being
- * checked on the receivers keep the set they took.  A file that does not
- * parse changes nothing.  Loop thread: one read of a local file of at most
- * 1 MiB, as the edge does.
- */
+/* Reloads --ingest-keys (st_keywatch); requests being checked on the receivers keep the set they took. */
 static st_err
 reload_keys(writer *w, char *why, size_t cap)
 {
-	st_auth_keys *ks = NULL;
-
-	if (w->auth == NULL) {
+	if (w->keys == NULL) {
 		snprintf(why, cap, "producer credentials are off (no --ingest-keys)");
 		return ST_EINVAL;
 	}
-	if (st_auth_keys_load(w->keys_path, &ks, why, cap) != ST_OK) {
-		st_warn("--ingest-keys %s: reload failed, keeping the %zu keys in use: %s", w->keys_path,
-		        st_auth_store_key_count(w->auth), why);
-		return ST_EINVAL;
-	}
-	st_info("--ingest-keys %s: reloaded, %zu keys", w->keys_path, st_auth_keys_count(ks));
-	st_auth_store_swap(w->auth, ks);
-	return ST_OK;
+	return st_keywatch_reload(w->keys, why, cap);
 }
 
 static void
@@ -635,6 +628,11 @@ run(writer *w)
 		st_info("stopped before the schema was in place");
 		return 0;
 	}
+	if (w->auth != NULL &&
+	    (w->keys = st_keywatch_new(w->base, w->auth, w->keys_path, "--ingest-keys", w->keys_watch_ms)) == NULL) {
+		st_error("cannot watch the --ingest-keys file");
+		return 1;
+	}
 	if (pre_loop_stop)
 		return 0;
 
@@ -657,6 +655,11 @@ run(writer *w)
 	evsignal_add(w->sig_term, NULL);
 	evsignal_add(w->sig_int, NULL);
 	evsignal_add(w->sig_hup, NULL);
+	if (w->auth != NULL &&
+	    (w->keys = st_keywatch_new(w->base, w->auth, w->keys_path, "--ingest-keys", w->keys_watch_ms)) == NULL) {
+		st_error("cannot watch the --ingest-keys file");
+		return 1;
+	}
 	if (pre_loop_stop)
 		return 0;
 
@@ -731,6 +734,7 @@ writer_fini(writer *w)
 		event_free(w->sig_int);
 	if (w->sig_hup)
 		event_free(w->sig_hup);
+	st_keywatch_free(w->keys);
 	st_auth_store_free(w->auth);
 	st_metrics_free(w->m);
 	if (w->base)
@@ -780,6 +784,7 @@ main(int argc, char **argv)
 			st_config_fail(PROG, "--ingest-keys %s: %s", opts[W_INGEST_KEYS].sval, why);
 		w.auth = st_auth_store_new(ks, &acfg);
 		w.keys_path = opts[W_INGEST_KEYS].sval;
+		w.keys_watch_ms = (uint64_t)opts[W_INGEST_KEYS_WATCH].ival;
 		st_info("--ingest-keys %s: %zu keys; every request needs a producer token", w.keys_path,
 		        st_auth_keys_count(ks));
 	} else {

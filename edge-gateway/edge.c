@@ -52,6 +52,7 @@
 #include "sequencer.h"
 #include "st_clock.h"
 #include "st_control.h"
+#include "st_keywatch.h"
 #include "st_log.h"
 #include "st_metrics.h"
 #include "st_ops.h"
@@ -76,7 +77,7 @@ struct edge {
 	st_control *control;
 	st_auth_store *auth;       /* borrowed (main frees it after edge_free); NULL: access control off; shared by every loop */
 	iplimit *ip_limit;         /* borrowed, as auth; --max-streams-per-ip, shared by every loop */
-	const char *auth_keys_path;
+	st_keywatch *keys;         /* owned; --auth-keys reloaded on SIGHUP, `reload` and a change of the file; NULL: no --auth-keys */
 	struct event *ev_hup;      /* SIGHUP: reload the keys */
 	struct event *ev_tick, *ev_head_retry, *ev_term, *ev_int, *ev_exit, *ev_flow;
 	pgpool_query *head_query;
@@ -419,29 +420,19 @@ edge_ready_main(edge *e)
 }
 
 /*
- * Reloads --auth-keys into a new key set and swaps it in: streams already
- * open are not looked at again (their token was checked at their start;
- * they end at its exp), requests being checked keep the set they took.  A
- * file that does not parse changes nothing.  Main loop: one read of a
- * local file of at most 1 MiB (docs/security.md says to keep it local).
+ * Reloads --auth-keys (st_keywatch): streams already open are not looked at
+ * again (their token was checked at their start; they end at its exp),
+ * requests being checked keep the set they took.  A file that does not
+ * parse changes nothing.
  */
 static st_err
 edge_reload_keys(edge *e, char *why, size_t cap)
 {
-	st_auth_keys *ks = NULL;
-
-	if (e->auth == NULL) {
+	if (e->keys == NULL) {
 		snprintf(why, cap, "access control is off (no --auth-keys)");
 		return ST_EINVAL;
 	}
-	if (st_auth_keys_load(e->auth_keys_path, &ks, why, cap) != ST_OK) {
-		st_warn("--auth-keys %s: reload failed, keeping the %zu keys in use: %s", e->auth_keys_path,
-		        st_auth_store_key_count(e->auth), why);
-		return ST_EINVAL;
-	}
-	st_info("--auth-keys %s: reloaded, %zu keys", e->auth_keys_path, st_auth_keys_count(ks));
-	st_auth_store_swap(e->auth, ks);
-	return ST_OK;
+	return st_keywatch_reload(e->keys, why, cap);
 }
 
 static void
@@ -537,7 +528,11 @@ edge_new(const edge_config *cfg, edge **out, char *why, size_t cap)
 	ST_ASSERT(e->base != NULL);
 	e->auth = cfg->streams.auth;
 	e->ip_limit = cfg->streams.ip_limit;
-	e->auth_keys_path = cfg->auth_keys_path;
+	if (e->auth != NULL &&
+	    (e->keys = st_keywatch_new(e->base, e->auth, cfg->auth_keys_path, "--auth-keys", cfg->auth_keys_watch_ms)) == NULL) {
+		snprintf(why, cap, "--auth-keys: cannot watch the file");
+		return ST_ESYS;
+	}
 	e->flush_interval_ms = cfg->flush_interval_ms;
 	e->drain_grace_ms = cfg->drain_grace_ms;
 	e->listen = cfg->listen;
@@ -640,6 +635,7 @@ edge_free(edge *e)
 	event_free(e->ev_term);
 	event_free(e->ev_int);
 	event_free(e->ev_hup);
+	st_keywatch_free(e->keys);
 	st_metrics_free(e->metrics);
 	event_base_free(e->base);
 	free(e);

@@ -41,6 +41,7 @@ enum {
 	E_CORS_ORIGINS,
 	E_FLUSH_INTERVAL_MS,
 	E_AUTH_KEYS,
+	E_AUTH_KEYS_WATCH,
 	E_AUTH_LEEWAY_S,
 	E_AUTH_AUDIENCE,
 	E_AUTH_ISSUER,
@@ -80,6 +81,9 @@ static st_opt opts[E_N] = {
 	/* Access control (docs/security.md). */
 	[E_AUTH_KEYS] = { .name = "auth-keys", .kind = ST_OPT_STR, .def = "",
 	  .help = "JWKS file of token verification keys; empty: streams need no token" },
+	[E_AUTH_KEYS_WATCH] = { .name = "auth-keys-watch", .kind = ST_OPT_DURATION, .def = "10s",
+	  .help = "how often the --auth-keys file is looked at; a changed file (a rotated Secret) is reloaded",
+	  .min = 0, .max = 3600000, .allowed = "0 (only SIGHUP and reload) or a duration up to 1h" },
 	[E_AUTH_LEEWAY_S] = { .name = "auth-leeway-s", .kind = ST_OPT_INT, .def = "30",
 	  .help = "clock skew tolerated on a token's exp, nbf and iat", .min = 0, .max = 300 },
 	[E_AUTH_AUDIENCE] = { .name = "auth-audience", .kind = ST_OPT_STR, .def = "", .help = "required token aud (empty: not checked)" },
@@ -145,6 +149,7 @@ main(int argc, char **argv)
 			               "--cors-origins %s: with --auth-keys, list the allowed origins (no *)",
 			               opts[E_CORS_ORIGINS].sval);
 		cfg.auth_keys_path = opts[E_AUTH_KEYS].sval;
+		cfg.auth_keys_watch_ms = (uint64_t)opts[E_AUTH_KEYS_WATCH].ival;
 		/*
 		 * A token of up to ST_AUTH_TOKEN_MAX beside cookies and the other
 		 * headers must reach the check, so a longer one is answered 401

@@ -19,6 +19,8 @@ the test's temp dir; an ES256 DER signature is turned into raw r||s).
 - SIGHUP rotates the keys: an open stream goes on, a new-key token is
   accepted, an old-key token refused; a broken key file keeps the keys;
   {"cmd":"reload"} over the control socket does the same;
+- a key file in a Secret-like volume (..data swapped on update) is reloaded
+  by itself (--auth-keys-watch);
 - CORS with credentials: the origin is echoed with
   Access-Control-Allow-Credentials, never *;
 - studio_auth_refused_total counts by reason;
@@ -368,6 +370,28 @@ with harness.Env() as env:
         finally:
             for s in held:
                 s.close()
+
+    @t.case
+    def rotated_secret_is_reloaded_without_a_signal():
+        """A key file in a volume laid out as the kubelet lays out a Secret:
+        after the update (..data swapped) the edge takes the new keys by
+        itself (--auth-keys-watch; 200 ms here, 10 s by default)."""
+        vol = os.path.join(env.tmp, "secret")
+        os.makedirs(vol)
+        path = tokens.secret_volume(vol, keys_a.jwks, 1)
+        e4 = env.start_edge([writer], auth_keys=path, auth_keys_watch="200ms")
+        e4.wait_ready()
+        p4 = sc.edge_port(e4)
+        first_items(p4, "orders/1", bearer(keys_a.token("HS256", aud=None, iss=None)), base, 1, "key a before")
+        tokens.secret_volume(vol, keys_b.jwks, 2)
+        harness.wait_until(lambda: "--auth-keys %s: reloaded, 3 keys" % path in e4.logs(300), 30,
+                           "the edge reloads the rotated Secret by itself")
+        refused(p4, "orders/1", bearer(keys_a.token("HS256", aud=None, iss=None)), 401, INVALID,
+                "key a after the rotation")
+        first_items(p4, "orders/1", bearer(keys_b.token("RS256", aud=None, iss=None)), base, 1, "key b after")
+        rc = e4.stop()
+        check_eq(rc, 0, "%s exit status (logs: %s)" % (e4.name, e4.logs(40) if rc else ""))
+        check("Sanitizer" not in e4.logs(400), "%s: a sanitizer report" % e4.name)
 
     @t.case
     def edges_exit_cleanly():

@@ -17,6 +17,9 @@ sent with nngreq (raw msgpack), studioctl and the producer library.
 - reload_sighup_and_control: SIGHUP swaps in a key file of other keys (old
   tokens refused, new ones stored); a broken file keeps the keys; the
   control command reload swaps back.
+- rotated_secret_is_reloaded_without_a_signal: the key file in a volume laid
+  out as the kubelet lays out a Secret (..data symlink swapped on update);
+  the writer reloads the new keys by itself (--ingest-keys-watch).
 - startup_warning: plain tcp:// (or ws://) on 0.0.0.0 without keys logs one
   warning naming the risk of each socket; loopback, or keys, log none.
 - studioctl_token: --token and STUDIO_TOKEN publish; without one studioctl
@@ -190,6 +193,25 @@ def reload_sighup_and_control():
         stored(w, req(tok(KA, alg="RS256"), one), 1, "key a after the control reload")
         refused(w, req(tok(KB), one), "unauthorized", "key b after the control reload")
         check_eq(count(env), 4, "rows")
+
+
+@t.case
+def rotated_secret_is_reloaded_without_a_signal():
+    """docs/deploy.md "Producer keys": a rotated Secret reaches the writer's
+    keys by itself (--ingest-keys-watch; 200 ms here, 10 s by default)."""
+    vol = tempfile.mkdtemp(prefix="secret-", dir=KEYDIR)
+    path = tokens.secret_volume(vol, KA.jwks, 1)
+    with h.Env() as env:
+        w = env.start_writer(ingest_keys=path, ingest_keys_watch="200ms").wait_ready()
+        one = [ev("rot/1")]
+        stored(w, req(tok(KA), one), 1, "key a before the rotation")
+        refused(w, req(tok(KB), one), "unauthorized", "key b before the rotation")
+        tokens.secret_volume(vol, KB.jwks, 2)
+        h.wait_until(lambda: "--ingest-keys %s: reloaded, 3 keys" % path in w.logs(300), 30,
+                     "the writer reloads the rotated Secret by itself\n" + w.logs(20))
+        refused(w, req(tok(KA), one), "unauthorized", "key a after the rotation")
+        stored(w, req(tok(KB, alg="ES256"), one), 1, "key b after the rotation")
+        check_eq(count(env), 2, "rows")
 
 
 def host_port():

@@ -108,3 +108,18 @@ def hs256(secret, kid, claims):
     signing = (b64u(json.dumps({"alg": "HS256", "typ": "JWT", "kid": kid}).encode()) + "." +
                b64u(json.dumps(claims).encode())).encode()
     return signing.decode() + "." + b64u(hmac.new(secret, signing, hashlib.sha256).digest())
+
+
+def secret_volume(d, keys, n):
+    """A Kubernetes Secret volume as the kubelet lays it out: the file is a
+    symlink through ..data to a timestamped directory, and an update swaps
+    ..data (rename of a new symlink over it) to a new directory."""
+    ts = os.path.join(d, "..2026_12_05_%d" % n)
+    os.makedirs(ts)
+    write_jwks(os.path.join(ts, "jwks.json"), keys)
+    tmp = os.path.join(d, "..data_tmp")
+    os.symlink(os.path.basename(ts), tmp)
+    os.replace(tmp, os.path.join(d, "..data"))
+    if not os.path.lexists(os.path.join(d, "jwks.json")):
+        os.symlink("..data/jwks.json", os.path.join(d, "jwks.json"))
+    return os.path.join(d, "jwks.json")
