@@ -13,6 +13,7 @@ rendered objects (docs/deploy.md "What the tests check"): ports, probe paths
 security contexts, resources from the memory arithmetic, the headless
 Service the edges dial, budgets and the autoscaler per overlay.
 """
+import base64
 import json
 import os
 import re
@@ -40,6 +41,18 @@ WRITER_BOUND_MIB = 6654
 EDGE_BASE_MIB, EDGE_STREAM_MIB, EDGE_SOCKBUF_MIB = 300, 4, 4
 EDGE_MAILBOX_MIB, EDGE_CONN_MIB = 128, 1.3
 PG_CA_SECRET, PG_CA_ENV = "studio-pg-ca", "PGSSLROOTCERT"
+INGRESS_EXAMPLE = os.path.join(K8S, "examples", "ingress-nginx.yaml")
+PG_PORT = 5432
+# Database connections per pod (docs/deploy.md "PostgreSQL connections"):
+# the writer's flush and retention; the edge's pools (edge-gateway/fanout.h,
+# whose definitions are checked below so that a change there fails here).
+WRITER_PG_CONNS, MIGRATE_PG_CONNS = 2, 1
+FANOUT_DEFS = ("#define FANOUT_POOL_CONNS(n) ((n) == 1 ? 3u : 2u)",
+               "#define FANOUT_MAIN_POOL_CONNS(n) ((n) == 1 ? 1u : 2u)")
+
+
+def edge_pg_conns(threads):
+    return 4 if threads == 1 else 2 + 2 * threads
 t = h.Tests(needs_pg=False)
 cache = {}
 
@@ -128,6 +141,11 @@ def overlays_render_and_validate_against_the_api_schema():
     p = validate([broken])
     h.check(p.returncode == 1 and b"containerPort" in p.stdout,
             "the validator accepted a string containerPort: exit %d %s" % (p.returncode, p.stdout.decode()))
+    import yaml
+    with open(INGRESS_EXAMPLE) as f:
+        ingress = [d for d in yaml.safe_load_all(f) if d]
+    p = validate(ingress)
+    h.check(p.returncode == 0, "examples/ingress-nginx.yaml: schema errors:\n%s%s" % (p.stdout.decode(), p.stderr.decode()))
     for o in OVERLAYS:
         docs = render(o)
         p = validate(docs)
@@ -338,6 +356,86 @@ def apply_and_gitops_safe():
                 for field in ("bases", "patchesStrategicMerge", "patchesJson6902", "vars", "commonLabels"):
                     h.check(not re.search(r"^%s:" % field, text, re.M), "%s uses the deprecated field %s"
                             % (os.path.relpath(os.path.join(dirpath, f), ROOT), field))
+
+
+def rules_of(policy, direction):
+    return policy["spec"].get(direction, [])
+
+
+@t.case
+def egress_limited_and_the_ingress_example():
+    """Issue 26 item 5: NetworkPolicy egress (DNS, PostgreSQL, and the edges to the writers' publish
+    port, nothing else); the Ingress example has what a stream needs and points at the edge Service."""
+    import yaml
+    dns = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
+    for o in OVERLAYS:
+        docs = render(o)
+        for name, extra in (("studio-writer", []),
+                            ("studio-edge", [{"to": [{"podSelector": {"matchLabels": {
+                                "app.kubernetes.io/name": "studio-writer"}}}],
+                                "ports": [{"port": "publish", "protocol": "TCP"}]}])):
+            pol = one(docs, "NetworkPolicy", name)
+            h.check_eq(sorted(pol["spec"]["policyTypes"]), ["Egress", "Ingress"], "overlays/%s %s policyTypes" % (o, name))
+            h.check_eq(rules_of(pol, "egress"), [{"ports": dns}, {"ports": [{"port": PG_PORT, "protocol": "TCP"}]}] + extra,
+                       "overlays/%s %s egress rules" % (o, name))
+        writer = one(docs, "Deployment", "studio-writer")
+        ports = {p["name"] for c in writer["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
+        h.check("publish" in ports, "overlays/%s: the writer has a port named publish (%s)" % (o, sorted(ports)))
+        for d in docs:
+            if d["kind"] == "Secret" and "STUDIO_PG_DSN" in d.get("data", {}):
+                dsn = base64.b64decode(d["data"]["STUDIO_PG_DSN"]).decode()
+                m = re.search(r"\bport=(\d+)", dsn)
+                h.check_eq(int(m.group(1)) if m else 5432, PG_PORT, "overlays/%s: the DSN's port is the one egress allows" % o)
+    with open(INGRESS_EXAMPLE) as f:
+        ing = [d for d in yaml.safe_load_all(f) if d]
+    h.check_eq([d["kind"] for d in ing], ["Ingress"], "kinds in the Ingress example")
+    ann = ing[0]["metadata"]["annotations"]
+    pre = "nginx.ingress.kubernetes.io/"
+    h.check_eq(ann.get(pre + "proxy-buffering"), "off", "the example's response buffering")
+    h.check_eq(ann.get(pre + "proxy-http-version"), "1.1", "the example's upstream HTTP version")
+    for k in ("proxy-read-timeout", "proxy-send-timeout"):
+        h.check(int(ann.get(pre + k, "0")) >= 4 * 15, "the example's %s %r is not far above the 15 s heartbeat"
+                % (k, ann.get(pre + k)))
+    backends = [p["backend"]["service"] for r in ing[0]["spec"]["rules"] for p in r["http"]["paths"]]
+    svc = one(render("prod"), "Service", "studio-edge")
+    for b in backends:
+        h.check_eq(b["name"], "studio-edge", "the example's backend Service")
+        h.check(b["port"].get("name") in {p["name"] for p in svc["spec"]["ports"]},
+                "the example's backend port %r is a port of Service studio-edge" % b["port"])
+
+
+def deploy_connection_table():
+    """docs/deploy.md "PostgreSQL connections": {overlay: connections at most}."""
+    text = open(os.path.join(ROOT, "docs", "deploy.md")).read()
+    sec = text.split("### PostgreSQL connections", 1)[1].split("\n### ", 1)[0]
+    rows = re.findall(r"^\| (dev|prod) \|.*\| (\d+) \|$", sec, re.M)
+    return {o: int(n) for o, n in rows}
+
+
+@t.case
+def database_connections_at_the_hpa_maximum_are_documented():
+    """Issue 26 item 5: the connections the pods of each overlay can hold at once (replicas or the
+    HPA's maximum, plus a rollout's surge, plus one migrate) equal the table of docs/deploy.md."""
+    fanout = open(os.path.join(ROOT, "edge-gateway", "fanout.h")).read()
+    for d in FANOUT_DEFS:
+        h.check(d in fanout, "edge-gateway/fanout.h no longer says %r: update edge_pg_conns here and the docs" % d)
+    table = deploy_connection_table()
+    for o in OVERLAYS:
+        docs = render(o)
+        total = 0
+        for d in objs(docs, "Deployment"):
+            name = d["metadata"]["name"]
+            hpas = [x for x in objs(docs, "HorizontalPodAutoscaler") if x["spec"]["scaleTargetRef"]["name"] == name]
+            n = hpas[0]["spec"]["maxReplicas"] if hpas else d["spec"].get("replicas", 1)
+            n += d["spec"].get("strategy", {}).get("rollingUpdate", {}).get("maxSurge", 1)
+            c = d["spec"]["template"]["spec"]["containers"][0]
+            if name == "studio-writer":
+                total += n * WRITER_PG_CONNS + MIGRATE_PG_CONNS
+            else:
+                threads = int(env_of(c).get("STUDIO_THREADS") or 1)
+                total += n * edge_pg_conns(threads)
+        h.log("overlays/%s: at most %d PostgreSQL connections" % (o, total))
+        h.check_eq(table.get(o), total, "overlays/%s connections at most in docs/deploy.md's table" % o)
 
 
 @t.case
