@@ -439,6 +439,32 @@ def database_connections_at_the_hpa_maximum_are_documented():
 
 
 @t.case
+def key_files_come_from_secrets():
+    """Issue 26 item 5: the writers' producer keys and the edges' subscriber keys are files of a
+    Secret volume (a directory mount, so the kubelet updates them and the programs reload them)."""
+    for o in OVERLAYS:
+        docs = render(o)
+        for dep, var, secret in (("studio-writer", "STUDIO_INGEST_KEYS", "studio-ingest-keys"),
+                                 ("studio-edge", "STUDIO_AUTH_KEYS", "studio-auth-keys")):
+            spec = one(docs, "Deployment", dep)["spec"]["template"]["spec"]
+            c = spec["containers"][0]
+            path = env_of(c).get(var)
+            what = "overlays/%s %s" % (o, dep)
+            h.check(path, "%s sets no %s" % (what, var))
+            mounts = [m for m in c.get("volumeMounts", []) if path.startswith(m["mountPath"].rstrip("/") + "/")]
+            h.check_eq(len(mounts), 1, "%s mounts for %s=%s" % (what, var, path))
+            h.check("subPath" not in mounts[0], "%s mounts %s with subPath (never updated by the kubelet)" % (what, var))
+            vol = [v for v in spec["volumes"] if v["name"] == mounts[0]["name"]][0]
+            got = vol.get("secret", {}).get("secretName", "")
+            # a generated Secret (dev) carries kustomize's hash suffix
+            h.check(re.fullmatch(re.escape(secret) + r"(-[a-z0-9]{10})?", got),
+                    "%s %s's volume is Secret %r, not %s" % (what, var, got, secret))
+        if o == "dev":
+            names = sorted(d["metadata"]["name"].rsplit("-", 1)[0] for d in objs(docs, "Secret"))
+            h.check("studio-auth-keys" in names and "studio-ingest-keys" in names, "dev's generated Secrets: %s" % names)
+
+
+@t.case
 def overlays_differ_as_documented():
     dev, prod = render("dev"), render("prod")
     for name in ("studio-writer", "studio-edge"):
@@ -485,10 +511,12 @@ def environment_flags_exist_and_probe_paths_are_served():
     if not os.environ.get("STUDIO_TEST_PG_DSN"):
         h.log("STUDIO_TEST_PG_DSN unset: probe paths not asked of the programs")
         return
+    # ... by programs that load the dev overlay's key files (the generated Secrets' contents)
+    dev = os.path.join(K8S, "overlays", "dev")
     with h.Env() as env:
-        w = env.start_writer()
+        w = env.start_writer(ingest_keys=os.path.join(dev, "ingest-keys.json"))
         w.wait_ready()
-        e = env.start_edge([w])
+        e = env.start_edge([w], auth_keys=os.path.join(dev, "auth-keys.json"))
         e.wait_ready()
         for prog, base in (("broker-writer", w.http_url), ("edge-gateway", e.url)):
             for path in sorted(paths[prog]):
