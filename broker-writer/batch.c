@@ -232,31 +232,6 @@ batch_row(const batch *b, size_t i)
 	return b->rows[i].ev;
 }
 
-void
-batch_about_literal(st_buf *out, const proto_str *about, uint32_t n)
-{
-	st_buf_putc(out, '{');
-	for (uint32_t j = 0; j < n; j++) {
-		const char *p = about[j].p;
-		size_t len = about[j].len, run = 0;
-
-		if (j > 0)
-			st_buf_putc(out, ',');
-		/* quoted, so that NULL, braces, commas and blanks are plain text */
-		st_buf_putc(out, '"');
-		for (size_t i = 0; i < len; i++) {
-			if (p[i] != '"' && p[i] != '\\')
-				continue;
-			st_buf_append(out, p + run, i - run);
-			st_buf_putc(out, '\\');
-			run = i;
-		}
-		st_buf_append(out, p + run, len - run);
-		st_buf_putc(out, '"');
-	}
-	st_buf_putc(out, '}');
-}
-
 bool
 batch_has_keys(const batch *b)
 {
@@ -284,7 +259,10 @@ batch_encode(const batch *b, st_buf *topics, st_buf *abouts, st_buf *datas, st_b
 			st_pgarray_add(&wa, "{}", 2);
 		} else {
 			st_buf_reset(&one);
-			batch_about_literal(&one, ev->about, ev->n_about);
+			st_pgarray_literal_begin(&one);
+			for (uint32_t j = 0; j < ev->n_about; j++)
+				st_pgarray_literal_add(&one, j, ev->about[j].p, ev->about[j].len);
+			st_pgarray_literal_end(&one);
 			st_pgarray_add(&wa, one.p, one.len);
 		}
 		if (ev->has_data)

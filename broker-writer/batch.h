@@ -61,7 +61,7 @@ bool batch_has_keys(const batch *b);
 
 /*
  * Encodes the binary text[] parameters of broker_append2, one element per
- * row: topics, abouts (each a PostgreSQL array literal, batch_about_literal),
+ * row: topics, abouts (each a PostgreSQL array literal, st_pgarray_literal_add),
  * datas (NULL = signal) and, only when batch_has_keys, keys (NULL = none;
  * keys is left untouched otherwise).  Appends to the (reset) buffers.
  */
@@ -100,12 +100,5 @@ void batch_reset(batch *b);
  * batch keeps its own bounds.  O(1) when everything moves, else O(events).
  */
 void batch_take(batch *dst, batch *src, size_t max_events, size_t max_bytes);
-
-/*
- * Appends the PostgreSQL array literal of n about entries: {} or
- * {"a","b\"c"}, every element quoted, '"' and '\' escaped with '\'
- * (entries are valid UTF-8 without NUL, checked by the protocol).
- */
-void batch_about_literal(st_buf *out, const proto_str *about, uint32_t n);
 
 #endif

@@ -244,21 +244,6 @@ t_encode_no_keys(void)
 }
 
 static void
-t_about_literal(void)
-{
-	static const proto_str ab[4] = { { "NULL", 4 }, { "a\\\"", 3 }, { "{x, y}", 6 }, { "\"", 1 } };
-	st_buf s;
-
-	st_buf_init(&s);
-	batch_about_literal(&s, ab, 0);
-	ST_CHECK_MEM(s.p, s.len, "{}");
-	st_buf_reset(&s);
-	batch_about_literal(&s, ab, 4);
-	ST_CHECK_MEM(s.p, s.len, "{\"NULL\",\"a\\\\\\\"\",\"{x, y}\",\"\\\"\"}");
-	st_buf_fini(&s);
-}
-
-static void
 t_apply(void)
 {
 	batch *b = batch_new(100, 1 << 20);
@@ -370,7 +355,6 @@ main(void)
 	ST_RUN(t_many_keys_rehash);
 	ST_RUN(t_encode);
 	ST_RUN(t_encode_no_keys);
-	ST_RUN(t_about_literal);
 	ST_RUN(t_apply);
 	ST_RUN(t_take_split);
 	return st_test_done();

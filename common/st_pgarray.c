@@ -118,7 +118,7 @@ get_u32(const char *p)
 }
 
 st_err
-st_pgarray_text_parse(const char *buf, size_t len, st_pgarray_elem *out, uint32_t max, uint32_t *n)
+st_pgarray_binary_parse(const char *buf, size_t len, st_pgarray_elem *out, uint32_t max, uint32_t *n)
 {
 	uint32_t ndim, flags, oid, count;
 	size_t off;
@@ -157,4 +157,35 @@ st_pgarray_text_parse(const char *buf, size_t len, st_pgarray_elem *out, uint32_
 		return ST_EPROTO;
 	*n = count;
 	return ST_OK;
+}
+
+void
+st_pgarray_literal_begin(st_buf *out)
+{
+	st_buf_putc(out, '{');
+}
+
+void
+st_pgarray_literal_add(st_buf *out, uint32_t i, const char *p, size_t len)
+{
+	size_t run = 0;
+
+	if (i > 0)
+		st_buf_putc(out, ',');
+	st_buf_putc(out, '"');
+	for (size_t k = 0; k < len; k++) {
+		if (p[k] != '"' && p[k] != '\\')
+			continue;
+		st_buf_append(out, p + run, k - run);
+		st_buf_putc(out, '\\');
+		run = k;
+	}
+	st_buf_append(out, p + run, len - run);
+	st_buf_putc(out, '"');
+}
+
+void
+st_pgarray_literal_end(st_buf *out)
+{
+	st_buf_putc(out, '}');
 }

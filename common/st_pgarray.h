@@ -15,7 +15,7 @@
  * st_pgarray_add_null; st_pgarray_end(&w) checks the count.  The writer appends to a caller-owned
  * st_buf; it holds no memory of its own.  Any thread (no shared state).
  *
- * st_pgarray_text_parse reads the binary form back (the edge's about
+ * st_pgarray_binary_parse reads the binary form back (the edge's about
  * column); st_pgarray_parse_u64s reads: the TEXT output of an
  * int[] / bigint[] result without NULLs ("{}", "{1,22,333}"), as
  * broker_append2 returns its duplicate ordinals and seqs.
@@ -71,6 +71,19 @@ typedef struct st_pgarray_elem {
  * it is used.  out[0..*n) point into buf; at most max entries (out has
  * room for max).  ST_EPROTO for anything else.
  */
-st_err st_pgarray_text_parse(const char *buf, size_t len, st_pgarray_elem *out, uint32_t max, uint32_t *n);
+st_err st_pgarray_binary_parse(const char *buf, size_t len, st_pgarray_elem *out, uint32_t max, uint32_t *n);
+
+/*
+ * The text form (an array literal) of a one-dimensional text[], for a text
+ * parameter that holds one (the writer's about lists): {} or {"a","b\"c"},
+ * every element quoted, so that NULL, braces, commas and blanks stay plain
+ * text, and '"' and '\' escaped with '\'.  Elements must be valid UTF-8
+ * without NUL (the callers' protocols check that).  Usage:
+ * st_pgarray_literal_begin(out); st_pgarray_literal_add(out, i, p, len) for
+ * i = 0, 1, ...; st_pgarray_literal_end(out).
+ */
+void st_pgarray_literal_begin(st_buf *out);
+void st_pgarray_literal_add(st_buf *out, uint32_t i, const char *p, size_t len);
+void st_pgarray_literal_end(st_buf *out);
 
 #endif

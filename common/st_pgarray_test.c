@@ -112,32 +112,32 @@ t_text_parse_malformed(void)
 	st_pgarray_elem out[4];
 	uint32_t n;
 	static const char empty[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 25};
-	ST_CHECK(st_pgarray_text_parse(empty, 12, out, 4, &n) == ST_OK && n == 0);
-	ST_CHECK(st_pgarray_text_parse(empty, 11, out, 4, &n) == ST_EPROTO);
+	ST_CHECK(st_pgarray_binary_parse(empty, 12, out, 4, &n) == ST_OK && n == 0);
+	ST_CHECK(st_pgarray_binary_parse(empty, 11, out, 4, &n) == ST_EPROTO);
 	static const char one[] = {0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 25, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 'h', 'i'};
-	ST_CHECK(st_pgarray_text_parse(one, sizeof(one), out, 4, &n) == ST_OK && n == 1 && out[0].len == 2 &&
+	ST_CHECK(st_pgarray_binary_parse(one, sizeof(one), out, 4, &n) == ST_OK && n == 1 && out[0].len == 2 &&
 	         memcmp(out[0].p, "hi", 2) == 0);
-	ST_CHECK(st_pgarray_text_parse(one, sizeof(one) - 1, out, 4, &n) == ST_EPROTO); /* truncated */
-	ST_CHECK(st_pgarray_text_parse(one, sizeof(one), out, 0, &n) == ST_EPROTO);     /* over max */
+	ST_CHECK(st_pgarray_binary_parse(one, sizeof(one) - 1, out, 4, &n) == ST_EPROTO); /* truncated */
+	ST_CHECK(st_pgarray_binary_parse(one, sizeof(one), out, 0, &n) == ST_EPROTO);     /* over max */
 	char bad[sizeof(one) + 1];
 	memcpy(bad, one, sizeof(one));
 	bad[sizeof(one)] = 'x';
-	ST_CHECK(st_pgarray_text_parse(bad, sizeof(bad), out, 4, &n) == ST_EPROTO);     /* trailing */
+	ST_CHECK(st_pgarray_binary_parse(bad, sizeof(bad), out, 4, &n) == ST_EPROTO);     /* trailing */
 	memcpy(bad, one, sizeof(one));
 	bad[11] = 23; /* int4[] */
-	ST_CHECK(st_pgarray_text_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
+	ST_CHECK(st_pgarray_binary_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
 	memcpy(bad, one, sizeof(one));
 	bad[3] = 2; /* two dimensions */
-	ST_CHECK(st_pgarray_text_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
+	ST_CHECK(st_pgarray_binary_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
 	memcpy(bad, one, sizeof(one));
 	bad[20] = bad[21] = bad[22] = bad[23] = (char)0xff; /* NULL element */
-	ST_CHECK(st_pgarray_text_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
+	ST_CHECK(st_pgarray_binary_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
 	memcpy(bad, one, sizeof(one));
 	bad[12] = 0x7f; /* 2 billion elements in 26 bytes */
-	ST_CHECK(st_pgarray_text_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
+	ST_CHECK(st_pgarray_binary_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
 	memcpy(bad, one, sizeof(one));
 	bad[20] = 0x7f; /* an element longer than the buffer */
-	ST_CHECK(st_pgarray_text_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
+	ST_CHECK(st_pgarray_binary_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);
 }
 
 /* What the writer side writes, the reader side reads back, NULL-free lists of any content. */
@@ -153,14 +153,14 @@ t_text_round_trip(void)
 	st_buf_init(&b);
 	st_pgarray_begin(&w, &b, 0);
 	ST_CHECK(st_pgarray_end(&w) == ST_OK);
-	ST_CHECK(st_pgarray_text_parse(b.p, b.len, out, 8, &n) == ST_OK);
+	ST_CHECK(st_pgarray_binary_parse(b.p, b.len, out, 8, &n) == ST_OK);
 	ST_CHECK_EQ_U64(n, 0);
 	st_buf_reset(&b);
 	st_pgarray_begin(&w, &b, (uint32_t)ST_ARRAY_LEN(el));
 	for (size_t i = 0; i < ST_ARRAY_LEN(el); i++)
 		st_pgarray_add(&w, el[i], strlen(el[i]));
 	ST_CHECK(st_pgarray_end(&w) == ST_OK);
-	ST_CHECK(st_pgarray_text_parse(b.p, b.len, out, 8, &n) == ST_OK);
+	ST_CHECK(st_pgarray_binary_parse(b.p, b.len, out, 8, &n) == ST_OK);
 	ST_CHECK_EQ_U64(n, ST_ARRAY_LEN(el));
 	for (size_t i = 0; i < n; i++)
 		ST_CHECK_MEM(out[i].p, out[i].len, el[i]);
@@ -169,13 +169,34 @@ t_text_round_trip(void)
 	st_pgarray_begin(&w, &b, 1);
 	st_pgarray_add_null(&w);
 	ST_CHECK(st_pgarray_end(&w) == ST_OK);
-	ST_CHECK(st_pgarray_text_parse(b.p, b.len, out, 8, &n) == ST_EPROTO);
+	ST_CHECK(st_pgarray_binary_parse(b.p, b.len, out, 8, &n) == ST_EPROTO);
 	st_buf_fini(&b);
+}
+
+/* The about lists' literal (moved from the writer's batch): quoted, escaped, {} when empty. */
+static void
+t_literal(void)
+{
+	static const st_pgarray_elem ab[4] = { { "NULL", 4 }, { "a\\\"", 3 }, { "{x, y}", 6 }, { "\"", 1 } };
+	st_buf s;
+
+	st_buf_init(&s);
+	st_pgarray_literal_begin(&s);
+	st_pgarray_literal_end(&s);
+	ST_CHECK_MEM(s.p, s.len, "{}");
+	st_buf_reset(&s);
+	st_pgarray_literal_begin(&s);
+	for (uint32_t i = 0; i < 4; i++)
+		st_pgarray_literal_add(&s, i, ab[i].p, ab[i].len);
+	st_pgarray_literal_end(&s);
+	ST_CHECK_MEM(s.p, s.len, "{\"NULL\",\"a\\\\\\\"\",\"{x, y}\",\"\\\"\"}");
+	st_buf_fini(&s);
 }
 
 int
 main(void)
 {
+	ST_RUN(t_literal);
 	ST_RUN(t_two_elements_and_null);
 	ST_RUN(t_no_null_flag_clear);
 	ST_RUN(t_empty_and_count_mismatch);

@@ -148,7 +148,7 @@ row_frame(const PGresult *r, int row, frame **out)
 	topic_len = (size_t)PQgetlength(r, row, 1);
 	if (topic_len == 0 || topic_len > MAX_TOPIC_BYTES)
 		return ST_EPROTO;
-	if (st_pgarray_text_parse(PQgetvalue(r, row, 2), (size_t)PQgetlength(r, row, 2), el, REPLAY_MAX_ABOUT,
+	if (st_pgarray_binary_parse(PQgetvalue(r, row, 2), (size_t)PQgetlength(r, row, 2), el, REPLAY_MAX_ABOUT,
 	                          &n_about) != ST_OK)
 		return ST_EPROTO;
 	for (uint32_t i = 0; i < n_about; i++)

@@ -277,7 +277,7 @@ on_raw(void *arg, st_err err, const PGresult *r)
 		g->err = ST_EINVAL;
 		return;
 	}
-	g->err = st_pgarray_text_parse(PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0), about, 16, &n);
+	g->err = st_pgarray_binary_parse(PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0), about, 16, &n);
 	g->n = n;
 	for (uint32_t i = 0; i < n && i < ST_ARRAY_LEN(g->env); i++)
 		snprintf(g->env[i], sizeof(g->env[i]), "%.*s", (int)about[i].len, about[i].p);

@@ -239,9 +239,9 @@ arrays(void)
 	static const char *const a[] = {"user:42", "room/7", "", "caf\xc3\xa9"};
 	unsigned char buf[256];
 
-	put("pgarray_text_parse", 0, buf, text_array(buf, a, 0));
-	put("pgarray_text_parse", 1, buf, text_array(buf, a, 1));
-	put("pgarray_text_parse", 2, buf, text_array(buf, a, 4));
+	put("pgarray_binary_parse", 0, buf, text_array(buf, a, 0));
+	put("pgarray_binary_parse", 1, buf, text_array(buf, a, 1));
+	put("pgarray_binary_parse", 2, buf, text_array(buf, a, 4));
 }
 
 int

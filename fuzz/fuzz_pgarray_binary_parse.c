@@ -1,6 +1,6 @@
 /*
- * fuzz_pgarray_text_parse: the about column of every replayed row arrives
- * as PostgreSQL's binary text[], read by st_pgarray_text_parse (the server is trusted less than
+ * fuzz_pgarray_binary_parse: the about column of every replayed row arrives
+ * as PostgreSQL's binary text[], read by st_pgarray_binary_parse (the server is trusted less than
  * it seems: a proxy, a wrong column or a future format change are all
  * bytes the edge must survive).
  *
@@ -85,7 +85,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	out = malloc((max ? max : 1) * sizeof(*out));
 	FUZZ_CHECK(out != NULL, "malloc");
 	ok = ref_parse(data, size, max, &rn);
-	rv = st_pgarray_text_parse((const char *)data, size, out, max, &n);
+	rv = st_pgarray_binary_parse((const char *)data, size, out, max, &n);
 	if (!ok) {
 		FUZZ_CHECK(rv == ST_EPROTO, "reference refuses, parser returns %d", (int)rv);
 		FUZZ_CHECK(n == 0, "refused with *n = %u", n);
