@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "st_dlist.h"
 #include "st_util.h"
 
 #define TABLE_MIN 16u
@@ -45,7 +46,7 @@ typedef struct topic {
 
 struct hub_sub {
 	void *stream;
-	hub_sub *all_next, *all_prev; /* the registry, for hub_each and hub_free */
+	st_dlink all;                 /* on hub.all: the registry, for hub_each and hub_free */
 	hub_sub *touched_next;        /* this batch's flush list */
 	hub_sub *dead_next;           /* awaiting reap */
 	uint64_t touched_gen;
@@ -60,7 +61,7 @@ struct hub {
 	topic **table;
 	uint32_t cap, n_topics;
 	size_t count;
-	hub_sub *all;
+	st_dlink all;   /* every hub_sub (hub_sub.all) */
 	hub_sub *dead;
 	uint64_t gen;
 	unsigned depth; /* hub calls in progress (callbacks running) */
@@ -196,12 +197,7 @@ sub_destroy(hub *h, hub_sub *s)
 			t->subs = st_xrealloc(t->subs, t->cap * sizeof(*t->subs));
 		}
 	}
-	if (s->all_prev)
-		s->all_prev->all_next = s->all_next;
-	else
-		h->all = s->all_next;
-	if (s->all_next)
-		s->all_next->all_prev = s->all_prev;
+	st_dlink_unlink(&s->all);
 	free(s);
 }
 
@@ -235,6 +231,7 @@ hub_new(hub_deliver_fn deliver, hub_flush_fn flush)
 	h->flush = flush;
 	h->cap = TABLE_MIN;
 	h->table = st_xcalloc(h->cap, sizeof(*h->table));
+	st_dlist_init(&h->all);
 	return h;
 }
 
@@ -244,8 +241,8 @@ hub_free(hub *h)
 	if (h == NULL)
 		return;
 	ST_ASSERT(h->depth == 0);
-	while (h->all != NULL)
-		sub_destroy(h, h->all); /* the last one out frees each topic */
+	for (st_dlink *l; (l = st_dlist_first(&h->all)) != NULL;)
+		sub_destroy(h, ST_CONTAINER_OF(l, hub_sub, all)); /* the last one out frees each topic */
 	free(h->table);
 	free(h);
 }
@@ -282,10 +279,7 @@ hub_subscribe(hub *h, void *stream, const char *const *topics, const size_t *len
 	if (k < n) /* close the gap between the topics and their positions */
 		memmove(s->t + k, pos, k * sizeof(uint32_t));
 	s->n = k;
-	s->all_next = h->all;
-	if (h->all)
-		h->all->all_prev = s;
-	h->all = s;
+	st_dlist_push_front(&h->all, &s->all);
 	h->count++;
 	return s;
 }
@@ -357,8 +351,11 @@ hub_each(hub *h, void (*fn)(void *stream, void *arg), void *arg)
 {
 	ST_ASSERT(h->depth == 0);
 	enter(h);
-	for (hub_sub *s = h->all; s != NULL; s = s->all_next)
+	for (st_dlink *l = st_dlist_first(&h->all); l != NULL; l = st_dlist_after(&h->all, l)) {
+		hub_sub *s = ST_CONTAINER_OF(l, hub_sub, all);
+
 		if (!s->dead)
 			fn(s->stream, arg);
+	}
 	leave(h);
 }
