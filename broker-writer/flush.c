@@ -65,6 +65,7 @@
 #include "st_pgarray.h"
 #include "st_util.h"
 #include "wire.h"
+#include "wire_pub.h"
 
 #define RETRY_MIN_MS 100
 #define RETRY_MAX_MS 5000

@@ -27,6 +27,7 @@
 
 #include "st_err.h"
 #include "wire.h"
+#include "wire_pub.h"
 
 /* Small messages: an edge reads one per loop turn, so this is the burst
  * one subscriber's queue (1,000 frames, ADR-0197) must absorb at a time. */

@@ -59,6 +59,7 @@
 #include "st_util.h"
 #include "sub.h"
 #include "wire.h"
+#include "wire_pub.h"
 
 #define EDGE_TICK_MS 50
 /* A fill is fanned out like one published message: as many events, as many bytes. */

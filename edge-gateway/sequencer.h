@@ -27,6 +27,7 @@
 #include "st_clock.h"
 #include "st_err.h"
 #include "wire.h"
+#include "wire_pub.h"
 
 #define SEQUENCER_WAIT_MS 250u        /* wait for a missing message before filling */
 #define SEQUENCER_MAX_HELD 10000u     /* events held (before set_head, or behind a gap) */

@@ -16,6 +16,7 @@
 #include "st_buf.h"
 #include "st_json.h"
 #include "wire.h"
+#include "wire_pub.h"
 
 static bool
 str_eq(proto_str a, proto_str b)

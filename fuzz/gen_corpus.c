@@ -15,6 +15,7 @@
 
 #include "st_buf.h"
 #include "wire.h"
+#include "wire_pub.h"
 
 static const char *root;
 

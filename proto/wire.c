@@ -1,14 +1,10 @@
 /*
  * wire: encoding and bounded decoding of the msgpack formats (proto/README.md).
  *
- * DESIGN.  Encoding goes through msgpack-c's packer, writing into an st_buf.
- * Decoding never uses msgpack-c's unpacker, which allocates 24 bytes per
- * element of any array or map header before it has seen a single element.
- * Instead a cursor (struct rd) walks the input: every header's count or
- * length is checked against the bytes left before anything is read or
- * allocated (an array of n elements needs at least n bytes, a map of n pairs
- * 2n, a str of n bytes n), and then against the schema's own bounds.  So a
- * 5-byte "array of 4 billion" is refused as truncated and costs nothing.
+ * DESIGN.  Encoding goes through msgpack-c's packer, writing into an st_buf
+ * (mpk_packer).  Decoding walks the input with the bounded cursor of mpk.h:
+ * every count or length is checked against the bytes left before anything
+ * is read or allocated, and then against the schema's own bounds.
  *
  * Decoded strings point into the caller's input.  Arrays of pointers (events,
  * abouts) are allocated only after their counts passed those checks; abouts
@@ -29,12 +25,11 @@
  * one implementation serves both.  The published-message decoder is the
  * edge's alone and aborts (st_x*).
  *
- * SIZE.  Over 800 lines on purpose: the five formats of proto/README.md,
- * each encoder beside its decoder, over one bounded reader (struct rd).
+ * Here: the ingest request and its reply, each encoder beside its
+ * decoder; published messages are wire_pub.c's, and the bounded reader and
+ * the packer both use are mpk.c's.
  */
 #include "wire.h"
-#include "st_json.h"
-#include "st_util.h"
 
 #include <msgpack.h>
 #include <stdarg.h>
@@ -42,374 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- the bounded reader ---------------------------------------------- */
-
-typedef struct rd {
-	const unsigned char *p;
-	size_t n; /* bytes left */
-} rd;
-
-enum { RD_OK = 0, RD_TYPE, RD_SHORT, RD_RANGE };
-
-#define SKIP_MAX_DEPTH 32
-
-static uint64_t
-be(const unsigned char *p, size_t k)
-{
-	uint64_t v = 0;
-
-	for (size_t i = 0; i < k; i++)
-		v = (v << 8) | p[i];
-	return v;
-}
-
-/* Consumes a 1-byte tag plus a k-byte big-endian argument. */
-static int
-rd_head(rd *r, size_t k, uint64_t *v)
-{
-	if (r->n < 1 + k)
-		return RD_SHORT;
-	*v = be(r->p + 1, k);
-	r->p += 1 + k;
-	r->n -= 1 + k;
-	return RD_OK;
-}
-
-static bool
-rd_is_nil(const rd *r)
-{
-	return r->n > 0 && r->p[0] == 0xc0;
-}
-
-static int
-rd_nil(rd *r)
-{
-	if (r->n == 0)
-		return RD_SHORT;
-	if (r->p[0] != 0xc0)
-		return RD_TYPE;
-	r->p++;
-	r->n--;
-	return RD_OK;
-}
-
-static int
-rd_str(rd *r, proto_str *s)
-{
-	uint64_t len;
-	int rv;
-
-	if (r->n == 0)
-		return RD_SHORT;
-	unsigned char c = r->p[0];
-	if (c >= 0xa0 && c <= 0xbf) {
-		len = c & 0x1f;
-		r->p++;
-		r->n--;
-	} else if (c == 0xd9 || c == 0xda || c == 0xdb) {
-		if ((rv = rd_head(r, (size_t)1 << (c - 0xd9), &len)) != RD_OK)
-			return rv;
-	} else
-		return RD_TYPE;
-	if (len > r->n)
-		return RD_SHORT;
-	s->p = (const char *)r->p;
-	s->len = (size_t)len;
-	r->p += len;
-	r->n -= (size_t)len;
-	return RD_OK;
-}
-
-/* An array header; n <= bytes left (every element takes at least one). */
-static int
-rd_arr(rd *r, uint32_t *n)
-{
-	uint64_t v;
-	int rv;
-
-	if (r->n == 0)
-		return RD_SHORT;
-	unsigned char c = r->p[0];
-	if (c >= 0x90 && c <= 0x9f) {
-		v = c & 0x0f;
-		r->p++;
-		r->n--;
-	} else if (c == 0xdc || c == 0xdd) {
-		if ((rv = rd_head(r, c == 0xdc ? 2 : 4, &v)) != RD_OK)
-			return rv;
-	} else
-		return RD_TYPE;
-	if (v > r->n)
-		return RD_SHORT;
-	*n = (uint32_t)v;
-	return RD_OK;
-}
-
-/* A map header; 2n <= bytes left. */
-static int
-rd_map(rd *r, uint32_t *n)
-{
-	uint64_t v;
-	int rv;
-
-	if (r->n == 0)
-		return RD_SHORT;
-	unsigned char c = r->p[0];
-	if (c >= 0x80 && c <= 0x8f) {
-		v = c & 0x0f;
-		r->p++;
-		r->n--;
-	} else if (c == 0xde || c == 0xdf) {
-		if ((rv = rd_head(r, c == 0xde ? 2 : 4, &v)) != RD_OK)
-			return rv;
-	} else
-		return RD_TYPE;
-	if (v > r->n / 2)
-		return RD_SHORT;
-	*n = (uint32_t)v;
-	return RD_OK;
-}
-
-/* Any integer encoding holding a value >= 0. */
-static int
-rd_uint(rd *r, uint64_t *out)
-{
-	uint64_t v;
-	int rv;
-
-	if (r->n == 0)
-		return RD_SHORT;
-	unsigned char c = r->p[0];
-	if (c <= 0x7f) {
-		*out = c;
-		r->p++;
-		r->n--;
-		return RD_OK;
-	}
-	if (c >= 0xe0)
-		return RD_RANGE; /* negative fixint */
-	if (c >= 0xcc && c <= 0xcf) {
-		if ((rv = rd_head(r, (size_t)1 << (c - 0xcc), &v)) != RD_OK)
-			return rv;
-		*out = v;
-		return RD_OK;
-	}
-	if (c >= 0xd0 && c <= 0xd3) {
-		size_t k = (size_t)1 << (c - 0xd0);
-		if (r->n < 1 + k)
-			return RD_SHORT;
-		if (r->p[1] & 0x80)
-			return RD_RANGE;
-		(void)rd_head(r, k, &v);
-		*out = v;
-		return RD_OK;
-	}
-	return RD_TYPE;
-}
-
-static int
-rd_bool(rd *r, bool *b)
-{
-	if (r->n == 0)
-		return RD_SHORT;
-	if (r->p[0] != 0xc2 && r->p[0] != 0xc3)
-		return RD_TYPE;
-	*b = r->p[0] == 0xc3;
-	r->p++;
-	r->n--;
-	return RD_OK;
-}
-
-/* Skips one value of any type (nesting bounded, every length checked). */
-static int
-rd_skip(rd *r, int depth)
-{
-	uint64_t len = 0;
-	uint32_t n;
-	int rv;
-	proto_str s;
-
-	if (r->n == 0)
-		return RD_SHORT;
-	if (depth > SKIP_MAX_DEPTH)
-		return RD_RANGE;
-	unsigned char c = r->p[0];
-	if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3) {
-		r->p++;
-		r->n--;
-		return RD_OK;
-	}
-	if ((c >= 0xa0 && c <= 0xbf) || (c >= 0xd9 && c <= 0xdb))
-		return rd_str(r, &s);
-	if ((c >= 0x90 && c <= 0x9f) || c == 0xdc || c == 0xdd) {
-		if ((rv = rd_arr(r, &n)) != RD_OK)
-			return rv;
-		for (uint32_t i = 0; i < n; i++)
-			if ((rv = rd_skip(r, depth + 1)) != RD_OK)
-				return rv;
-		return RD_OK;
-	}
-	if ((c >= 0x80 && c <= 0x8f) || c == 0xde || c == 0xdf) {
-		if ((rv = rd_map(r, &n)) != RD_OK)
-			return rv;
-		for (uint64_t i = 0; i < 2 * (uint64_t)n; i++)
-			if ((rv = rd_skip(r, depth + 1)) != RD_OK)
-				return rv;
-		return RD_OK;
-	}
-	switch (c) {
-	case 0xc4: case 0xc5: case 0xc6: /* bin 8/16/32 */
-		if ((rv = rd_head(r, (size_t)1 << (c - 0xc4), &len)) != RD_OK)
-			return rv;
-		break;
-	case 0xc7: case 0xc8: case 0xc9: /* ext 8/16/32: length, then a type byte */
-		if ((rv = rd_head(r, (size_t)1 << (c - 0xc7), &len)) != RD_OK)
-			return rv;
-		len += 1;
-		break;
-	case 0xca: case 0xcb: /* float32/64 */
-		len = c == 0xca ? 4 : 8;
-		r->p++;
-		r->n--;
-		break;
-	case 0xcc: case 0xcd: case 0xce: case 0xcf:
-		len = (uint64_t)1 << (c - 0xcc);
-		r->p++;
-		r->n--;
-		break;
-	case 0xd0: case 0xd1: case 0xd2: case 0xd3:
-		len = (uint64_t)1 << (c - 0xd0);
-		r->p++;
-		r->n--;
-		break;
-	case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8: /* fixext 1..16 */
-		len = 1 + ((uint64_t)1 << (c - 0xd4));
-		r->p++;
-		r->n--;
-		break;
-	default: /* 0xc1: never used */
-		return RD_TYPE;
-	}
-	if (len > r->n)
-		return RD_SHORT;
-	r->p += len;
-	r->n -= (size_t)len;
-	return RD_OK;
-}
-
-static bool
-str_is(proto_str s, const char *lit)
-{
-	size_t n = strlen(lit);
-
-	return s.len == n && memcmp(s.p, lit, n) == 0;
-}
-
-/* ---- validation shared by requests and published messages ---------------- */
-
-const char *
-proto_topic_check(proto_str s)
-{
-	if (s.len == 0)
-		return "empty";
-	if (s.len > PROTO_MAX_TOPIC)
-		return "too long";
-	for (size_t i = 0; i < s.len; i++) {
-		unsigned char c = (unsigned char)s.p[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '.' || c == '_' || c == ':' || c == '/' || c == '-'))
-			return "bad character";
-	}
-	return NULL;
-}
-
-/* A str of 1..max bytes of valid UTF-8 without NUL (about entries, keys). */
-static const char *
-check_text(proto_str s, size_t max)
-{
-	if (s.len == 0)
-		return "empty";
-	if (s.len > max)
-		return "too long";
-	if (!st_utf8_valid(s.p, s.len))
-		return "invalid UTF-8 or NUL";
-	return NULL;
-}
-
-/* ---- msgpack-c packer into an st_buf --------------------------------- */
-
-/*
- * The packer's sink: appends to an st_buf without aborting.  After the
- * first failed append every later write is refused too (msgpack-c's pack
- * calls return the sink's value but the encoders do not stop between
- * them), and the encoder ends with packer_end: ST_ENOMEM, with the buffer
- * cut back to where the encoding began.
- */
-typedef struct packer {
-	msgpack_packer pk;
-	st_buf *out;
-	size_t start; /* out->len before the encoding */
-	bool nomem;
-} packer;
-
-static int
-buf_write(void *data, const char *b, size_t n)
-{
-	packer *w = data;
-
-	if (w->nomem)
-		return -1;
-	if (st_buf_try_append(w->out, b, n) != ST_OK) {
-		w->nomem = true;
-		return -1;
-	}
-	return 0;
-}
-
-static msgpack_packer *
-packer_begin(packer *w, st_buf *out)
-{
-	w->out = out;
-	w->start = out->len;
-	w->nomem = false;
-	msgpack_packer_init(&w->pk, w, buf_write);
-	return &w->pk;
-}
-
-static st_err
-packer_end(packer *w)
-{
-	if (!w->nomem)
-		return ST_OK;
-	w->out->len = w->start;
-	if (w->out->p != NULL)
-		w->out->p[w->start] = '\0';
-	return ST_ENOMEM;
-}
-
-/* The end of an encoder of the daemons' (published messages, replies): out of memory aborts (st_util.h). */
-static void
-packer_end_or_abort(packer *w, const char *what)
-{
-	if (packer_end(w) != ST_OK)
-		st_oom(what, 0);
-}
-
-static void
-pack_cstr(msgpack_packer *pk, const char *s)
-{
-	size_t n = strlen(s);
-
-	msgpack_pack_str(pk, n);
-	msgpack_pack_str_body(pk, s, n);
-}
-
-static void
-pack_pstr(msgpack_packer *pk, proto_str s)
-{
-	msgpack_pack_str(pk, s.len);
-	msgpack_pack_str_body(pk, s.p, s.len);
-}
+#include "mpk.h"
+#include "st_json.h"
+#include "st_util.h"
 
 /* ---- ingest request ---------------------------------------------------- */
 
@@ -423,29 +53,6 @@ struct proto_request {
 	size_t arena_len;
 	size_t in_len;
 };
-
-/* A growable array of proto_str; moves until the decode ends. */
-typedef struct str_pool {
-	proto_str *v;
-	size_t n, cap;
-} str_pool;
-
-/* ST_ENOMEM leaves the pool as it was (still the caller's to free). */
-static st_err
-pool_push(str_pool *pl, proto_str s)
-{
-	if (pl->n == pl->cap) {
-		size_t cap = pl->cap ? pl->cap * 2 : 16;
-		proto_str *v = st_try_realloc(pl->v, cap * sizeof(*pl->v));
-
-		if (v == NULL)
-			return ST_ENOMEM;
-		pl->v = v;
-		pl->cap = cap;
-	}
-	pl->v[pl->n++] = s;
-	return ST_OK;
-}
 
 static void
 set_detail(char *detail, size_t dlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -480,8 +87,8 @@ key_printable(proto_str k, char *out, size_t cap)
 }
 
 typedef struct req_ctx {
-	rd r;
-	str_pool abouts;
+	mpk_rd r;
+	mpk_str_pool abouts;
 	st_buf arena;
 	char *detail;
 	size_t dlen;
@@ -498,26 +105,26 @@ event_decode(req_ctx *c, size_t idx, proto_event *ev)
 	proto_str k, s;
 	const char *why, *jerr = NULL;
 
-	if ((rv = rd_map(&c->r, &n)) != RD_OK) {
-		set_detail(c->detail, c->dlen, "event %zu: %s", idx, rv == RD_TYPE ? "not a map" : "truncated");
+	if ((rv = mpk_rd_map(&c->r, &n)) != MPK_OK) {
+		set_detail(c->detail, c->dlen, "event %zu: %s", idx, rv == MPK_TYPE ? "not a map" : "truncated");
 		return ST_EINVAL;
 	}
 	for (uint32_t f = 0; f < n; f++) {
 		unsigned bit;
 		char kp[48];
 
-		if ((rv = rd_str(&c->r, &k)) != RD_OK) {
+		if ((rv = mpk_rd_str(&c->r, &k)) != MPK_OK) {
 			set_detail(c->detail, c->dlen, "event %zu: %s", idx,
-			           rv == RD_TYPE ? "a key is not a str" : "truncated");
+			           rv == MPK_TYPE ? "a key is not a str" : "truncated");
 			return ST_EINVAL;
 		}
-		if (str_is(k, "topic"))
+		if (mpk_str_is(k, "topic"))
 			bit = F_TOPIC;
-		else if (str_is(k, "about"))
+		else if (mpk_str_is(k, "about"))
 			bit = F_ABOUT;
-		else if (str_is(k, "data"))
+		else if (mpk_str_is(k, "data"))
 			bit = F_DATA;
-		else if (str_is(k, "key"))
+		else if (mpk_str_is(k, "key"))
 			bit = F_KEY;
 		else {
 			key_printable(k, kp, sizeof(kp));
@@ -533,9 +140,9 @@ event_decode(req_ctx *c, size_t idx, proto_event *ev)
 
 		switch (bit) {
 		case F_TOPIC:
-			if ((rv = rd_str(&c->r, &ev->topic)) != RD_OK) {
+			if ((rv = mpk_rd_str(&c->r, &ev->topic)) != MPK_OK) {
 				set_detail(c->detail, c->dlen, "event %zu: topic: %s", idx,
-				           rv == RD_TYPE ? "not a str" : "truncated");
+				           rv == MPK_TYPE ? "not a str" : "truncated");
 				return ST_EINVAL;
 			}
 			if ((why = proto_topic_check(ev->topic)) != NULL) {
@@ -545,13 +152,13 @@ event_decode(req_ctx *c, size_t idx, proto_event *ev)
 			break;
 		case F_ABOUT: {
 			uint32_t na;
-			if (rd_is_nil(&c->r)) {
-				(void)rd_nil(&c->r);
+			if (mpk_rd_is_nil(&c->r)) {
+				(void)mpk_rd_nil(&c->r);
 				break;
 			}
-			if ((rv = rd_arr(&c->r, &na)) != RD_OK) {
+			if ((rv = mpk_rd_arr(&c->r, &na)) != MPK_OK) {
 				set_detail(c->detail, c->dlen, "event %zu: about: %s", idx,
-				           rv == RD_TYPE ? "not an array" : "truncated");
+				           rv == MPK_TYPE ? "not an array" : "truncated");
 				return ST_EINVAL;
 			}
 			if (na > PROTO_MAX_ABOUT) {
@@ -560,16 +167,16 @@ event_decode(req_ctx *c, size_t idx, proto_event *ev)
 				return ST_EINVAL;
 			}
 			for (uint32_t a = 0; a < na; a++) {
-				if ((rv = rd_str(&c->r, &s)) != RD_OK) {
+				if ((rv = mpk_rd_str(&c->r, &s)) != MPK_OK) {
 					set_detail(c->detail, c->dlen, "event %zu: about[%u]: %s", idx, a,
-					           rv == RD_TYPE ? "not a str" : "truncated");
+					           rv == MPK_TYPE ? "not a str" : "truncated");
 					return ST_EINVAL;
 				}
-				if ((why = check_text(s, PROTO_MAX_ABOUT_LEN)) != NULL) {
+				if ((why = mpk_text_check(s, PROTO_MAX_ABOUT_LEN)) != NULL) {
 					set_detail(c->detail, c->dlen, "event %zu: about[%u]: %s", idx, a, why);
 					return ST_EINVAL;
 				}
-				if (pool_push(&c->abouts, s) != ST_OK) {
+				if (mpk_pool_push(&c->abouts, s) != ST_OK) {
 					set_detail(c->detail, c->dlen, "out of memory");
 					return ST_ENOMEM;
 				}
@@ -579,13 +186,13 @@ event_decode(req_ctx *c, size_t idx, proto_event *ev)
 		}
 		case F_DATA: {
 			size_t clen;
-			if (rd_is_nil(&c->r)) {
-				(void)rd_nil(&c->r);
+			if (mpk_rd_is_nil(&c->r)) {
+				(void)mpk_rd_nil(&c->r);
 				break;
 			}
-			if ((rv = rd_str(&c->r, &s)) != RD_OK) {
+			if ((rv = mpk_rd_str(&c->r, &s)) != MPK_OK) {
 				set_detail(c->detail, c->dlen, "event %zu: data: %s", idx,
-				           rv == RD_TYPE ? "not a str or nil" : "truncated");
+				           rv == MPK_TYPE ? "not a str or nil" : "truncated");
 				return ST_EINVAL;
 			}
 			if (s.len > PROTO_MAX_DATA) {
@@ -608,16 +215,16 @@ event_decode(req_ctx *c, size_t idx, proto_event *ev)
 			break;
 		}
 		case F_KEY:
-			if (rd_is_nil(&c->r)) {
-				(void)rd_nil(&c->r);
+			if (mpk_rd_is_nil(&c->r)) {
+				(void)mpk_rd_nil(&c->r);
 				break;
 			}
-			if ((rv = rd_str(&c->r, &ev->key)) != RD_OK) {
+			if ((rv = mpk_rd_str(&c->r, &ev->key)) != MPK_OK) {
 				set_detail(c->detail, c->dlen, "event %zu: key: %s", idx,
-				           rv == RD_TYPE ? "not a str or nil" : "truncated");
+				           rv == MPK_TYPE ? "not a str or nil" : "truncated");
 				return ST_EINVAL;
 			}
-			if ((why = check_text(ev->key, PROTO_MAX_KEY)) != NULL) {
+			if ((why = mpk_text_check(ev->key, PROTO_MAX_KEY)) != NULL) {
 				set_detail(c->detail, c->dlen, "event %zu: key: %s", idx, why);
 				return ST_EINVAL;
 			}
@@ -639,14 +246,14 @@ event_decode(req_ctx *c, size_t idx, proto_event *ev)
  * never an event.
  */
 static bool
-is_envelope(rd r)
+is_envelope(mpk_rd r)
 {
 	uint32_t n;
 	proto_str k;
 
-	if (rd_map(&r, &n) != RD_OK || n == 0 || rd_str(&r, &k) != RD_OK)
+	if (mpk_rd_map(&r, &n) != MPK_OK || n == 0 || mpk_rd_str(&r, &k) != MPK_OK)
 		return false;
-	return str_is(k, "token") || str_is(k, "events");
+	return mpk_str_is(k, "token") || mpk_str_is(k, "events");
 }
 
 /*
@@ -655,7 +262,7 @@ is_envelope(rd r)
  * decoder's trailing-bytes check stays exact).  Nothing allocated.
  */
 static st_err
-envelope_read(rd r, proto_str *token, bool *has_token, rd *events, char *detail, size_t dlen)
+envelope_read(mpk_rd r, proto_str *token, bool *has_token, mpk_rd *events, char *detail, size_t dlen)
 {
 	uint32_t n = 0;
 	proto_str k;
@@ -663,26 +270,26 @@ envelope_read(rd r, proto_str *token, bool *has_token, rd *events, char *detail,
 	char kp[48];
 
 	*has_token = false;
-	if (rd_map(&r, &n) != RD_OK || n > 2) {
+	if (mpk_rd_map(&r, &n) != MPK_OK || n > 2) {
 		set_detail(detail, dlen, "request map: %s", n > 2 ? "too many keys" : "truncated");
 		return ST_EINVAL;
 	}
 	for (uint32_t f = 0; f < n; f++) {
-		if (rd_str(&r, &k) != RD_OK) {
+		if (mpk_rd_str(&r, &k) != MPK_OK) {
 			set_detail(detail, dlen, "request map: a key is not a str");
 			return ST_EINVAL;
 		}
-		if (str_is(k, "token")) {
+		if (mpk_str_is(k, "token")) {
 			if (*has_token) {
 				set_detail(detail, dlen, "request map: duplicate key \"token\"");
 				return ST_EINVAL;
 			}
-			if (rd_str(&r, token) != RD_OK || token->len == 0 || token->len > PROTO_MAX_TOKEN) {
+			if (mpk_rd_str(&r, token) != MPK_OK || token->len == 0 || token->len > PROTO_MAX_TOKEN) {
 				set_detail(detail, dlen, "token: not a str of 1..%u bytes", PROTO_MAX_TOKEN);
 				return ST_EINVAL;
 			}
 			*has_token = true;
-		} else if (str_is(k, "events")) {
+		} else if (mpk_str_is(k, "events")) {
 			const unsigned char *start = r.p;
 
 			if (has_events) {
@@ -693,7 +300,7 @@ envelope_read(rd r, proto_str *token, bool *has_token, rd *events, char *detail,
 				set_detail(detail, dlen, "events: %s", r.n == 0 ? "truncated" : "not an array");
 				return ST_EINVAL;
 			}
-			if (rd_skip(&r, 0) != RD_OK) {
+			if (mpk_rd_skip(&r, 0) != MPK_OK) {
 				set_detail(detail, dlen, "events: truncated or nested too deep");
 				return ST_EINVAL;
 			}
@@ -720,7 +327,7 @@ envelope_read(rd r, proto_str *token, bool *has_token, rd *events, char *detail,
 bool
 proto_request_token_peek(const void *buf, size_t len, proto_str *token)
 {
-	rd r = {.p = buf, .n = len}, events;
+	mpk_rd r = {.p = buf, .n = len}, events;
 	bool has;
 
 	token->p = NULL;
@@ -771,9 +378,9 @@ proto_request_try_decode(const void *buf, size_t len, proto_request **out, char 
 	unsigned char t = c.r.p[0];
 	bool single = (t >= 0x80 && t <= 0x8f) || t == 0xde || t == 0xdf;
 	if (!single) {
-		if ((rv = rd_arr(&c.r, &n)) != RD_OK) {
+		if ((rv = mpk_rd_arr(&c.r, &n)) != MPK_OK) {
 			set_detail(detail, detail_len, "%s",
-			           rv == RD_TYPE ? "request is not a map or an array" : "truncated");
+			           rv == MPK_TYPE ? "request is not a map or an array" : "truncated");
 			goto fail;
 		}
 		if (n == 0) {
@@ -905,36 +512,36 @@ pack_event(msgpack_packer *pk, const proto_event *ev)
 	size_t fields = 1 + (ev->n_about > 0) + ev->has_data + ev->has_key;
 
 	msgpack_pack_map(pk, fields);
-	pack_cstr(pk, "topic");
-	pack_pstr(pk, ev->topic);
+	mpk_pack_cstr(pk, "topic");
+	mpk_pack_pstr(pk, ev->topic);
 	if (ev->n_about > 0) {
-		pack_cstr(pk, "about");
+		mpk_pack_cstr(pk, "about");
 		msgpack_pack_array(pk, ev->n_about);
 		for (uint32_t a = 0; a < ev->n_about; a++)
-			pack_pstr(pk, ev->about[a]);
+			mpk_pack_pstr(pk, ev->about[a]);
 	}
 	if (ev->has_data) {
-		pack_cstr(pk, "data");
-		pack_pstr(pk, ev->data);
+		mpk_pack_cstr(pk, "data");
+		mpk_pack_pstr(pk, ev->data);
 	}
 	if (ev->has_key) {
-		pack_cstr(pk, "key");
-		pack_pstr(pk, ev->key);
+		mpk_pack_cstr(pk, "key");
+		mpk_pack_pstr(pk, ev->key);
 	}
 }
 
 st_err
 proto_request_try_encode(st_buf *out, const proto_event *ev, size_t n, bool as_batch)
 {
-	packer w;
-	msgpack_packer *pk = packer_begin(&w, out);
+	mpk_packer w;
+	msgpack_packer *pk = mpk_packer_begin(&w, out);
 
 	ST_ASSERT(as_batch || n == 1);
 	if (as_batch)
 		msgpack_pack_array(pk, n);
 	for (size_t i = 0; i < n && !w.nomem; i++)
 		pack_event(pk, &ev[i]);
-	return packer_end(&w);
+	return mpk_packer_end(&w);
 }
 
 void
@@ -986,35 +593,35 @@ proto_request_wrap(st_buf *out, proto_str token, const void *batch, size_t len)
 void
 proto_reply_ok_encode(st_buf *out, const uint64_t *seqs, size_t n)
 {
-	packer w;
+	mpk_packer w;
 	msgpack_packer *pk;
 
-	pk = packer_begin(&w, out);
+	pk = mpk_packer_begin(&w, out);
 	msgpack_pack_map(pk, 2);
-	pack_cstr(pk, "ok");
+	mpk_pack_cstr(pk, "ok");
 	msgpack_pack_true(pk);
-	pack_cstr(pk, "seqs");
+	mpk_pack_cstr(pk, "seqs");
 	msgpack_pack_array(pk, n);
 	for (size_t i = 0; i < n; i++)
 		msgpack_pack_uint64(pk, seqs[i]);
-	packer_end_or_abort(&w, "a reply");
+	mpk_packer_end_or_abort(&w, "a reply");
 }
 
 void
 proto_reply_err_encode(st_buf *out, const char *code, const char *detail)
 {
-	packer w;
+	mpk_packer w;
 	msgpack_packer *pk;
 
-	pk = packer_begin(&w, out);
+	pk = mpk_packer_begin(&w, out);
 	msgpack_pack_map(pk, 3);
-	pack_cstr(pk, "ok");
+	mpk_pack_cstr(pk, "ok");
 	msgpack_pack_false(pk);
-	pack_cstr(pk, "error");
-	pack_cstr(pk, code);
-	pack_cstr(pk, "detail");
-	pack_cstr(pk, detail ? detail : "");
-	packer_end_or_abort(&w, "a reply");
+	mpk_pack_cstr(pk, "error");
+	mpk_pack_cstr(pk, code);
+	mpk_pack_cstr(pk, "detail");
+	mpk_pack_cstr(pk, detail ? detail : "");
+	mpk_packer_end_or_abort(&w, "a reply");
 }
 
 static void
@@ -1029,46 +636,46 @@ copy_trunc(char *dst, size_t cap, proto_str s)
 st_err
 proto_reply_try_decode(const void *buf, size_t len, proto_reply *out)
 {
-	rd r = {buf, len};
+	mpk_rd r = {buf, len};
 	uint32_t n, ns = 0;
 	bool have_ok = false, have_seqs = false, have_error = false, have_detail = false;
 	st_err err = ST_EPROTO;
 	proto_str k, s;
 
 	memset(out, 0, sizeof(*out));
-	if (rd_map(&r, &n) != RD_OK)
+	if (mpk_rd_map(&r, &n) != MPK_OK)
 		goto fail;
 	for (uint32_t f = 0; f < n; f++) {
-		if (rd_str(&r, &k) != RD_OK)
+		if (mpk_rd_str(&r, &k) != MPK_OK)
 			goto fail;
-		if (str_is(k, "ok")) {
-			if (have_ok || rd_bool(&r, &out->ok) != RD_OK)
+		if (mpk_str_is(k, "ok")) {
+			if (have_ok || mpk_rd_bool(&r, &out->ok) != MPK_OK)
 				goto fail;
 			have_ok = true;
-		} else if (str_is(k, "seqs")) {
-			if (have_seqs || rd_arr(&r, &ns) != RD_OK)
+		} else if (mpk_str_is(k, "seqs")) {
+			if (have_seqs || mpk_rd_arr(&r, &ns) != MPK_OK)
 				goto fail;
 			have_seqs = true;
-			/* ns <= bytes left, checked by rd_arr */
+			/* ns <= bytes left, checked by mpk_rd_arr */
 			if ((out->seqs = st_try_malloc((ns ? ns : 1) * sizeof(*out->seqs))) == NULL) {
 				err = ST_ENOMEM;
 				goto fail;
 			}
 			out->n_seqs = ns;
 			for (uint32_t i = 0; i < ns; i++)
-				if (rd_uint(&r, &out->seqs[i]) != RD_OK)
+				if (mpk_rd_uint(&r, &out->seqs[i]) != MPK_OK)
 					goto fail;
-		} else if (str_is(k, "error")) {
-			if (have_error || rd_str(&r, &s) != RD_OK)
+		} else if (mpk_str_is(k, "error")) {
+			if (have_error || mpk_rd_str(&r, &s) != MPK_OK)
 				goto fail;
 			have_error = true;
 			copy_trunc(out->error, sizeof(out->error), s);
-		} else if (str_is(k, "detail")) {
-			if (have_detail || rd_str(&r, &s) != RD_OK)
+		} else if (mpk_str_is(k, "detail")) {
+			if (have_detail || mpk_rd_str(&r, &s) != MPK_OK)
 				goto fail;
 			have_detail = true;
 			copy_trunc(out->detail, sizeof(out->detail), s);
-		} else if (rd_skip(&r, 0) != RD_OK)
+		} else if (mpk_rd_skip(&r, 0) != MPK_OK)
 			goto fail;
 	}
 	if (r.n != 0 || !have_ok || (out->ok && !have_seqs) || (!out->ok && !have_error))
@@ -1098,246 +705,4 @@ proto_reply_fini(proto_reply *r)
 {
 	ST_FREE(&r->seqs);
 	r->n_seqs = 0;
-}
-
-/* ---- published messages -------------------------------------------------- */
-
-#define PROTO_MAX_WRITER 255u
-
-struct proto_pub {
-	enum proto_pub_kind kind;
-	proto_str writer;
-	uint64_t prev, head;
-	proto_pub_event *ev;
-	size_t n, cap;
-	proto_str *abouts;
-};
-
-void
-proto_pub_batch_encode(st_buf *out, const char *writer, uint64_t prev, const proto_pub_event *ev, size_t n)
-{
-	packer w;
-	msgpack_packer *pk;
-
-	pk = packer_begin(&w, out);
-	msgpack_pack_map(pk, 5);
-	pack_cstr(pk, "v");
-	msgpack_pack_uint64(pk, PROTO_VERSION);
-	pack_cstr(pk, "k");
-	pack_cstr(pk, "batch");
-	pack_cstr(pk, "w");
-	pack_cstr(pk, writer);
-	pack_cstr(pk, "prev");
-	msgpack_pack_uint64(pk, prev);
-	pack_cstr(pk, "ev");
-	msgpack_pack_array(pk, n);
-	for (size_t i = 0; i < n; i++) {
-		msgpack_pack_array(pk, 4);
-		msgpack_pack_uint64(pk, ev[i].seq);
-		pack_pstr(pk, ev[i].topic);
-		msgpack_pack_array(pk, ev[i].n_about);
-		for (uint32_t a = 0; a < ev[i].n_about; a++)
-			pack_pstr(pk, ev[i].about[a]);
-		if (ev[i].has_data)
-			pack_pstr(pk, ev[i].data);
-		else
-			msgpack_pack_nil(pk);
-	}
-	packer_end_or_abort(&w, "a published message");
-}
-
-void
-proto_pub_tick_encode(st_buf *out, const char *writer, uint64_t head)
-{
-	packer w;
-	msgpack_packer *pk;
-
-	pk = packer_begin(&w, out);
-	msgpack_pack_map(pk, 4);
-	pack_cstr(pk, "v");
-	msgpack_pack_uint64(pk, PROTO_VERSION);
-	pack_cstr(pk, "k");
-	pack_cstr(pk, "tick");
-	pack_cstr(pk, "w");
-	pack_cstr(pk, writer);
-	pack_cstr(pk, "head");
-	msgpack_pack_uint64(pk, head);
-	packer_end_or_abort(&w, "a published message");
-}
-
-/* One [seq, topic, [about...], data-or-nil]. */
-static bool
-pub_event_decode(rd *r, proto_pub_event *e, str_pool *abouts)
-{
-	uint32_t n, na;
-	proto_str s;
-
-	if (rd_arr(r, &n) != RD_OK || n != 4)
-		return false;
-	if (rd_uint(r, &e->seq) != RD_OK)
-		return false;
-	if (rd_str(r, &e->topic) != RD_OK || proto_topic_check(e->topic) != NULL)
-		return false;
-	if (rd_arr(r, &na) != RD_OK || na > PROTO_MAX_ABOUT)
-		return false;
-	for (uint32_t a = 0; a < na; a++) {
-		if (rd_str(r, &s) != RD_OK || check_text(s, PROTO_MAX_ABOUT_LEN) != NULL)
-			return false;
-		if (pool_push(abouts, s) != ST_OK)
-			st_oom("a published message", 0); /* the edge's decoder: a daemon's policy */
-	}
-	e->n_about = na;
-	if (rd_is_nil(r)) {
-		(void)rd_nil(r);
-		e->has_data = false;
-		return true;
-	}
-	if (rd_str(r, &e->data) != RD_OK || e->data.len > PROTO_MAX_DATA || e->data.len == 0 ||
-	    !st_utf8_valid(e->data.p, e->data.len))
-		return false;
-	e->has_data = true;
-	return true;
-}
-
-st_err
-proto_pub_decode(const void *buf, size_t len, proto_pub **out)
-{
-	rd r = {buf, len};
-	proto_pub *m = NULL;
-	str_pool abouts = {NULL, 0, 0};
-	uint32_t n;
-	uint64_t v = 0;
-	bool have_v = false, have_k = false, have_w = false, have_prev = false, have_head = false,
-	     have_ev = false;
-	proto_str k, s;
-
-	*out = NULL;
-	if (len > PROTO_MAX_PUB || rd_map(&r, &n) != RD_OK)
-		goto fail;
-	m = st_xcalloc(1, sizeof(*m));
-	for (uint32_t f = 0; f < n; f++) {
-		if (rd_str(&r, &k) != RD_OK)
-			goto fail;
-		if (str_is(k, "v")) {
-			if (have_v || rd_uint(&r, &v) != RD_OK)
-				goto fail;
-			have_v = true;
-		} else if (str_is(k, "k")) {
-			if (have_k || rd_str(&r, &s) != RD_OK)
-				goto fail;
-			have_k = true;
-			if (str_is(s, "batch"))
-				m->kind = PROTO_PUB_BATCH;
-			else if (str_is(s, "tick"))
-				m->kind = PROTO_PUB_TICK;
-			else
-				goto fail;
-		} else if (str_is(k, "w")) {
-			if (have_w || rd_str(&r, &m->writer) != RD_OK || m->writer.len > PROTO_MAX_WRITER ||
-			    !st_utf8_valid(m->writer.p, m->writer.len))
-				goto fail;
-			have_w = true;
-		} else if (str_is(k, "prev")) {
-			if (have_prev || rd_uint(&r, &m->prev) != RD_OK)
-				goto fail;
-			have_prev = true;
-		} else if (str_is(k, "head")) {
-			if (have_head || rd_uint(&r, &m->head) != RD_OK)
-				goto fail;
-			have_head = true;
-		} else if (str_is(k, "ev")) {
-			uint32_t ne;
-			if (have_ev || rd_arr(&r, &ne) != RD_OK)
-				goto fail;
-			have_ev = true;
-			/* grown as events decode, so a hostile count costs only what is really sent */
-			for (uint32_t i = 0; i < ne; i++) {
-				if (m->n == m->cap) {
-					m->cap = m->cap ? m->cap * 2 : 16;
-					m->ev = st_xrealloc(m->ev, m->cap * sizeof(*m->ev));
-				}
-				memset(&m->ev[m->n], 0, sizeof(m->ev[m->n]));
-				if (!pub_event_decode(&r, &m->ev[m->n], &abouts))
-					goto fail;
-				m->n++;
-			}
-		} else if (rd_skip(&r, 0) != RD_OK)
-			goto fail;
-	}
-	if (r.n != 0 || !have_v || v != PROTO_VERSION || !have_k || !have_w)
-		goto fail;
-	if (m->kind == PROTO_PUB_TICK) {
-		/* a tick carries no events: proto_pub_count() is 0 for every tick */
-		if (!have_head || have_ev)
-			goto fail;
-	} else {
-		if (!have_prev || !have_ev || m->n == 0)
-			goto fail;
-		uint64_t last = m->prev;
-		for (size_t i = 0; i < m->n; i++) {
-			if (m->ev[i].seq <= last)
-				goto fail;
-			last = m->ev[i].seq;
-		}
-		m->head = last;
-	}
-	m->abouts = abouts.v;
-	size_t ao = 0;
-	for (size_t i = 0; i < m->n; i++) {
-		m->ev[i].about = m->ev[i].n_about ? m->abouts + ao : NULL;
-		ao += m->ev[i].n_about;
-	}
-	*out = m;
-	return ST_OK;
-fail:
-	free(abouts.v);
-	proto_pub_free(m);
-	return ST_EPROTO;
-}
-
-enum proto_pub_kind
-proto_pub_kind(const proto_pub *m)
-{
-	return m->kind;
-}
-
-proto_str
-proto_pub_writer(const proto_pub *m)
-{
-	return m->writer;
-}
-
-uint64_t
-proto_pub_prev(const proto_pub *m)
-{
-	return m->prev;
-}
-
-uint64_t
-proto_pub_head(const proto_pub *m)
-{
-	return m->head;
-}
-
-size_t
-proto_pub_count(const proto_pub *m)
-{
-	return m->n;
-}
-
-const proto_pub_event *
-proto_pub_event_at(const proto_pub *m, size_t i)
-{
-	ST_ASSERT(i < m->n);
-	return &m->ev[i];
-}
-
-void
-proto_pub_free(proto_pub *m)
-{
-	if (m == NULL)
-		return;
-	free(m->ev);
-	free(m->abouts);
-	free(m);
 }

@@ -9,6 +9,7 @@
  * order of wire.c.
  */
 #include "wire.h"
+#include "wire_pub.h"
 #include "st_test.h"
 #include "st_util.h"
 

@@ -32,6 +32,7 @@
 #include "st_util.h"
 #include "studio_producer.h"
 #include "wire.h"
+#include "wire_pub.h"
 
 #include <errno.h>
 #include <stdarg.h>
