@@ -15,7 +15,8 @@
 #                                  sets ST_PG_PORT, ST_PG_DSN (admin, user postgres, TCP),
 #                                  ST_PG_DATA and ST_PG_SOCK (its Unix socket directory)
 #           st_pg_stop             stops the server this shell started (idempotent; call it
-#                                  from a trap); does nothing when ST_PG_DATA is empty
+#                                  from a trap); does nothing when ST_PG_DATA is empty (from
+#                                  another shell: ST_PG_DATA=DIR/data st_pg_stop)
 #           ST_ROOT                the checkout; ST_PY python3; ST_PGBIN PostgreSQL 15's bin/
 #           ST_BUILD_PKGS          the Debian packages to build and run (every script)
 #           ST_DEPLOY_PKGS         those of the deployment tests (test.sh; see below)
