@@ -1,10 +1,25 @@
-# scripts/lib.sh: shared by scripts/demo.sh and scripts/test.sh (sourced, not run).
+# scripts/lib.sh: shared by scripts/bench.sh, cluster.sh, demo.sh, image.sh and
+# test.sh (sourced, not run; tests/integration/test_manifests.py sources it too,
+# for st_install and st_need_cmd).
 #
-# Provides: st_install PKG...      install what dpkg-query says is missing
-#           st_build DIR ARGS...   cmake configure + build into DIR
-#           st_pg_start DIR MODE   a throwaway PostgreSQL 15 under DIR (MODE test|demo);
-#                                  sets ST_PG_PORT, ST_PG_DSN (admin, user postgres, TCP)
-#           st_pg_stop             stops it (idempotent; call it from a trap)
+# Provides: st_log MSG...          a timestamped line on stderr
+#           st_die MSG...          st_log "error: MSG", then exit 1
+#           st_install PKG...      install what dpkg-query says is missing (apt-get, as root)
+#           st_need_cmd CMD PKG    st_install PKG only when CMD is not on PATH
+#           st_build DIR ARGS...   cmake configure (log in DIR.configure.log) + build into DIR
+#           st_pg_as CMD...        CMD as the user owning the data directory (postgres when root)
+#           st_free_port           prints a free TCP port on 127.0.0.1
+#           st_pg_start DIR MODE   a throwaway PostgreSQL 15 in DIR/data (in a /tmp directory
+#                                  when user postgres cannot reach DIR); MODE test turns
+#                                  fsync, synchronous_commit, full_page_writes off, demo not;
+#                                  sets ST_PG_PORT, ST_PG_DSN (admin, user postgres, TCP),
+#                                  ST_PG_DATA and ST_PG_SOCK (its Unix socket directory)
+#           st_pg_stop             stops the server this shell started (idempotent; call it
+#                                  from a trap); does nothing when ST_PG_DATA is empty (from
+#                                  another shell: ST_PG_DATA=DIR/data st_pg_stop)
+#           ST_ROOT                the checkout; ST_PY python3; ST_PGBIN PostgreSQL 15's bin/
+#           ST_BUILD_PKGS          the Debian packages to build and run (every script)
+#           ST_DEPLOY_PKGS         those of the deployment tests (test.sh; see below)
 # PostgreSQL refuses to run as root, so as root every server command runs as
 # the `postgres` system user, which owns the data directory.
 
