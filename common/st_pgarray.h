@@ -18,7 +18,7 @@
  * st_pgarray_binary_parse reads the binary form back (the edge's about
  * column); st_pgarray_parse_u64s reads: the TEXT output of an
  * int[] / bigint[] result without NULLs ("{}", "{1,22,333}"), as
- * broker_append2 returns its duplicate ordinals and seqs.
+ * broker_append4 returns its duplicate ordinals and seqs.
  */
 #ifndef ST_PGARRAY_H
 #define ST_PGARRAY_H

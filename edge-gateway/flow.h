@@ -1,7 +1,7 @@
 /*
  * flow: flow control for bursts, in one place: when a stream or a worker
  * may ask the edge to stop reading published messages for a moment, and
- * the budget that grants those asks (docs/architecture.md "Flow control"
+ * the budget that grants those asks (docs/architecture.md "The edge in detail", item 7,
  * and docs/edge.md "Flow control").
  *
  * Three levels, each a pure decision here, applied by its owner:

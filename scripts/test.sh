@@ -13,7 +13,7 @@
 # failure or Ctrl-C.  Exit status: 0 only when every step passed.
 #
 # Environment: STUDIO_TEST_ONLY_PLAIN=1 skips the sanitizer builds (local use);
-# CTEST_ARGS adds arguments to both ctest runs (e.g. CTEST_ARGS="-R it_e2e").
+# CTEST_ARGS adds arguments to the three ctest runs (e.g. CTEST_ARGS="-R it_e2e").
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ST_ROOT"
