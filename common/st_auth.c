@@ -491,6 +491,16 @@ st_auth_keys_load(const char *path, st_auth_keys **out, char *why, size_t cap)
 		snprintf(why, cap, "not a regular file of at most 1 MiB");
 		goto done;
 	}
+	/*
+	 * Whoever can write the file can grant themselves any topic (a key of
+	 * their own): checked on the open descriptor, so what is read is what
+	 * was checked.  Refused at start (exit 2); a reload keeps the keys in use.
+	 */
+	if ((stbuf.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+		snprintf(why, cap, "writable by %s (mode %04o): whoever can write it grants any access; chmod go-w",
+		         (stbuf.st_mode & S_IWOTH) ? "others" : "its group", (unsigned)(stbuf.st_mode & 07777));
+		goto done;
+	}
 	buf = st_xmalloc((size_t)stbuf.st_size + 1);
 	while (got < (size_t)stbuf.st_size) {
 		ssize_t r = read(fd, buf + got, (size_t)stbuf.st_size - got);
@@ -943,6 +953,12 @@ bool
 st_auth_store_query_token(const st_auth_store *st)
 {
 	return st->query_token;
+}
+
+const char *
+st_auth_store_cookie_name(const st_auth_store *st)
+{
+	return st->cookie;
 }
 
 uint64_t

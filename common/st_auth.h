@@ -75,7 +75,12 @@ typedef struct st_auth_keys st_auth_keys;
  * Pure: no I/O, any thread.
  */
 st_err st_auth_keys_parse(const char *text, size_t len, st_auth_keys **out, char *why, size_t cap);
-/* Reads path (at most ST_AUTH_KEYS_MAX_BYTES; blocking file I/O) and parses it. */
+/*
+ * Reads path (at most ST_AUTH_KEYS_MAX_BYTES; blocking file I/O) and parses
+ * it.  A file writable by its group or by others is refused (ST_EINVAL,
+ * why names the mode) before it is read: whoever can write it can add a
+ * key of their own.
+ */
 st_err st_auth_keys_load(const char *path, st_auth_keys **out, char *why, size_t cap);
 /* Takes a reference (atomic; any thread). */
 st_auth_keys *st_auth_keys_ref(st_auth_keys *ks);
@@ -150,6 +155,8 @@ void st_auth_store_swap(st_auth_store *st, st_auth_keys *ks);
 /* Keys in the current set.  Any thread. */
 size_t st_auth_store_key_count(st_auth_store *st);
 bool st_auth_store_query_token(const st_auth_store *st);
+/* The cookie that carries the token (st_auth_config.cookie).  Any thread. */
+const char *st_auth_store_cookie_name(const st_auth_store *st);
 
 /*
  * The whole check of one request: extraction from the given header values

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "st_buf.h"
@@ -278,9 +279,19 @@ t_keys_load(void)
 	ST_ASSERT(fd != -1);
 	ST_ASSERT(write(fd, jwks, strlen(jwks)) == (ssize_t)strlen(jwks));
 	close(fd);
+	ST_ASSERT(chmod(path, 0644) == 0);
 	ST_CHECK(st_auth_keys_load(path, &ks, why, sizeof(why)) == ST_OK);
 	ST_CHECK_EQ_U64(st_auth_keys_count(ks), 3);
 	st_auth_keys_unref(ks);
+	/* Writable by the group or by others: refused, nothing parsed. */
+	ST_ASSERT(chmod(path, 0664) == 0);
+	ks = NULL;
+	ST_CHECK(st_auth_keys_load(path, &ks, why, sizeof(why)) == ST_EINVAL);
+	ST_CHECK(ks == NULL);
+	ST_CHECK(strstr(why, "writable by its group (mode 0664)") != NULL);
+	ST_ASSERT(chmod(path, 0602) == 0);
+	ST_CHECK(st_auth_keys_load(path, &ks, why, sizeof(why)) == ST_EINVAL);
+	ST_CHECK(strstr(why, "writable by others (mode 0602)") != NULL);
 	unlink(path);
 	ST_CHECK(st_auth_keys_load(path, &ks, why, sizeof(why)) == ST_EINVAL);
 	ST_CHECK(strstr(why, "cannot read") != NULL);

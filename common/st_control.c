@@ -21,6 +21,13 @@
  *
  * Requests are bounded twice: NNG_OPT_RECVMAXSZ (64 KiB) before nng
  * allocates, then at most MAX_NODES JSON values in the DOM.
+ *
+ * The socket drains the process and reloads its keys, so on ipc:// its
+ * file is the owner's alone (0600): nng creates it with that mode
+ * (NNG_OPT_IPC_PERMISSIONS, so there is no moment with the umask's mode),
+ * and after the listen the path is chmod'ed and checked with stat, which
+ * fails the start rather than leave a socket other users could connect to.
+ * Which tcp:// addresses may listen at all is st_preflight's rule.
  */
 #include "st_control.h"
 #include "st_log.h"
@@ -33,6 +40,7 @@
 #include <nng/protocol/reqrep0/req.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define MAX_REQUEST (64 * 1024)
 #define MAX_NODES 1000
@@ -110,6 +118,39 @@ done:
 	st_json_free(j);
 }
 
+#define IPC_PREFIX "ipc://"
+#define IPC_MODE 0600
+
+/*
+ * Listens on url; an ipc:// socket file gets mode IPC_MODE before it
+ * accepts (see DESIGN) and is checked after.  nng error codes, like
+ * st_tls_listen; NNG_EPERM when the file's mode cannot be made IPC_MODE.
+ */
+static int
+control_listen(nng_socket sock, const char *url)
+{
+	const char *path = url + strlen(IPC_PREFIX);
+	nng_listener l;
+	struct stat st;
+	int rv;
+
+	if (strncmp(url, IPC_PREFIX, strlen(IPC_PREFIX)) != 0)
+		return st_tls_listen(sock, url);
+	if ((rv = nng_listener_create(&l, sock, url)) != 0)
+		return rv;
+	if ((rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, IPC_MODE)) != 0 ||
+	    (rv = nng_listener_start(l, 0)) != 0) {
+		nng_listener_close(l);
+		return rv;
+	}
+	if (chmod(path, IPC_MODE) == -1 || stat(path, &st) == -1 || (st.st_mode & 07777) != IPC_MODE) {
+		st_error("control: %s: cannot make the socket file mode 0600", path);
+		nng_listener_close(l);
+		return NNG_EPERM;
+	}
+	return 0;
+}
+
 static void
 on_readable(evutil_socket_t fd, short what, void *arg)
 {
@@ -160,7 +201,7 @@ st_control_new(struct event_base *base, const char *url, st_control_fn fn, void 
 		st_error("control: set recv max: %s", nng_strerror(rv));
 		goto fail;
 	}
-	if ((rv = st_tls_listen(c->sock, url)) != 0) {
+	if ((rv = control_listen(c->sock, url)) != 0) {
 		st_error("control: listen %s: %s", url, nng_strerror(rv));
 		if (rv == NNG_EADDRINVAL || rv == NNG_ENOTSUP || rv == NNG_EINVAL)
 			err = ST_EINVAL;

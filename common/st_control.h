@@ -31,7 +31,12 @@ typedef struct st_control st_control;
  */
 typedef st_err (*st_control_fn)(const char *cmd, const st_json *req, st_buf *out, void *arg);
 
-/* Listens on url.  ST_EINVAL for a bad URL, ST_ESYS when it cannot listen (logged). */
+/*
+ * Listens on url.  ST_EINVAL for a bad URL, ST_ESYS when it cannot listen
+ * (logged).  An ipc:// socket file is made mode 0600 (owner only) and
+ * checked; ST_ESYS when that fails.  Which tcp:// addresses are allowed is
+ * checked before, at start (st_preflight_tls: loopback, or tls+tcp).
+ */
 st_err st_control_new(struct event_base *base, const char *url, st_control_fn fn, void *arg, st_control **out);
 void st_control_free(st_control *c); /* NULL-safe; closes the socket */
 

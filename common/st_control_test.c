@@ -8,6 +8,8 @@
 #include <nng/nng.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int handled;
@@ -151,6 +153,13 @@ main(void)
 	base = event_base_new();
 	snprintf(url, sizeof(url), "ipc:///tmp/st-control-test-%d.ipc", (int)getpid());
 	ST_CHECK(st_control_new(base, url, handler, NULL, &c) == ST_OK);
+	{
+		/* The socket file is the owner's alone, whatever the umask (issue 25). */
+		struct stat st;
+
+		ST_CHECK(stat(url + strlen("ipc://"), &st) == 0);
+		ST_CHECK_EQ_U64(st.st_mode & 0777, 0600);
+	}
 	ST_CHECK(st_control_new(base, "bogus://x", handler, NULL, &dup) == ST_EINVAL);
 	ST_CHECK(dup == NULL);
 	/* A port derived from the pid, so parallel runs rarely collide; a few tries. */

@@ -145,7 +145,7 @@ struct http_req {
 	http_stream *c;
 	void (*gone)(void *arg);
 	void *gone_arg;
-	const char *cors;     /* the Origin header when it matches cors_origins, else NULL */
+	const char *cors;     /* the Origin header when it matches cors_origins (on cors_path), else NULL */
 	bool head, options;   /* the method is HEAD / OPTIONS */
 	bool keep_alive;      /* from the head; cleared when the handler watches for the client going away */
 	bool body_read;       /* http_req_read_body took the declared body (else it is unread: close after the answer) */
@@ -163,6 +163,7 @@ struct http_server {
 	http_handler_fn fn;
 	void *arg;
 	char *cors;
+	char *cors_path;          /* NULL: CORS on every path; else only on this one */
 	bool cors_credentials;    /* Access-Control-Allow-Credentials: true with every CORS answer */
 	size_t max_head;
 	size_t max_body;          /* 0: request bodies refused by the parser */
@@ -663,6 +664,72 @@ cors_match(const http_server *s, const char *origin)
 	return false;
 }
 
+/* True when host[0..n) is a loopback name an http:// origin may use. */
+static bool
+origin_host_loopback(const char *host, size_t n)
+{
+	static const char *const names[] = { "localhost", "127.0.0.1", "[::1]" };
+
+	for (size_t i = 0; i < ST_ARRAY_LEN(names); i++)
+		if (n == strlen(names[i]) && strncasecmp(host, names[i], n) == 0)
+			return true;
+	return false;
+}
+
+bool
+http_cors_origins_check(const char *list, char *why, size_t cap)
+{
+	const char *p = list, *o;
+	size_t n;
+
+	while (st_list_next(&p, &o, &n)) {
+		const char *host, *end = o + n, *colon;
+		bool port_ok;
+
+		if (n == 1 && *o == '*')
+			continue;
+		if (n == 4 && strncasecmp(o, "null", 4) == 0) {
+			snprintf(why, cap, "origin null is refused: sandboxed iframes, data: and file: pages all send it, "
+			                   "so any site could read");
+			return false;
+		}
+		if (n > 8 && strncasecmp(o, "https://", 8) == 0)
+			continue;
+		if (n <= 7 || strncasecmp(o, "http://", 7) != 0) {
+			snprintf(why, cap, "origin %.*s: must be https://HOST[:PORT] (or http:// on loopback)",
+			         (int)ST_MIN(n, 200), o);
+			return false;
+		}
+		/* http://HOST[:PORT], HOST a name, an IPv4 address or [IPv6]. */
+		host = o + 7;
+		if (*host == '[') {
+			const char *rb = memchr(host, ']', (size_t)(end - host));
+
+			colon = rb ? rb + 1 : end;
+		} else {
+			colon = memchr(host, ':', (size_t)(end - host));
+			colon = colon ? colon : end;
+		}
+		port_ok = colon == end || (*colon == ':' && colon + 1 < end);
+		for (const char *q = colon + 1; port_ok && q < end; q++)
+			port_ok = *q >= '0' && *q <= '9';
+		if (!port_ok || !origin_host_loopback(host, (size_t)(colon - host))) {
+			snprintf(why, cap,
+			         "origin %.*s: plain http:// is refused except on loopback (localhost, 127.0.0.1, [::1]): "
+			         "anyone on the network can pose as it; use https://",
+			         (int)ST_MIN(n, 200), o);
+			return false;
+		}
+	}
+	return true;
+}
+
+bool
+http_req_cors_allowed(const http_req *r)
+{
+	return r->cors != NULL;
+}
+
 static void
 req_free(http_req *r)
 {
@@ -758,7 +825,9 @@ conn_parse(http_stream *c)
 		r->head = strcmp(r->parsed.method, "HEAD") == 0;
 		r->options = strcmp(r->parsed.method, "OPTIONS") == 0;
 		origin = st_http_parse_field_get(&r->parsed, "Origin");
-		r->cors = cors_match(s, origin) ? origin : NULL;
+		/* Another path (/metrics, /healthz) answers no origin: a page elsewhere has no business reading it. */
+		if (s->cors_path == NULL || strcmp(r->parsed.path, s->cors_path) == 0)
+			r->cors = cors_match(s, origin) ? origin : NULL;
 		if (r->options) {
 			conn_preflight(c, r);
 			continue;
@@ -1205,6 +1274,8 @@ server_create(struct event_base *base, const char *listen, const http_server_con
 	}
 	if (cfg && cfg->cors_origins && *cfg->cors_origins)
 		s->cors = st_xstrdup(cfg->cors_origins);
+	if (cfg && cfg->cors_path && *cfg->cors_path)
+		s->cors_path = st_xstrdup(cfg->cors_path);
 	s->defer_ev = event_new(base, -1, 0, defer_cb, s);
 	s->head_ev = evtimer_new(base, head_timer_cb, s);
 	s->end_ev = evtimer_new(base, end_timer_cb, s);
@@ -1291,6 +1362,7 @@ http_server_free(http_server *s)
 	if (s->retry_ev)
 		event_free(s->retry_ev);
 	free(s->cors);
+	free(s->cors_path);
 	http_conn_limit_free(s->own_limit);
 	free(s);
 }

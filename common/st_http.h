@@ -73,6 +73,7 @@ typedef struct http_server_config {
 	uint32_t header_timeout_ms;  /* 0 = 10000 */
 	uint32_t max_conns;          /* 0 = 100000; a shared server's limit replaces it */
 	const char *cors_origins;    /* NULL/"" = no CORS headers; copied */
+	const char *cors_path;       /* NULL/"" = CORS on every path; else only this path gets it (preflights too); copied */
 	size_t max_body_bytes;       /* 0 = request bodies refused; else the most http_req_read_body reads */
 	uint32_t body_grace_ms;      /* 0 = 10000: a body's deadline is this plus 1 s per 64 KiB */
 } http_server_config;
@@ -111,6 +112,15 @@ st_err http_server_new_shared(struct event_base *base, const char *listen, const
  * visitors' cookies.  Loop thread, before requests arrive.
  */
 void http_server_set_cors_credentials(http_server *s, bool on);
+/*
+ * Checks a cors_origins list before it is used (configuration, exit 2):
+ * each item is "*", https://HOST[:PORT], or http://HOST[:PORT] with HOST
+ * localhost, 127.0.0.1 or [::1].  "null" is refused (sandboxed iframes,
+ * data: and file: pages send it, so any site can), and so is plain http://
+ * elsewhere (anyone on the path can pose as it).  False with a one-line
+ * reason in why.  Pure; any thread.
+ */
+bool http_cors_origins_check(const char *list, char *why, size_t cap);
 /* Closes the listener and every connection at once (streams get on_close). NULL-safe. */
 void http_server_free(http_server *s);
 /* Connections open now under this server's limit: with a shared limit, those
@@ -146,6 +156,8 @@ const char *http_req_path(const http_req *r);     /* path only, undecoded, e.g. 
 const char *http_req_query(const http_req *r);    /* after '?', undecoded, "" when none */
 /* The peer's address: 16 bytes, IPv4 as ::ffff:a.b.c.d (RFC 4291 2.5.5.2); zeros for other families. */
 void http_req_peer_ip(const http_req *r, uint8_t out[16]);
+/* True when the request's Origin is one cors_origins allows (on the server's cors_path). */
+bool http_req_cors_allowed(const http_req *r);
 /* First header with that name (case-insensitive), value trimmed; NULL when absent. */
 const char *http_req_header(const http_req *r, const char *name);
 /*

@@ -670,6 +670,82 @@ t_options_cors(void)
 	http_server_free(star);
 }
 
+/* --cors-origins at start: null and non-loopback http:// refused (issue 25). */
+static void
+t_cors_origins_check(void)
+{
+	static const struct {
+		const char *list;
+		bool ok;
+		const char *why; /* a part of the reason */
+	} cases[] = {
+		{ "", true, NULL },
+		{ "*", true, NULL },
+		{ "https://app.example", true, NULL },
+		{ "https://app.example:8443, https://b.example", true, NULL },
+		{ "http://localhost", true, NULL },
+		{ "http://localhost:3000", true, NULL },
+		{ "HTTP://127.0.0.1:8080", true, NULL },
+		{ "http://[::1]:5173", true, NULL },
+		{ "http://[::1]", true, NULL },
+		{ "null", false, "origin null is refused" },
+		{ "https://a.example, NULL", false, "origin null is refused" },
+		{ "http://app.example", false, "origin http://app.example: plain http://" },
+		{ "http://127.0.0.2", false, "plain http://" },
+		{ "http://localhost.evil.example", false, "plain http://" },
+		{ "http://localhost:80x", false, "plain http://" },
+		{ "http://localhost:", false, "plain http://" },
+		{ "http://[::1", false, "plain http://" },
+		{ "http://", false, "must be https://" },
+		{ "app.example", false, "origin app.example: must be https://" },
+		{ "file://", false, "must be https://" },
+	};
+
+	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
+		char why[300] = "";
+		bool ok = http_cors_origins_check(cases[i].list, why, sizeof(why));
+
+		if (ok != cases[i].ok || (cases[i].why && strstr(why, cases[i].why) == NULL))
+			fprintf(stderr, "%s: got %d (%s), want %d (%s)\n", cases[i].list, ok, why, cases[i].ok,
+			        cases[i].why ? cases[i].why : "");
+		ST_CHECK(ok == cases[i].ok);
+		ST_CHECK(cases[i].why == NULL || strstr(why, cases[i].why) != NULL);
+	}
+}
+
+/* cors_path: CORS answers (and preflights) only on that path, never on /metrics. */
+static void
+t_cors_path(void)
+{
+	static const http_server_config pc = { .cors_origins = "https://a.example", .cors_path = "/v1/stream" };
+	http_server *s = server_new(&pc);
+	int fd = cl_connect(http_server_port(s));
+	st_buf b;
+	resp r;
+	char v[128];
+
+	http_server_set_cors_credentials(s, true);
+	st_buf_init(&b);
+	cl_puts(fd, "GET /hello HTTP/1.1\r\nOrigin: https://a.example\r\n\r\n");
+	ST_CHECK(cl_read_resps(fd, &b, &r, 1, 3000) == 1);
+	ST_CHECK(hdr(&r, "Access-Control-Allow-Origin", v, sizeof(v)) == NULL);
+	ST_CHECK(hdr(&r, "Access-Control-Allow-Credentials", v, sizeof(v)) == NULL);
+	st_buf_reset(&b);
+	cl_puts(fd, "OPTIONS /metrics HTTP/1.1\r\nOrigin: https://a.example\r\n\r\n");
+	ST_CHECK(cl_read_resps(fd, &b, &r, 1, 3000) == 1);
+	ST_CHECK(r.status == 204);
+	ST_CHECK(hdr(&r, "Access-Control-Allow-Origin", v, sizeof(v)) == NULL);
+	ST_CHECK_STR(hdr(&r, "Allow", v, sizeof(v)), "GET, HEAD, OPTIONS");
+	st_buf_reset(&b);
+	cl_puts(fd, "OPTIONS /v1/stream HTTP/1.1\r\nOrigin: https://a.example\r\n\r\n");
+	ST_CHECK(cl_read_resps(fd, &b, &r, 1, 3000) == 1);
+	ST_CHECK_STR(hdr(&r, "Access-Control-Allow-Origin", v, sizeof(v)), "https://a.example");
+	ST_CHECK_STR(hdr(&r, "Access-Control-Allow-Credentials", v, sizeof(v)), "true");
+	close(fd);
+	st_buf_fini(&b);
+	http_server_free(s);
+}
+
 /*
  * RFC 9112 3.2: the absolute-form is served as its path and query (a
  * server MUST accept it); '*' is OPTIONS's (answered like a preflight).
@@ -1256,6 +1332,8 @@ main(void)
 	RUN(t_pipelined);
 	RUN(t_head);
 	RUN(t_options_cors);
+	RUN(t_cors_origins_check);
+	RUN(t_cors_path);
 	RUN(t_refusals);
 	RUN(t_target_forms);
 	RUN(t_header_timeout);

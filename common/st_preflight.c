@@ -321,11 +321,16 @@ tls_urls_check(const char *prog, const st_opt *o)
 
 		if (why != NULL)
 			st_config_fail(prog, "--%s %s: %s", o->name, items[i], why);
-		/* The control socket drains and reloads: reachable from elsewhere, only with TLS. */
+		/*
+		 * The control socket drains and reloads: reachable from elsewhere
+		 * only with TLS.  A warning was not enough (issue 25): anyone on the
+		 * network could drain an edge whose operator missed one log line.
+		 */
 		if (listen && strcmp(o->name, "control") == 0 && !st_preflight_url_private(items[i]))
-			st_warn("--control %s: the control socket can drain this process and is reachable from other "
-			        "hosts without TLS; bind it to 127.0.0.1 or use tls+tcp://",
-			        items[i]);
+			st_config_fail(prog,
+			               "--%s %s: a plain tcp control socket must listen on loopback (127.0.0.0/8, ::1, "
+			               "localhost); use tls+tcp:// to reach it from other hosts",
+			               o->name, items[i]);
 		free(items[i]);
 	}
 	free(items);

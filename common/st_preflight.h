@@ -94,8 +94,8 @@ void st_preflight_tls(const char *prog, st_opt *opts, size_t n, const st_opt *ce
 /*
  * True when a listen URL is reachable from this host only (ipc, inproc,
  * abstract; tcp on 127.0.0.0/8, ::1 or localhost) or is tls+tcp (peers
- * need a certificate).  st_preflight_tls warns about a --control URL that
- * is neither.
+ * need a certificate).  st_preflight_tls refuses (exit 2) a --control
+ * URL that is neither.
  */
 bool st_preflight_url_private(const char *url);
 

@@ -76,6 +76,7 @@ struct edge {
 	sub *sub;
 	fanout *fan;               /* the loops serving streams */
 	st_control *control;
+	http_server *metrics_http; /* --metrics-listen on the main loop; NULL: /metrics on the public port */
 	st_auth_store *auth;       /* borrowed (main frees it after edge_free); NULL: access control off; shared by every loop */
 	iplimit *ip_limit;         /* borrowed, as auth; --max-streams-per-ip, shared by every loop */
 	st_keywatch *keys;         /* owned; --auth-keys reloaded on SIGHUP, `reload` and a change of the file; NULL: no --auth-keys */
@@ -343,6 +344,11 @@ http_cb(http_req *req, fanout_worker *w, void *arg)
 	const st_ops ops = { .metrics = c.e->metrics, .ready = ops_ready, .refresh = ops_refresh, .arg = &c };
 	const char *why;
 
+	/* With --metrics-listen the public port does not show them (only that port does). */
+	if (c.e->metrics_http != NULL && strcmp(http_req_path(req), "/metrics") == 0) {
+		http_reply_problem(req, 404, NULL, "Not Found", "no such resource", NULL);
+		return;
+	}
 	if (st_ops_handle(req, &ops))
 		return;
 	if (strcmp(http_req_path(req), "/v1/stream") != 0) {
@@ -352,6 +358,48 @@ http_cb(http_req *req, fanout_worker *w, void *arg)
 	if (!st_ops_refuse_method(req))
 		streams_handle(fanout_worker_streams(w), req, edge_ready(c.e, w, &why),
 		               atomic_load(&c.e->draining_flag));
+}
+
+/*
+ * --metrics-listen: /metrics alone, on the main loop, for the scraper on
+ * the ops network (issue 25: the public port need not show the edge's
+ * counts).  studio_ready is the whole edge's readiness as /readyz would
+ * answer it, from what main can read (atomics and fanout_ready).
+ */
+static bool
+metrics_ready(void *arg, const char **why)
+{
+	edge *e = arg;
+
+	if (e->draining)
+		return *why = "draining", false;
+	if (!pgpool_ready(e->pool))
+		return *why = "no database connection", false;
+	if (!fanout_ready(e->fan, why))
+		return false;
+	if (!edge_writers_fresh(e))
+		return *why = "no writer tick or batch within 3 flush intervals", false;
+	return *why = "ready", true;
+}
+
+static void
+metrics_refresh(void *arg)
+{
+	edge *e = arg;
+	const char *why;
+
+	st_gauge_set(e->m_conns, (int64_t)fanout_conns_open(e->fan));
+	st_gauge_set(e->m_db_up, pgpool_ready(e->pool) && fanout_ready(e->fan, &why));
+}
+
+static void
+metrics_http_cb(http_req *req, void *arg)
+{
+	const st_ops ops = { .metrics = ((edge *)arg)->metrics, .ready = metrics_ready, .refresh = metrics_refresh,
+		             .arg = arg };
+
+	if (strcmp(http_req_path(req), "/metrics") != 0 || !st_ops_handle(req, &ops))
+		http_reply_problem(req, 404, NULL, "Not Found", "only /metrics is served here", NULL);
 }
 
 /* ---- drain, control, signals ------------------------------------------ */
@@ -571,6 +619,17 @@ edge_new(const edge_config *cfg, edge **out, char *why, size_t cap)
 		if ((rv = fanout_new(e->base, &fcfg, &e->fan, why, cap)) != ST_OK)
 			return rv;
 	}
+	if (cfg->metrics_listen != NULL && cfg->metrics_listen[0] != '\0') {
+		/* A scraper or two: a small bound of its own, apart from the streams'. */
+		const http_server_config mcfg = { .max_conns = 64 };
+
+		if ((rv = http_server_new(e->base, cfg->metrics_listen, &mcfg, metrics_http_cb, e, &e->metrics_http)) !=
+		    ST_OK) {
+			snprintf(why, cap, "--metrics-listen %s: cannot listen (%s)", cfg->metrics_listen, st_err_str(rv));
+			return rv;
+		}
+		st_info("/metrics on %s only (not on %s)", cfg->metrics_listen, cfg->listen);
+	}
 	if (cfg->control[0] != '\0' && (rv = st_control_new(e->base, cfg->control, control_cb, e, &e->control)) != ST_OK) {
 		snprintf(why, cap, "--control %s: %s", cfg->control, st_err_str(rv));
 		return rv;
@@ -621,6 +680,7 @@ edge_free(edge *e)
 	fanout_free(e->fan);
 	sub_free(e->sub);
 	st_control_free(e->control);
+	http_server_free(e->metrics_http);
 	if (e->head_query)
 		pgpool_cancel(e->head_query);
 	if (e->fill_job)

@@ -28,6 +28,7 @@ typedef struct edge_config {
 	size_t n_writers;
 	const char *listen;         /* HTTP ADDR:PORT */
 	const char *control;        /* nng rep0 URL of the ops socket; "" = none */
+	const char *metrics_listen; /* ADDR:PORT serving /metrics instead of listen; NULL/"" = metrics on listen */
 	size_t threads;             /* loops serving streams (fanout.h) */
 	uint64_t flush_interval_ms; /* the writers' (readiness waits 3 of them) */
 	/* Copied; edge_new sets streams.drain_grace_ms and http.max_conns (streams plus 1024). */

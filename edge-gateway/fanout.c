@@ -432,6 +432,13 @@ fanout_streams_open(const fanout *f)
 }
 
 size_t
+fanout_conns_open(const fanout *f)
+{
+	/* One worker runs on main's loop; several share one bound (an atomic). */
+	return f->cfg.n == 1 ? http_server_conns_open(f->w[0].http) : http_conn_limit_open(f->limit);
+}
+
+size_t
 fanout_workers(const fanout *f)
 {
 	return f->cfg.n;

@@ -124,6 +124,8 @@ void fanout_drain(fanout *f);
 bool fanout_drained(const fanout *f);
 /* Streams open in every registry. */
 size_t fanout_streams_open(const fanout *f);
+/* HTTP connections open now on --listen (every worker's server together).  Main thread. */
+size_t fanout_conns_open(const fanout *f);
 size_t fanout_workers(const fanout *f);
 
 /* On w's loop. */

@@ -53,8 +53,15 @@ enum {
 	E_TLS_CERT,
 	E_TLS_KEY,
 	E_TLS_CA,
+	E_METRICS_LISTEN,
 	E_N
 };
+
+static bool
+cors_origins_check(const st_opt *o, char *why, size_t cap)
+{
+	return http_cors_origins_check(o->sval, why, cap);
+}
 
 static st_opt opts[E_N] = {
 	[E_PG_DSN] = ST_OPT_PG_DSN,
@@ -75,7 +82,9 @@ static st_opt opts[E_N] = {
 	  .help = "event loop threads serving HTTP streams (see docs/edge.md)", .min = 1, .max = FANOUT_MAX },
 	[E_MAX_STREAMS] = { .name = "max-streams", .kind = ST_OPT_INT, .def = "100000", .help = "open streams before new ones get 429",
 	  .min = 1, .max = 10000000 },
-	[E_CORS_ORIGINS] = { .name = "cors-origins", .kind = ST_OPT_STR, .def = "", .help = "origins allowed by CORS, comma separated, or *" },
+	[E_CORS_ORIGINS] = { .name = "cors-origins", .kind = ST_OPT_STR, .def = "",
+	  .help = "origins allowed by CORS on /v1/stream, comma separated, or *; https:// (http:// only on loopback), "
+	          "never null", .check = cors_origins_check },
 	[E_FLUSH_INTERVAL_MS] = { .name = "flush-interval-ms", .kind = ST_OPT_INT, .def = "1000",
 	  .help = "the writers' flush interval (readiness waits 3 of them)", .min = 10, .max = 600000 },
 	/* Access control (docs/security.md). */
@@ -101,6 +110,10 @@ static st_opt opts[E_N] = {
 	[E_TLS_CERT] = ST_OPT_TLS_CERT,
 	[E_TLS_KEY] = ST_OPT_TLS_KEY,
 	[E_TLS_CA] = ST_OPT_TLS_CA,
+	/* Operations (docs/edge.md "Metrics"). */
+	[E_METRICS_LISTEN] = { .name = "metrics-listen", .kind = ST_OPT_STR, .def = "",
+	  .help = "serve /metrics on this ADDR:PORT only, not on --listen (empty: on --listen)",
+	  .check = st_preflight_http_addr },
 };
 
 int
@@ -127,6 +140,7 @@ main(int argc, char **argv)
 		const st_preflight_addr addrs[] = {
 			{ "listen", opts[E_LISTEN].sval, opts[E_THREADS].ival > 1 ? ST_PREFLIGHT_HTTP_SHARED : ST_PREFLIGHT_HTTP },
 			{ "control", opts[E_CONTROL].sval, ST_PREFLIGHT_NNG },
+			{ "metrics-listen", opts[E_METRICS_LISTEN].sval, ST_PREFLIGHT_HTTP },
 		};
 		st_preflight_listen("edge-gateway", addrs, ST_ARRAY_LEN(addrs));
 	}
@@ -174,6 +188,8 @@ main(int argc, char **argv)
 	cfg.streams.heartbeat_ms = (uint32_t)opts[E_HEARTBEAT_S].ival * 1000;
 	cfg.streams.max_streams = (uint32_t)opts[E_MAX_STREAMS].ival;
 	cfg.http.cors_origins = opts[E_CORS_ORIGINS].sval;
+	cfg.http.cors_path = "/v1/stream";
+	cfg.metrics_listen = opts[E_METRICS_LISTEN].sval;
 
 	signal(SIGPIPE, SIG_IGN);
 	evthread_use_pthreads();

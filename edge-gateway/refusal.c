@@ -1,25 +1,45 @@
 /*
- * refusal: the answers to refusals retrying can fix (see refusal.h).  Two
- * tables (names, hint middles) and one decision, refusal_answer_make; the
- * sends only apply it.
+ * refusal: the answers to refusals retrying can fix (see refusal.h).  One
+ * table (name, hint range, status) and one decision, refusal_answer_make;
+ * the sends only apply it.
  */
 #include "refusal.h"
 
 #include <stdio.h>
 
-static const char *const names[REFUSAL_COUNT] = { "draining", "not_ready", "overloaded", "unavailable" };
-static const uint32_t retry_mid_ms[REFUSAL_COUNT] = { 1000, 1000, 5000, 1000 };
+#include "st_util.h"
+
+/*
+ * One row per reason: the reason on the wire, the hint's range (drawn
+ * uniformly from [lo, lo + span]) and the status NDJSON and JSON-seq get.
+ * The first four are centred on their middle (mid/2 .. 3 mid/2).  The
+ * per-address limit waits longer and never less than 10 s: the client
+ * itself holds the streams, so an EventSource told to come back sooner
+ * would only loop (issue 25); its reason on the wire is "overloaded", as a
+ * full edge's, since the client's remedy is the same.
+ */
+static const struct {
+	const char *name;
+	uint32_t lo_ms, span_ms;
+	int status;
+} rows[REFUSAL_COUNT] = {
+	[REFUSAL_DRAINING] = { "draining", 500, 1000, 503 },
+	[REFUSAL_NOT_READY] = { "not_ready", 500, 1000, 503 },
+	[REFUSAL_OVERLOADED] = { "overloaded", 2500, 5000, 429 },
+	[REFUSAL_UNAVAILABLE] = { "unavailable", 500, 1000, 503 },
+	[REFUSAL_IP_LIMIT] = { "overloaded", 10000, 5000, 429 },
+};
 
 const char *
 refusal_name(enum refusal why)
 {
-	return (unsigned)why < REFUSAL_COUNT ? names[why] : "?";
+	return (unsigned)why < REFUSAL_COUNT ? rows[why].name : "?";
 }
 
 uint32_t
 refusal_retry_ms(enum refusal why)
 {
-	return (unsigned)why < REFUSAL_COUNT ? retry_mid_ms[why] : 1000;
+	return (unsigned)why < REFUSAL_COUNT ? rows[why].lo_ms + rows[why].span_ms / 2 : 1000;
 }
 
 const char *
@@ -42,8 +62,8 @@ refusal_answer_make(enum refusal why, enum frame_format fmt, uint32_t retry_ms, 
 		out->envelope = frame_reconnect_new(retry_ms, refusal_name(why));
 		return;
 	}
-	out->status = why == REFUSAL_OVERLOADED ? 429 : 503;
-	out->title = why == REFUSAL_OVERLOADED ? "Too Many Requests" : "Service Unavailable";
+	out->status = rows[why].status;
+	out->title = out->status == 429 ? "Too Many Requests" : "Service Unavailable";
 	/* Whole seconds, rounded up: a hint of 1 ms must not read as "now". */
 	snprintf(out->headers, sizeof(out->headers), "Retry-After: %u\r\n", (unsigned)((retry_ms + 999ull) / 1000));
 }
@@ -64,13 +84,27 @@ refusal_init(refusals *r, uint64_t seed, st_counter *const counted[REFUSAL_COUNT
 		r->counted[i] = counted[i];
 }
 
-uint32_t
-refusal_jitter(refusals *r, uint32_t mid)
+/* Uniform in [lo, lo + span]. */
+static uint32_t
+draw(refusals *r, uint32_t lo, uint32_t span)
 {
 	r->rng ^= r->rng << 13;
 	r->rng ^= r->rng >> 7;
 	r->rng ^= r->rng << 17;
-	return mid / 2 + (uint32_t)(r->rng % ((uint64_t)mid + 1));
+	return lo + (uint32_t)(r->rng % ((uint64_t)span + 1));
+}
+
+uint32_t
+refusal_jitter(refusals *r, uint32_t mid)
+{
+	return draw(r, mid / 2, mid);
+}
+
+uint32_t
+refusal_hint(refusals *r, enum refusal why)
+{
+	ST_ASSERT((unsigned)why < REFUSAL_COUNT);
+	return draw(r, rows[why].lo_ms, rows[why].span_ms);
 }
 
 void
@@ -94,5 +128,5 @@ refusal_send(refusals *r, http_req *req, enum frame_format fmt, enum refusal why
 void
 refusal_send_jittered(refusals *r, http_req *req, enum frame_format fmt, enum refusal why, const char *detail)
 {
-	refusal_send(r, req, fmt, why, refusal_jitter(r, refusal_retry_ms(why)), detail);
+	refusal_send(r, req, fmt, why, refusal_hint(r, why), detail);
 }

@@ -1,16 +1,18 @@
 /*
  * refusal: the stream requests that retrying can fix (the edge drains, is
- * not ready, serves its maximum of streams, cannot reach its database) and
- * what each is answered.
+ * not ready, serves its maximum of streams, cannot reach its database, the
+ * client's address holds its --max-streams-per-ip) and what each is
+ * answered.
  *
  * A browser's EventSource treats every answer but 200 as final and never
  * reconnects, so a client that asked for SSE gets 200, one reconnect
  * envelope (its retry: hint, the reason) and the end of the response.
  * NDJSON and json-seq clients read statuses: they get a problem document,
- * 429 for overloaded and 503 for the rest, with Retry-After in whole
- * seconds rounded up.  Hints are jittered uniformly over [mid/2, 3 mid/2]
- * around each reason's middle, so refused clients do not come back
- * together.
+ * 429 for overloaded and the per-address limit, 503 for the rest, with
+ * Retry-After in whole seconds rounded up.  Hints are jittered uniformly
+ * over each reason's range ([mid/2, 3 mid/2] around its middle; 10..15 s
+ * for the per-address limit, whose wire reason is "overloaded"), so
+ * refused clients do not come back together.
  *
  * Pure but for refusal_send and refusal_send_jittered, the two calls that
  * answer a request (st_http) and count it (studio_stream_refusals_total):
@@ -29,11 +31,30 @@
 #include "st_http.h"
 #include "st_metrics.h"
 
-enum refusal { REFUSAL_DRAINING, REFUSAL_NOT_READY, REFUSAL_OVERLOADED, REFUSAL_UNAVAILABLE, REFUSAL_COUNT };
+/*
+ * REFUSAL_IP_LIMIT comes last: the first REFUSAL_RETRY_COUNT reasons are
+ * the labels of studio_stream_refusals_total; the per-address limit is
+ * counted in studio_ip_limit_refused_total (the registry passes that
+ * counter in its slot).
+ */
+enum refusal {
+	REFUSAL_DRAINING,
+	REFUSAL_NOT_READY,
+	REFUSAL_OVERLOADED,
+	REFUSAL_UNAVAILABLE,
+	REFUSAL_IP_LIMIT,
+	REFUSAL_COUNT
+};
+#define REFUSAL_RETRY_COUNT REFUSAL_IP_LIMIT
 
-/* The reason on the wire (the reconnect envelope) and the metric label; "?" out of range. */
+/*
+ * The reason on the wire (the reconnect envelope: "overloaded" for the
+ * per-address limit too), and the metric label of the first
+ * REFUSAL_RETRY_COUNT reasons; "?" out of range.
+ */
 const char *refusal_name(enum refusal why);
-/* The middle of the reason's retry hint: 1 s, except overloaded (5 s: a full edge frees slots slowly). */
+/* The middle of the reason's retry hint: 1 s; overloaded 5 s (a full edge
+ * frees slots slowly); the per-address limit 12.5 s (10..15 s). */
 uint32_t refusal_retry_ms(enum refusal why);
 /* A stream's Content-Type in this format (a refused SSE request gets a stream too). */
 const char *refusal_content_type(enum frame_format fmt);
@@ -59,17 +80,19 @@ void refusal_answer_fini(refusal_answer *a);
  */
 typedef struct refusals {
 	uint64_t rng;                       /* xorshift state */
-	st_counter *counted[REFUSAL_COUNT]; /* borrowed (studio_stream_refusals_total by reason) */
+	st_counter *counted[REFUSAL_COUNT]; /* borrowed (studio_stream_refusals_total by reason; IP_LIMIT: studio_ip_limit_refused_total) */
 } refusals;
 
 /* seed: anything that differs between registries (0 is replaced: xorshift would stay at 0). */
 void refusal_init(refusals *r, uint64_t seed, st_counter *const counted[REFUSAL_COUNT]);
 /* A hint drawn uniformly from [mid/2, mid/2 + mid]. */
 uint32_t refusal_jitter(refusals *r, uint32_t mid);
+/* The reason's hint drawn uniformly from its range (see above). */
+uint32_t refusal_hint(refusals *r, enum refusal why);
 /* Answers req with the refusal (hint retry_ms) and counts it.  Frees req. */
 void refusal_send(refusals *r, http_req *req, enum frame_format fmt, enum refusal why, uint32_t retry_ms,
 		  const char *detail);
-/* The same with the reason's jittered hint.  Frees req. */
+/* The same with the reason's jittered hint (refusal_hint).  Frees req. */
 void refusal_send_jittered(refusals *r, http_req *req, enum frame_format fmt, enum refusal why, const char *detail);
 
 #endif

@@ -20,6 +20,7 @@ t_tables(void)
 		{ REFUSAL_NOT_READY, "not_ready", 1000 },
 		{ REFUSAL_OVERLOADED, "overloaded", 5000 },
 		{ REFUSAL_UNAVAILABLE, "unavailable", 1000 },
+		{ REFUSAL_IP_LIMIT, "overloaded", 12500 },
 	};
 	static const struct {
 		enum frame_format fmt;
@@ -73,6 +74,12 @@ t_answers(void)
 		{ REFUSAL_UNAVAILABLE, FRAME_NDJSON, 999, 503, "Service Unavailable", "Retry-After: 1\r\n" },
 		{ REFUSAL_UNAVAILABLE, FRAME_JSONSEQ, UINT32_MAX, 503, "Service Unavailable",
 		  "Retry-After: 4294968\r\n" },
+		/* The per-address limit: an EventSource must not take it as final (issue 25). */
+		{ REFUSAL_IP_LIMIT, FRAME_SSE, 12000, 200, NULL,
+		  "event: reconnect\nretry: 12000\ndata: "
+		  "{\"type\":\"reconnect\",\"retry_ms\":12000,\"reason\":\"overloaded\"}\n\n" },
+		{ REFUSAL_IP_LIMIT, FRAME_NDJSON, 10000, 429, "Too Many Requests", "Retry-After: 10\r\n" },
+		{ REFUSAL_IP_LIMIT, FRAME_JSONSEQ, 14001, 429, "Too Many Requests", "Retry-After: 15\r\n" },
 	};
 
 	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
@@ -138,11 +145,46 @@ t_jitter(void)
 	}
 }
 
+/* Each reason's hint stays in its range and spans it; the per-address limit never under 10 s. */
+static void
+t_hints(void)
+{
+	static const struct {
+		enum refusal why;
+		uint32_t lo, hi;
+	} want[] = {
+		{ REFUSAL_DRAINING, 500, 1500 },     { REFUSAL_NOT_READY, 500, 1500 },
+		{ REFUSAL_OVERLOADED, 2500, 7500 },  { REFUSAL_UNAVAILABLE, 500, 1500 },
+		{ REFUSAL_IP_LIMIT, 10000, 15000 },
+	};
+	st_counter *none[REFUSAL_COUNT] = { 0 };
+	refusals r;
+
+	ST_CHECK_EQ_U64(ST_ARRAY_LEN(want), REFUSAL_COUNT);
+	refusal_init(&r, 12345, none);
+	for (size_t i = 0; i < ST_ARRAY_LEN(want); i++) {
+		uint32_t min = UINT32_MAX, max = 0, span = want[i].hi - want[i].lo;
+
+		for (int n = 0; n < 20000; n++) {
+			uint32_t v = refusal_hint(&r, want[i].why);
+
+			min = ST_MIN(min, v);
+			max = ST_MAX(max, v);
+		}
+		if (min < want[i].lo || max > want[i].hi)
+			fprintf(stderr, "%s: drew [%u, %u], bound [%u, %u]\n", refusal_name(want[i].why), min, max,
+			        want[i].lo, want[i].hi);
+		ST_CHECK(min >= want[i].lo && max <= want[i].hi);
+		ST_CHECK(min <= want[i].lo + span / 20 && max + span / 20 >= want[i].hi);
+	}
+}
+
 int
 main(void)
 {
 	ST_RUN(t_tables);
 	ST_RUN(t_answers);
 	ST_RUN(t_jitter);
+	ST_RUN(t_hints);
 	return st_test_done();
 }

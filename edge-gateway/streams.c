@@ -76,7 +76,6 @@ struct streams {
 	st_gauge *m_open;
 	refusals refusals;       /* the retryable refusals' jitter and counters; streams borrow it (env) */
 	st_counter *m_auth[ST_AUTH_RESULT_COUNT]; /* refusals by reason; [ST_AUTH_OK] unused */
-	st_counter *m_ip_refused;
 };
 
 /* Registered once per process; every registry (one per loop) copies the handles. */
@@ -227,17 +226,35 @@ head_noop_close(void *arg, bool abrupt)
  * a bare "Bearer" challenge; a token that fails any check is 401
  * invalid_token; a valid token missing a topic is 403 insufficient_scope.
  * The client learns nothing more (which check failed is logged at debug
- * level, without the token).  On success *exp is the token's exp, kept for
+ * level, without the token).  A token from the cookie with an Origin that
+ * --cors-origins does not allow is 403 before it is looked at.  On success *exp is the token's exp, kept for
  * the stream's end.  On refusal answers req and returns false.
  */
 static bool
 streams_authorize(streams *ss, http_req *req, const streamreq *rq, uint64_t *exp)
 {
-	const char *why = "";
-	enum st_auth_result r = st_auth_store_check(ss->cfg.auth, http_req_header(req, "Authorization"),
-	                                      http_req_header(req, "Cookie"), rq->access_token,
-	                                      (const char *const *)rq->topics, rq->topic_lens, rq->n_topics, exp, &why);
+	const char *why = "", *tok;
+	const char *authorization = http_req_header(req, "Authorization"), *cookie = http_req_header(req, "Cookie");
+	size_t len;
+	enum st_auth_result r;
 
+	/*
+	 * A cookie is ambient: the browser sends it with a request any page
+	 * makes, so a token that came in one counts only from an origin the
+	 * edge allows (or with no Origin: not a cross-origin browser request).
+	 * The answer carries no CORS header, so the page cannot read even the
+	 * refusal; the stream never opens (issue 25).
+	 */
+	if (http_req_header(req, "Origin") != NULL && !http_req_cors_allowed(req) &&
+	    st_auth_token_extract(authorization, cookie, st_auth_store_cookie_name(ss->cfg.auth), rq->access_token,
+	                          st_auth_store_query_token(ss->cfg.auth), &tok, &len) == ST_AUTH_SRC_COOKIE) {
+		st_counter_inc(ss->m_auth[ST_AUTH_FORBIDDEN]);
+		st_debug("stream refused (forbidden): a cookie token from an origin not in --cors-origins");
+		http_reply_problem(req, 403, NULL, "Forbidden", "a cookie is not accepted from this origin", NULL);
+		return false;
+	}
+	r = st_auth_store_check(ss->cfg.auth, authorization, cookie, rq->access_token, (const char *const *)rq->topics,
+	                        rq->topic_lens, rq->n_topics, exp, &why);
 	if (r == ST_AUTH_OK)
 		return true;
 	st_counter_inc(ss->m_auth[r]);
@@ -292,10 +309,12 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 		goto out;
 	}
 	/*
-	 * One client's share (--max-streams-per-ip).  Not a retryable refusal
-	 * like a full edge: the client itself holds the streams, and telling
-	 * its EventSources to come back would only loop; so 429 with
-	 * Retry-After in every format.  The stream gives the slot back at its end.
+	 * One client's share (--max-streams-per-ip).  An EventSource takes a
+	 * 429 as final and never comes back, even after the client's other
+	 * streams end; so SSE gets 200 + reconnect (overloaded) with a hint of
+	 * 10..15 s, long enough that a client holding its streams does not
+	 * loop, and NDJSON/JSON-seq a 429 with that Retry-After (refusal.h).
+	 * The stream gives the slot back at its end.
 	 */
 	if (!is_head && iplimit_enabled(ss->cfg.ip_limit)) {
 		uint8_t peer[16];
@@ -305,11 +324,10 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 		if (!iplimit_acquire(ss->cfg.ip_limit, ip)) {
 			char text[64];
 
-			st_counter_inc(ss->m_ip_refused);
 			st_debug("stream refused: %s holds its maximum of streams",
 			         iplimit_addr_str(ip, text, sizeof(text)));
-			http_reply_problem(req, 429, NULL, "Too Many Requests", "too many streams from this address",
-			                   "Retry-After: 5\r\n");
+			refusal_send_jittered(&ss->refusals, req, rq.fmt, REFUSAL_IP_LIMIT,
+			                      "too many streams from this address");
 			goto out;
 		}
 		ip_held = true;
@@ -511,7 +529,7 @@ streams_metrics_new(st_metrics *m)
 {
 	streams_metrics *sm = st_xcalloc(1, sizeof(*sm));
 	const char *auth_names[ST_AUTH_RESULT_COUNT];
-	const char *refusal_names[REFUSAL_COUNT];
+	const char *refusal_names[REFUSAL_RETRY_COUNT];
 
 	sm->dropped.coalesced = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"coalesced\"",
 	                                           "Frames dropped from stream queues, by reason (ADR-0197).");
@@ -531,9 +549,9 @@ streams_metrics_new(st_metrics *m)
 	                                      "Live frames dropped at the resume seam because the replay sent them.");
 	sm->seam_gap = st_metrics_counter(m, "studio_seam_gaps_total", NULL,
 	                                  "Resume seams that would have left a hole (answered with resync gap).");
-	for (int i = 0; i < REFUSAL_COUNT; i++)
+	for (int i = 0; i < REFUSAL_RETRY_COUNT; i++)
 		refusal_names[i] = refusal_name((enum refusal)i);
-	counter_family(m, "studio_stream_refusals_total", "reason", refusal_names, 0, REFUSAL_COUNT,
+	counter_family(m, "studio_stream_refusals_total", "reason", refusal_names, 0, REFUSAL_RETRY_COUNT,
 	               "Stream requests refused with a retry hint, by reason.", sm->refusal);
 	sm->replay_rows = st_metrics_counter(m, "studio_replay_rows_total", NULL,
 	                                     "Rows replays received from the database (each row once).");
@@ -542,7 +560,10 @@ streams_metrics_new(st_metrics *m)
 	counter_family(m, "studio_auth_refused_total", "reason", auth_names, ST_AUTH_MISSING, ST_AUTH_RESULT_COUNT,
 	               "Stream requests refused by access control, by reason.", sm->auth);
 	sm->ip_refused = st_metrics_counter(m, "studio_ip_limit_refused_total", NULL,
-	                                    "Stream requests refused by --max-streams-per-ip (429).");
+	                                    "Stream requests refused by --max-streams-per-ip "
+	                                    "(SSE: reconnect overloaded; NDJSON, JSON-seq: 429).");
+	/* The per-address refusal is answered like the others (refusal.h), counted in its own family. */
+	sm->refusal[REFUSAL_IP_LIMIT] = sm->ip_refused;
 	return sm;
 }
 
@@ -593,7 +614,6 @@ streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, co
 	ss->m_open = sm->open;
 	for (int i = 0; i < ST_AUTH_RESULT_COUNT; i++)
 		ss->m_auth[i] = sm->auth[i];
-	ss->m_ip_refused = sm->ip_refused;
 	st_dlist_init(&ss->all);
 	st_dlist_init(&ss->behind);
 	st_dlist_init(&ss->untils);
