@@ -389,5 +389,39 @@ def edge_listen_in_use_exits_2_before_the_network():
         wr.close()
 
 
+@t.case
+def hardening_refusals_exit_2_at_once():
+    """Issue 25 items 4-6: what would open the edge or the control socket to
+    others is bad configuration, refused before the network."""
+    d = tempfile.mkdtemp(prefix="studio-cfg-")
+    try:
+        jwks = os.path.join(d, "jwks.json")
+        with open(jwks, "w") as f:
+            f.write('{"keys":[{"kty":"oct","kid":"k","alg":"HS256","k":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"}]}')
+        os.chmod(jwks, 0o664)
+        open_port = h.free_port()
+        for flags, needles in [
+            (dict(cors_origins="null"), ["--cors-origins null: ", "origin null is refused"]),
+            (dict(cors_origins="https://app.test,http://app.test"),
+             ["--cors-origins https://app.test,http://app.test: ", "origin http://app.test: plain http://",
+              "loopback"]),
+            (dict(control="tcp://0.0.0.0:%d" % open_port),
+             ["--control tcp://0.0.0.0:%d: " % open_port, "must listen on loopback", "tls+tcp://"]),
+            (dict(control="tcp://[::]:%d" % open_port), ["--control tcp://[::]:%d: " % open_port, "loopback"]),
+            (dict(auth_keys=jwks), ["--auth-keys %s: " % jwks, "writable by its group (mode 0664)"]),
+            (dict(metrics_listen="localhost:9464"), ["--metrics-listen localhost:9464: "]),
+        ]:
+            expect_exit2("edge-gateway", edge_args(dead_dsn(), **flags), needles, forbidden=["MDEy"])
+        for flags, needles in [
+            (dict(control="tcp://0.0.0.0:%d" % open_port), ["--control tcp://0.0.0.0:%d: " % open_port, "loopback"]),
+            (dict(ingest_keys=jwks), ["--ingest-keys %s: " % jwks, "writable by its group (mode 0664)"]),
+        ]:
+            expect_exit2("broker-writer", writer_args(dead_dsn(), **flags), needles, forbidden=["MDEy"])
+        os.chmod(jwks, 0o646)
+        expect_exit2("edge-gateway", edge_args(dead_dsn(), auth_keys=jwks), ["writable by others (mode 0646)"])
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 if __name__ == "__main__":
     t.main()
