@@ -258,7 +258,8 @@ def ports_services_and_grace():
             env = env_of(c)
             # Every container port is where the program listens (its flag).
             listen = {"ingest": env.get("STUDIO_INGEST"), "publish": env.get("STUDIO_PUBLISH"),
-                      "http": env.get("STUDIO_HTTP") or env.get("STUDIO_LISTEN")}
+                      "http": env.get("STUDIO_HTTP") or env.get("STUDIO_LISTEN"),
+                      "metrics": env.get("STUDIO_METRICS_LISTEN")}
             for pn, num in ports.items():
                 h.check(listen.get(pn) and listen[pn].endswith(":%d" % num),
                         "overlays/%s %s port %s %d: the program listens on %r" % (o, name, pn, num, listen.get(pn)))
@@ -310,6 +311,39 @@ def ports_services_and_grace():
         ingest_rules = [r for r in one(docs, "NetworkPolicy", "studio-writer")["spec"]["ingress"]
                         if any(p["port"] in ("ingest", "publish") for p in r["ports"])]
         h.check(all(r.get("from") for r in ingest_rules), "ingest/publish open to every pod")
+
+
+@t.case
+def metrics_scraped_where_they_are_served():
+    """Issue 25 item 6: the edge serves /metrics on STUDIO_METRICS_LISTEN only (404 on its public
+    port), so every scrape (PodMonitor, prometheus.io annotations) names that port, no Service
+    exposes it, and the NetworkPolicy lets it be scraped; the writer keeps /metrics on http."""
+    want = {"studio-edge": "metrics", "studio-writer": "http"}
+    for o in OVERLAYS:
+        docs = render(o)
+        for name, d in ((d["metadata"]["name"], d) for d in objs(docs, "Deployment")):
+            tpl = d["spec"]["template"]
+            c = tpl["spec"]["containers"][0]
+            ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+            h.check(want[name] in ports, "overlays/%s %s has no port %r: %s" % (o, name, want[name], sorted(ports)))
+            h.check_eq(tpl["metadata"]["annotations"].get("prometheus.io/port"), str(ports[want[name]]),
+                       "overlays/%s %s prometheus.io/port" % (o, name))
+            if name == "studio-edge":
+                h.check(env_of(c).get("STUDIO_METRICS_LISTEN"), "the edge sets STUDIO_METRICS_LISTEN")
+                svc = one(docs, "Service", "studio-edge")
+                h.check("metrics" not in [p["targetPort"] for p in svc["spec"]["ports"]],
+                        "the edge's public Service exposes /metrics")
+                rules = one(docs, "NetworkPolicy", "studio-edge")["spec"]["ingress"]
+                h.check(any(p["port"] == "metrics" for r in rules for p in r["ports"]),
+                        "the edge's NetworkPolicy does not let the metrics port be scraped")
+        if o == "prod":
+            mons = objs(docs, "PodMonitor")
+            for name, port in want.items():
+                sel = [m for m in mons if m["spec"]["selector"].get("matchLabels", {}).get(
+                    "app.kubernetes.io/name") == name]
+                h.check_eq(len(sel), 1, "PodMonitors selecting %s" % name)
+                h.check_eq([(e["port"], e["path"]) for e in sel[0]["spec"]["podMetricsEndpoints"]],
+                           [(port, "/metrics")], "the PodMonitor of %s scrapes" % name)
 
 
 @t.case
@@ -522,6 +556,14 @@ def environment_flags_exist_and_probe_paths_are_served():
             for path in sorted(paths[prog]):
                 status, _, body = h.http_get(base + path)
                 h.check(status in (200, 503), "%s GET %s: %d %r" % (prog, path, status, body[:200]))
+        # The edge as the manifests run it: /metrics on its own port only.
+        mport = h.free_port()
+        e2 = env.start_edge([w], metrics_listen="127.0.0.1:%d" % mport)
+        e2.wait_ready()
+        status, _, body = h.http_get("http://127.0.0.1:%d/metrics" % mport)
+        h.check(status == 200 and b"studio_streams_open" in body, "edge /metrics on --metrics-listen: %d" % status)
+        status, _, _ = h.http_get(e2.url + "/metrics")
+        h.check_eq(status, 404, "edge /metrics on the public port with --metrics-listen")
 
 
 if __name__ == "__main__":
