@@ -135,6 +135,50 @@ with harness.Env() as env:
         check(any(x.get("reason") == "draining" for x in r.get("reconnects", [])),
               "the browser received reconnect draining")
 
+    @t.case
+    def eventsource_over_its_address_limit_comes_back_by_itself():
+        """Issue 25 item 6: a 429 would end an EventSource for good; the per-address
+        limit answers SSE with 200 + reconnect (overloaded, retry >= 10 s), and the
+        browser streams once its address holds a free slot."""
+        check(os.path.exists(driver.CHROMIUM), "chromium is installed at %s" % driver.CHROMIUM)
+        pg = driver.PageServer()
+        edge = env.start_edge([writer], cors_origins=pg.origin, max_streams_per_ip=1, heartbeat_s=2)
+        edge.wait_ready()
+        port = sc.edge_port(edge)
+        topic = "b.limit"
+        # This test's own stream from 127.0.0.1 holds the address's one slot.
+        held = sc.StreamClient(port, "/v1/stream?topic=%s&format=ndjson" % topic)
+        b = None
+        try:
+            sc.run_until_open([held])
+            check_eq(held.status, 200, "the held stream")
+            b = driver.Browser(pg.page_url("http://%s/v1/stream?topic=%s" % (edge.listen, topic), budget_ms=60000),
+                               logdir=env.tmp)
+            harness.wait_until(lambda: (sc.metric(sc.get_metrics(port), "studio_ip_limit_refused_total") or 0) >= 1,
+                               30, "the browser refused by the per-address limit")
+            held.close()
+            harness.wait_until(lambda: sc.metric(sc.get_metrics(port), "studio_streams_open") == 1.0, 40,
+                               "the browser's EventSource streams after the slot freed (retry 10..15 s)")
+            seqs = sc.publish_batch(writer, [{"topic": topic, "about": ["x"], "data": '{"k":%d}' % i}
+                                             for i in range(3)])
+            pg.target = seqs[-1]
+            check(pg.done.wait(30), "the page reported (chromium log tail:\n%s)" % b.log_tail())
+        finally:
+            held.close()
+            if b is not None:
+                b.close()
+            pg.close()
+        r = pg.result
+        log("FIGURE per-address limit: reconnects %s, errors %d, manual %d, why=%s, %d ms"
+            % (r.get("reconnects"), r.get("errors"), r.get("manual"), r.get("why"), r.get("elapsed_ms")))
+        check_eq(r.get("why"), "target", "the page reached the last id")
+        check_eq(r.get("ids"), seqs, "the items published once it streamed")
+        check_eq(r.get("manual"), 0, "times the EventSource gave up for good (a non-200 answer)")
+        over = [x for x in r.get("reconnects", []) if x.get("reason") == "overloaded"]
+        check(over and all(x.get("retry_ms", 0) >= 10000 for x in over),
+              "reconnect overloaded with retry_ms >= 10000: %s" % r.get("reconnects"))
+        check_eq(edge.stop(), 0, "edge exit")
+
     try:
         t.main()
     except SystemExit as e:
