@@ -116,6 +116,11 @@ import time
 import traceback
 import urllib.parse
 
+# The programs refuse a key file writable by its group or others (issue 25),
+# so the JWKS files tests write must not depend on the runner's umask (002
+# on some systems would make them 0664): files are made as under 022.
+os.umask(0o022)
+
 BIN_DIR = os.environ.get("STUDIO_BIN_DIR") or os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "bin")
 TOOLS_DIR = os.environ.get("STUDIO_TOOLS_DIR") or os.path.join(BIN_DIR, "..", "tests")
