@@ -50,6 +50,7 @@ enum {
 	E_AUTH_QUERY_TOKEN,
 	E_MAX_STREAMS_PER_IP,
 	E_TRUSTED_PROXIES,
+	E_IPV6_PREFIX,
 	E_TLS_CERT,
 	E_TLS_KEY,
 	E_TLS_CA,
@@ -96,7 +97,10 @@ static st_opt opts[E_N] = {
 	[E_MAX_STREAMS_PER_IP] = { .name = "max-streams-per-ip", .kind = ST_OPT_INT, .def = "0",
 	  .help = "open streams per client address before 429 (0: no limit)", .min = 0, .max = 10000000 },
 	[E_TRUSTED_PROXIES] = { .name = "trusted-proxies", .kind = ST_OPT_STR, .def = "",
-	  .help = "CIDR ranges whose X-Forwarded-For names the client, comma separated" },
+	  .help = "CIDR ranges whose X-Forwarded-For / Forwarded names the client, comma separated" },
+	[E_IPV6_PREFIX] = { .name = "ipv6-prefix", .kind = ST_OPT_INT, .def = "64",
+	  .help = "IPv6 clients count against --max-streams-per-ip per prefix of this length",
+	  .min = IPLIMIT_V6_PREFIX_MIN, .max = 128 },
 	/* Mutual TLS on tls+tcp:// links (docs/security.md). */
 	[E_TLS_CERT] = ST_OPT_TLS_CERT,
 	[E_TLS_KEY] = ST_OPT_TLS_KEY,
@@ -159,7 +163,8 @@ main(int argc, char **argv)
 		cfg.http.max_header_bytes = 4 * ST_AUTH_TOKEN_MAX;
 		cfg.streams.auth = st_auth_store_new(ks, &acfg);
 	}
-	if (iplimit_new((uint32_t)opts[E_MAX_STREAMS_PER_IP].ival, opts[E_TRUSTED_PROXIES].sval, &cfg.streams.ip_limit,
+	if (iplimit_new((uint32_t)opts[E_MAX_STREAMS_PER_IP].ival, opts[E_TRUSTED_PROXIES].sval,
+	                (unsigned)opts[E_IPV6_PREFIX].ival, &cfg.streams.ip_limit,
 	                why, sizeof(why)) != ST_OK)
 		st_config_fail("edge-gateway", "--trusted-proxies %s: %s", opts[E_TRUSTED_PROXIES].sval, why);
 	cfg.pg_dsn = opts[E_PG_DSN].sval;

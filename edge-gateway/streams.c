@@ -299,9 +299,16 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 	 */
 	if (!is_head && iplimit_enabled(ss->cfg.ip_limit)) {
 		uint8_t peer[16];
+		const char *xff[ST_HTTP_HEAD_FIELDS_MAX], *fwd[ST_HTTP_HEAD_FIELDS_MAX];
+		size_t n_xff = 0, n_fwd = 0, cx = 0, cf = 0;
 
 		http_req_peer_ip(req, peer);
-		iplimit_client(ss->cfg.ip_limit, peer, http_req_header(req, "X-Forwarded-For"), ip);
+		/* Every line, in order: a proxy's own line follows whatever the client sent. */
+		while ((xff[n_xff] = http_req_header_next(req, "X-Forwarded-For", &cx)) != NULL)
+			n_xff++;
+		while ((fwd[n_fwd] = http_req_header_next(req, "Forwarded", &cf)) != NULL)
+			n_fwd++;
+		iplimit_client(ss->cfg.ip_limit, peer, xff, n_xff, fwd, n_fwd, ip);
 		if (!iplimit_acquire(ss->cfg.ip_limit, ip)) {
 			char text[64];
 
