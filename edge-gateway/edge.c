@@ -79,6 +79,7 @@ struct edge {
 	st_auth_store *auth;       /* borrowed (main frees it after edge_free); NULL: access control off; shared by every loop */
 	iplimit *ip_limit;         /* borrowed, as auth; --max-streams-per-ip, shared by every loop */
 	st_keywatch *keys;         /* owned; --auth-keys reloaded on SIGHUP, `reload` and a change of the file; NULL: no --auth-keys */
+	uint64_t keys_seen;        /* the store's generation the workers were last told about */
 	struct event *ev_hup;      /* SIGHUP: reload the keys */
 	struct event *ev_tick, *ev_head_retry, *ev_term, *ev_int, *ev_exit, *ev_flow;
 	pgpool_query *head_query;
@@ -229,6 +230,16 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 		sequencer_on_timer(e->seq);
 	edge_export_stats(e);
 	atomic_store(&e->db_up, pgpool_ready(e->pool));
+	/*
+	 * A reload (SIGHUP, `reload`, the watcher) swapped the keys: streams
+	 * verified by a key that is gone end now, so a leaked key stops
+	 * working at once rather than at its tokens' exp.  Looked at here
+	 * rather than told by each reload path: one place sees every swap.
+	 */
+	if (e->auth != NULL && st_auth_store_generation(e->auth) != e->keys_seen) {
+		e->keys_seen = st_auth_store_generation(e->auth);
+		fanout_keys_changed(e->fan);
+	}
 }
 
 static void head_query_start(edge *e);

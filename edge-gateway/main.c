@@ -43,6 +43,7 @@ enum {
 	E_AUTH_KEYS,
 	E_AUTH_KEYS_WATCH,
 	E_AUTH_LEEWAY_S,
+	E_AUTH_MAX_LIFETIME,
 	E_AUTH_AUDIENCE,
 	E_AUTH_ISSUER,
 	E_AUTH_TOPICS_CLAIM,
@@ -87,6 +88,7 @@ static st_opt opts[E_N] = {
 	  .min = 0, .max = 3600000, .allowed = "0 (only SIGHUP and reload) or a duration up to 1h" },
 	[E_AUTH_LEEWAY_S] = { .name = "auth-leeway-s", .kind = ST_OPT_INT, .def = "30",
 	  .help = "clock skew tolerated on a token's exp, nbf and iat", .min = 0, .max = 300 },
+	[E_AUTH_MAX_LIFETIME] = ST_OPT_MAX_LIFETIME("auth-max-lifetime", "subscriber"),
 	[E_AUTH_AUDIENCE] = { .name = "auth-audience", .kind = ST_OPT_STR, .def = "", .help = "required token aud (empty: not checked)" },
 	[E_AUTH_ISSUER] = { .name = "auth-issuer", .kind = ST_OPT_STR, .def = "", .help = "required token iss (empty: not checked)" },
 	[E_AUTH_TOPICS_CLAIM] = { .name = "auth-topics-claim", .kind = ST_OPT_STR, .def = "topics",
@@ -137,6 +139,7 @@ main(int argc, char **argv)
 	/* Access control and the per-address bound: local checks, before the database and the writers. */
 	if (opts[E_AUTH_KEYS].sval[0] != '\0') {
 		st_auth_config acfg = { .policy = { .leeway_s = (uint32_t)opts[E_AUTH_LEEWAY_S].ival,
+		                                 .max_lifetime_s = (uint32_t)(opts[E_AUTH_MAX_LIFETIME].ival / 1000),
 		                                 .audience = opts[E_AUTH_AUDIENCE].sval,
 		                                 .issuer = opts[E_AUTH_ISSUER].sval,
 		                                 .topics_claim = opts[E_AUTH_TOPICS_CLAIM].sval },

@@ -228,15 +228,16 @@ head_noop_close(void *arg, bool abrupt)
  * invalid_token; a valid token missing a topic is 403 insufficient_scope.
  * The client learns nothing more (which check failed is logged at debug
  * level, without the token).  On success *exp is the token's exp, kept for
- * the stream's end.  On refusal answers req and returns false.
+ * the stream's end, and *key_id its key's (the stream ends if a reload removes it).  On refusal answers req and returns false.
  */
 static bool
-streams_authorize(streams *ss, http_req *req, const streamreq *rq, uint64_t *exp)
+streams_authorize(streams *ss, http_req *req, const streamreq *rq, uint64_t *exp, uint64_t *key_id)
 {
 	const char *why = "";
 	enum st_auth_result r = st_auth_store_check(ss->cfg.auth, http_req_header(req, "Authorization"),
 	                                      http_req_header(req, "Cookie"), rq->access_token,
-	                                      (const char *const *)rq->topics, rq->topic_lens, rq->n_topics, exp, &why);
+	                                      (const char *const *)rq->topics, rq->topic_lens, rq->n_topics, exp, key_id,
+	                                      &why);
 
 	if (r == ST_AUTH_OK)
 		return true;
@@ -267,7 +268,7 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 	bool is_head = strcmp(http_req_method(req), "HEAD") == 0; /* headers only, not counted */
 	bool ip_held = false;
 	uint8_t ip[16];
-	uint64_t exp = 0;
+	uint64_t exp = 0, key_id = 0;
 
 	if (streamreq_parse(http_req_query(req), http_req_header(req, "Accept"), http_req_header(req, "Last-Event-ID"),
 	                    ss->cfg.auth != NULL && st_auth_store_query_token(ss->cfg.auth), &rq, &why) != ST_OK) {
@@ -275,7 +276,7 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 		goto out;
 	}
 	/* Before the retryable refusals: retrying cannot fix a missing or bad token. */
-	if (ss->cfg.auth && !streams_authorize(ss, req, &rq, &exp))
+	if (ss->cfg.auth && !streams_authorize(ss, req, &rq, &exp, &key_id))
 		goto out;
 	/*
 	 * The retryable refusals come after the query is read: what the client
@@ -345,7 +346,7 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 		(void)http_stream_start(req, 200, refusal_content_type(rq.fmt), NULL, &none, NULL);
 		goto out;
 	}
-	stream_open(&ss->env, req, &rq, exp, ip_held ? ip : NULL);
+	stream_open(&ss->env, req, &rq, exp, key_id, ip_held ? ip : NULL);
 	ip_held = false; /* the stream's now */
 out:
 	if (ip_held)
@@ -484,6 +485,19 @@ streams_drain(streams *ss, void (*done)(void *arg), void *arg)
 	}
 	event_add(ss->ev_grace, &tv);
 	streams_check_drained(ss);
+}
+
+void
+streams_keys_changed(streams *ss)
+{
+	stream_reg *r, *next;
+
+	if (ss->cfg.auth == NULL)
+		return;
+	for (r = registry_first(ss); r; r = next) {
+		next = registry_after(ss, r);
+		stream_key_check(r->s); /* may free r's stream, never another */
+	}
 }
 
 bool
