@@ -432,10 +432,9 @@ edge_ready_main(edge *e)
 }
 
 /*
- * Reloads --auth-keys (st_keywatch): streams already open are not looked at
- * again (their token was checked at their start; they end at its exp),
- * requests being checked keep the set they took.  A file that does not
- * parse changes nothing.
+ * Reloads --auth-keys (st_keywatch): requests being checked keep the set
+ * they took; streams whose key is gone end at the next tick (tick_cb sees
+ * the store's generation move).  A file that does not parse changes nothing.
  */
 static st_err
 edge_reload_keys(edge *e, char *why, size_t cap)
