@@ -372,7 +372,12 @@ iplimit_forwarded_parse(const char *v, iplimit_hops *h)
 				}
 				p++;
 			} else {
-				while (is_tchar(*p)) {
+				/*
+				 * RFC 7239 wants a port or brackets quoted; proxies
+				 * configured as for=$remote_addr do not quote them,
+				 * and their own entry is the one that counts.
+				 */
+				while (is_tchar(*p) || *p == ':' || *p == '[' || *p == ']') {
 					if (vl < sizeof(val))
 						val[vl++] = *p;
 					else

@@ -130,6 +130,10 @@ t_client_table(void)
 		{ "10.0.0.2", { NULL }, { "for=1.1.1.1", "for=198.51.100.17" }, "198.51.100.17" },
 		{ "10.0.0.2", { NULL }, { "for=198.51.100.17, for=10.0.0.5" }, "198.51.100.17" },
 		{ "10.0.0.2", { NULL }, { "for=\"1.1.\\1.1\"" }, "1.1.1.1" },
+		/* Unquoted port and brackets (not RFC 7239, but what for=$remote_addr writes). */
+		{ "10.0.0.2", { NULL }, { "for=[2001:db8::7]:80" }, "2001:db8::7" },
+		{ "10.0.0.2", { NULL }, { "for=2001:db8::7" }, "2001:db8::7" },
+		{ "10.0.0.2", { NULL }, { "for=1.2.3.4:80" }, "1.2.3.4" },
 		{ "10.0.0.2", { NULL }, { "for=1.1.1.1,, ,for=198.51.100.17" }, "198.51.100.17" },
 		/* Unknown and obfuscated identifiers: the hop is not known, the walk stops before it. */
 		{ "10.0.0.2", { NULL }, { "for=1.1.1.1, for=unknown" }, "10.0.0.2" },

@@ -300,7 +300,8 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 	 */
 	if (!is_head && iplimit_enabled(ss->cfg.ip_limit)) {
 		uint8_t peer[16];
-		const char *xff[ST_HTTP_HEAD_FIELDS_MAX], *fwd[ST_HTTP_HEAD_FIELDS_MAX];
+		/* + 1: the NULL that ends each walk is stored too. */
+		const char *xff[ST_HTTP_HEAD_FIELDS_MAX + 1], *fwd[ST_HTTP_HEAD_FIELDS_MAX + 1];
 		size_t n_xff = 0, n_fwd = 0, cx = 0, cf = 0;
 
 		http_req_peer_ip(req, peer);
