@@ -1,6 +1,7 @@
 """Claims hardening on the edge-gateway (issue 25 item 3, docs/security.md).
 
-A real edge with --auth-keys (two HS256 keys, "a" and "b"), a real writer
+A real edge with --auth-keys (two HS256 keys, "a" and "b", and an ES256
+key) and --threads 2, a real writer
 and PostgreSQL; tokens are minted here (HMAC, standard library), some with
 a payload written by hand.
 
@@ -73,7 +74,8 @@ with harness.Env() as env:
     tokens.write_jwks(jwks, [KEY_A, KEY_B] + KEY_C)
     writer = env.start_writer(flush_interval_ms=100)
     writer.wait_ready()
-    edge = env.start_edge([writer], auth_keys=jwks, auth_keys_watch="0", heartbeat_s=1,
+    # Two loops: the removal reaches streams on every worker (main's tick -> each worker's mailbox).
+    edge = env.start_edge([writer], auth_keys=jwks, auth_keys_watch="0", heartbeat_s=1, threads=2,
                           extra_env={"STUDIO_LOG_LEVEL": "debug"})
     edge.wait_ready()
     port = sc.edge_port(edge)
