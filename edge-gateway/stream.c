@@ -666,14 +666,15 @@ exp_cb(evutil_socket_t fd, short what, void *arg)
 	stream_reconnect(s, refusal_jitter(s->env->refusals, 1000), "token_expired");
 }
 
-void
+bool
 stream_key_check(stream *s)
 {
 	if (s->env->auth == NULL || s->key_id == 0 || st_auth_store_has_key(s->env->auth, s->key_id))
-		return;
+		return false;
 	/* Once: a later reload must not end it a second time. */
 	s->key_id = 0;
 	stream_reconnect(s, refusal_jitter(s->env->refusals, 1000), "token_expired");
+	return true;
 }
 
 /*

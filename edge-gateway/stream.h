@@ -104,9 +104,9 @@ void stream_open(const stream_env *env, http_req *req, streamreq *rq, uint64_t e
 /*
  * The auth keys were swapped: when the key that verified this stream's
  * token (key_id of stream_open) is gone, reconnect token_expired, as at
- * exp.  May free s.
+ * exp; true when it did.  May free s.
  */
-void stream_key_check(stream *s);
+bool stream_key_check(stream *s);
 /* The registry's heartbeat tick (hb: the shared heartbeat frame, borrowed). */
 void stream_heartbeat(stream *s, frame *hb, uint64_t now);
 /* Drain or token expiry: reconnect with this hint; before the response, a refusal.  May free s. */

@@ -492,13 +492,16 @@ void
 streams_keys_changed(streams *ss)
 {
 	stream_reg *r, *next;
+	size_t ended = 0;
 
 	if (ss->cfg.auth == NULL)
 		return;
 	for (r = registry_first(ss); r; r = next) {
 		next = registry_after(ss, r);
-		stream_key_check(r->s); /* may free r's stream, never another */
+		ended += stream_key_check(r->s); /* may free r's stream, never another */
 	}
+	if (ended > 0)
+		st_info("keys reloaded: %zu streams verified by a removed key told to reconnect (token_expired)", ended);
 }
 
 bool

@@ -139,6 +139,8 @@ with harness.Env() as env:
               (t_end - state["reloaded_at"]))
         check_eq(b_outcome, None, "b's stream is still open")
         check(state["seq"] in cb.ids(), "b's stream got the event after the reload: %r" % cb.ids())
+        harness.wait_until(lambda: "streams verified by a removed key told to reconnect" in edge.logs(300), 5,
+                           "the log line of the ended stream")
         refused(port, token(), "a new token of the removed key")
         streams(port, token(SECRET_B, "hs-b"), "a token of the kept key")
 
