@@ -120,6 +120,7 @@ enum {
 	W_TLS_CA,
 	W_INGEST_KEYS,
 	W_INGEST_KEYS_WATCH,
+	W_INGEST_MAX_LIFETIME,
 	W_MIGRATE_WAIT,
 	W_INGEST_HTTP,
 	W_N
@@ -153,6 +154,7 @@ static st_opt opts[W_N] = {
 	[W_INGEST_KEYS_WATCH] = { .name = "ingest-keys-watch", .kind = ST_OPT_DURATION, .def = "10s",
 	  .help = "how often the --ingest-keys file is looked at; a changed file (a rotated Secret) is reloaded",
 	  .min = 0, .max = 3600000, .allowed = "0 (only SIGHUP and reload) or a duration up to 1h" },
+	[W_INGEST_MAX_LIFETIME] = ST_OPT_MAX_LIFETIME("ingest-max-lifetime", "producer"),
 	[W_MIGRATE_WAIT] = { .name = "migrate-wait", .kind = ST_OPT_DURATION, .def = "60s",
 	  .help = "`migrate`: how long a database that cannot be reached (down, starting, not resolvable) is waited for",
 	  .min = 0, .max = 3600000, .allowed = "0 (fail at once) or a duration up to 1h" },
@@ -775,7 +777,8 @@ main(int argc, char **argv)
 	}
 	if (opts[W_INGEST_KEYS].sval[0] != '\0') {
 		/* Producer credentials: a local check, before the database (a bad file is bad configuration). */
-		st_auth_config acfg = { .policy = { .leeway_s = INGEST_KEYS_LEEWAY_S, .topics_claim = "publish" },
+		st_auth_config acfg = { .policy = { .leeway_s = INGEST_KEYS_LEEWAY_S, .topics_claim = "publish",
+		                                    .max_lifetime_s = (uint32_t)(opts[W_INGEST_MAX_LIFETIME].ival / 1000) },
 		                        .wall = st_clock_realtime() };
 		st_auth_keys *ks = NULL;
 		char why[256];

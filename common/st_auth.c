@@ -70,6 +70,7 @@ typedef struct st_auth_key {
 	enum st_auth_alg alg;
 	unsigned char *material; /* owned: the HMAC secret, or a PEM public key (NUL-terminated) */
 	size_t material_len;
+	uint64_t id; /* key_id: alg, kid and material; what a grant remembers of the key that verified it */
 } st_auth_key;
 
 struct st_auth_keys {
@@ -80,6 +81,7 @@ struct st_auth_keys {
 
 struct st_auth_grant {
 	uint64_t exp_ms;
+	uint64_t key_id; /* the verifying key's id (st_auth_grant_key) */
 	bool all; /* "*" */
 	size_t n;
 	char **patterns; /* owned copies, n */
@@ -89,6 +91,7 @@ struct st_auth_grant {
 struct st_auth_store {
 	pthread_mutex_t mu; /* guards cur only */
 	st_auth_keys *cur;     /* one reference */
+	atomic_uint_fast64_t generation; /* swaps so far (st_auth_store_generation) */
 	st_auth_policy policy; /* strings owned */
 	char *cookie;       /* owned */
 	bool query_token;
@@ -125,7 +128,7 @@ b64url_val(unsigned char c)
  * Decodes unpadded base64url in[0..len) into out (cap bytes; the result
  * needs len * 3 / 4).  Refuses padding, other characters, a length of 1
  * mod 4, and non-zero bits left over (a canonical encoding only, so one
- * value has one text).
+ * value has one text).  out NULL: only checks (cap is not looked at).
  */
 static st_err
 b64url_decode(const char *in, size_t len, unsigned char *out, size_t cap, size_t *out_len)
@@ -145,9 +148,12 @@ b64url_decode(const char *in, size_t len, unsigned char *out, size_t cap, size_t
 		bits += 6;
 		if (bits >= 8) {
 			bits -= 8;
-			if (n == cap)
-				return ST_EINVAL;
-			out[n++] = (unsigned char)(acc >> bits);
+			if (out != NULL) {
+				if (n == cap)
+					return ST_EINVAL;
+				out[n] = (unsigned char)(acc >> bits);
+			}
+			n++;
 			acc &= (1u << bits) - 1;
 		}
 	}
@@ -398,6 +404,28 @@ key_parse(const st_json *j, int obj, st_auth_key *k, const char **why)
 	}
 }
 
+/*
+ * FNV-1a over alg, kid and material: a key replaced under the same kid is
+ * another key.  Never 0 (0 is "no key" for callers).  Keys are the
+ * operator's, not a client's choice, so a 64-bit hash is identity enough.
+ */
+static uint64_t
+key_id(const st_auth_key *k)
+{
+	uint64_t h = 1469598103934665603ull;
+	const unsigned char *parts[3] = { (const unsigned char *)alg_names[k->alg], (const unsigned char *)k->kid,
+		                          k->material };
+	size_t lens[3] = { strlen(alg_names[k->alg]) + 1, strlen(k->kid) + 1, k->material_len };
+
+	for (size_t p = 0; p < 3; p++) {
+		for (size_t i = 0; i < lens[p]; i++) {
+			h ^= parts[p][i];
+			h *= 1099511628211ull;
+		}
+	}
+	return h ? h : 1;
+}
+
 /* At most cap - 1 printable ASCII bytes of kid (others as '?'): the reason stays one clean line. */
 static const char *
 kid_text(const char *kid, char *buf, size_t cap)
@@ -447,6 +475,7 @@ st_auth_keys_parse(const char *text, size_t len, st_auth_keys **out, char *why, 
 		ks->n = i + 1; /* the key being built is freed with the set on error */
 		if (key_parse(j, st_json_at(j, arr, i), &ks->keys[i], &reason) != ST_OK)
 			goto fail_key;
+		ks->keys[i].id = key_id(&ks->keys[i]);
 		for (size_t k = 0; k < i; k++) {
 			if (strcmp(ks->keys[k].kid, ks->keys[i].kid) == 0) {
 				reason = "kid is not unique";
@@ -561,6 +590,12 @@ st_auth_grant_exp_ms(const st_auth_grant *g)
 	return g->exp_ms;
 }
 
+uint64_t
+st_auth_grant_key(const st_auth_grant *g)
+{
+	return g->key_id;
+}
+
 bool
 st_auth_grant_covers(const st_auth_grant *g, const char *topic, size_t len)
 {
@@ -630,6 +665,31 @@ aud_holds(const st_json *j, int node, const char *aud)
 	return false;
 }
 
+/*
+ * True when an object at node or below repeats a member name.  st_json_get
+ * answers with the first of two, another parser (libjwt's, the issuer's,
+ * a proxy's) may take the last: {"topics":["*"],"topics":["a"]} must not
+ * mean two things.  Quadratic per object, bounded by the node cap.
+ */
+static bool
+repeats_member(const st_json *j, int node)
+{
+	enum st_json_type t = st_json_type(j, node);
+	size_t n = st_json_count(j, node);
+
+	if (t != ST_JSON_OBJECT && t != ST_JSON_ARRAY)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		if (t == ST_JSON_OBJECT)
+			for (size_t k = 0; k < i; k++)
+				if (strcmp(st_json_key_at(j, node, i), st_json_key_at(j, node, k)) == 0)
+					return true;
+		if (repeats_member(j, st_json_at(j, node, i)))
+			return true;
+	}
+	return false;
+}
+
 static enum st_auth_result
 claims_read(const st_json *j, uint64_t now_ms, const st_auth_policy *pol, st_auth_grant **out, const char **why)
 {
@@ -644,6 +704,9 @@ claims_read(const st_json *j, uint64_t now_ms, const st_auth_policy *pol, st_aut
 		return *why = "exp missing or not a NumericDate", ST_AUTH_INVALID;
 	if (now_ms >= exp * 1000 + leeway_ms)
 		return *why = "expired", ST_AUTH_EXPIRED;
+	/* A token that lives for years cannot be taken back but by removing its key. */
+	if (pol->max_lifetime_s && exp * 1000 > now_ms + (uint64_t)pol->max_lifetime_s * 1000 + leeway_ms)
+		return *why = "exp further away than the maximum lifetime", ST_AUTH_INVALID;
 	if ((node = st_json_get(j, 0, "nbf")) != -1) {
 		if (numeric_date(j, node, &t) != ST_OK)
 			return *why = "nbf not a NumericDate", ST_AUTH_INVALID;
@@ -739,13 +802,9 @@ st_auth_verify(const st_auth_keys *ks, const char *token, size_t len, uint64_t n
 		goto done;
 	}
 	/* A repeated member could be read one way here and another in libjwt's parser. */
-	for (size_t i = 0; i < st_json_count(hj, 0); i++) {
-		for (size_t k = 0; k < i; k++) {
-			if (strcmp(st_json_key_at(hj, 0, i), st_json_key_at(hj, 0, k)) == 0) {
-				*why = "header repeats a member";
-				goto done;
-			}
-		}
+	if (repeats_member(hj, 0)) {
+		*why = "header repeats a member";
+		goto done;
 	}
 	kid = st_json_str(hj, st_json_get(hj, 0, "kid"), NULL);
 	alg = st_json_str(hj, st_json_get(hj, 0, "alg"), NULL);
@@ -774,6 +833,15 @@ st_auth_verify(const st_auth_keys *ks, const char *token, size_t len, uint64_t n
 		*why = "malformed claims";
 		goto done;
 	}
+	if (repeats_member(pj, 0)) {
+		*why = "claims repeat a member";
+		goto done;
+	}
+	/* libjwt decodes the signature leniently; one signature has one text, as the other segments. */
+	if (b64url_decode(dot2 + 1, len - (size_t)(dot2 + 1 - token), NULL, 0, &hlen) != ST_OK) {
+		*why = "signature not canonical base64url";
+		goto done;
+	}
 	/* libjwt wants a NUL-terminated token; the length was bounded above. */
 	copy = st_xstrndup(token, len);
 	if (jwt_decode(&jwt, copy, key->material, (int)key->material_len) != 0 || jwt == NULL) {
@@ -785,6 +853,8 @@ st_auth_verify(const st_auth_keys *ks, const char *token, size_t len, uint64_t n
 		goto done;
 	}
 	r = claims_read(pj, now_ms, pol, out, why);
+	if (r == ST_AUTH_OK)
+		(*out)->key_id = key->id;
 done:
 	jwt_free(jwt);
 	free(copy);
@@ -891,7 +961,9 @@ st_auth_store_new(st_auth_keys *ks, const st_auth_config *cfg)
 
 	pthread_mutex_init(&st->mu, NULL);
 	st->cur = ks;
+	atomic_init(&st->generation, 0);
 	st->policy.leeway_s = cfg->policy.leeway_s;
+	st->policy.max_lifetime_s = cfg->policy.max_lifetime_s;
 	st->policy.audience = dup_or_null(cfg->policy.audience);
 	st->policy.issuer = dup_or_null(cfg->policy.issuer);
 	st->policy.topics_claim = dup_or_null(cfg->policy.topics_claim);
@@ -924,6 +996,7 @@ st_auth_store_swap(st_auth_store *st, st_auth_keys *ks)
 	old = st->cur;
 	st->cur = ks;
 	pthread_mutex_unlock(&st->mu);
+	atomic_fetch_add(&st->generation, 1);
 	/* A check holding the old set keeps it alive until it is done. */
 	st_auth_keys_unref(old);
 }
@@ -947,6 +1020,24 @@ st_auth_store_key_count(st_auth_store *st)
 
 	st_auth_keys_unref(ks);
 	return n;
+}
+
+uint64_t
+st_auth_store_generation(st_auth_store *st)
+{
+	return atomic_load(&st->generation);
+}
+
+bool
+st_auth_store_has_key(st_auth_store *st, uint64_t key_id)
+{
+	st_auth_keys *ks = store_current(st);
+	bool found = false;
+
+	for (size_t i = 0; i < ks->n && !found; i++)
+		found = ks->keys[i].id == key_id;
+	st_auth_keys_unref(ks);
+	return found;
 }
 
 bool
@@ -987,7 +1078,8 @@ st_auth_store_verify(st_auth_store *st, const char *token, size_t len, st_auth_g
 
 enum st_auth_result
 st_auth_store_check(st_auth_store *st, const char *authorization, const char *cookie, const char *query_token,
-		 const char *const *topics, const size_t *lens, size_t n, uint64_t *exp_ms, const char **why)
+		 const char *const *topics, const size_t *lens, size_t n, uint64_t *exp_ms, uint64_t *key_id,
+		 const char **why)
 {
 	const char *tok;
 	size_t len;
@@ -1001,6 +1093,16 @@ st_auth_store_check(st_auth_store *st, const char *authorization, const char *co
 	}
 	if ((r = st_auth_store_verify(st, tok, len, &g, why)) != ST_AUTH_OK)
 		return r;
+	/*
+	 * The leeway lets a token past its exp through verification (clock
+	 * skew), but a stream ends at exp: admitting it would end it at once,
+	 * and a browser would loop so for the length of the leeway.
+	 */
+	if (st_auth_grant_exp_ms(g) <= st_clock_now(st->wall)) {
+		*why = "expired (within the leeway, but a stream ends at exp)";
+		st_auth_grant_free(g);
+		return ST_AUTH_EXPIRED;
+	}
 	for (size_t i = 0; i < n; i++) {
 		if (!st_auth_grant_covers(g, topics[i], lens[i])) {
 			*why = "a topic is not covered by the token";
@@ -1009,6 +1111,7 @@ st_auth_store_check(st_auth_store *st, const char *authorization, const char *co
 		}
 	}
 	*exp_ms = st_auth_grant_exp_ms(g);
+	*key_id = g->key_id;
 	st_auth_grant_free(g);
 	return ST_AUTH_OK;
 }

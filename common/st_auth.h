@@ -92,6 +92,7 @@ size_t st_auth_keys_count(const st_auth_keys *ks);
 
 typedef struct st_auth_policy {
 	uint32_t leeway_s;        /* clock skew tolerated on exp, nbf and iat */
+	uint32_t max_lifetime_s;  /* 0: no bound; else exp further than this (+ leeway) from now is refused */
 	const char *audience;     /* NULL or "": aud not checked; else aud (string or array) must hold it */
 	const char *issuer;       /* NULL or "": iss not checked; else iss must equal it */
 	const char *topics_claim; /* the claim listing readable topics; NULL = "topics" */
@@ -107,10 +108,15 @@ void st_auth_grant_free(st_auth_grant *g); /* NULL-safe */
 bool st_auth_grant_covers(const st_auth_grant *g, const char *topic, size_t len);
 /* exp in ms since the epoch. */
 uint64_t st_auth_grant_exp_ms(const st_auth_grant *g);
+/* The id of the key that verified it (never 0): st_auth_store_has_key tells whether it is still trusted. */
+uint64_t st_auth_grant_key(const st_auth_grant *g);
 
 /*
  * Verifies token[0..len) (no NUL needed) against ks at wall-clock time
- * now_ms (ms since the epoch).  ST_AUTH_OK gives *out (owned by the caller);
+ * now_ms (ms since the epoch).  Refused (ST_AUTH_INVALID) beyond the
+ * checks above: a header or a payload whose objects repeat a member name
+ * (parsers disagree on which one counts), a signature segment that is not
+ * canonical base64url, an exp further than pol->max_lifetime_s away.  ST_AUTH_OK gives *out (owned by the caller);
  * otherwise *out is NULL, and *why (when not NULL) gets a static reason
  * for debug logs.  Never ST_AUTH_FORBIDDEN (see st_auth_grant_covers) nor
  * ST_AUTH_MISSING.  Any thread; ks must stay referenced during the call.
@@ -152,6 +158,10 @@ st_auth_store *st_auth_store_new(st_auth_keys *ks, const st_auth_config *cfg);
 void st_auth_store_free(st_auth_store *st);
 /* Replaces the key set (takes over ks's reference); checks in progress keep the old one.  Any thread. */
 void st_auth_store_swap(st_auth_store *st, st_auth_keys *ks);
+/* Swaps so far: a reader that saw another value looks again (edge: streams of removed keys).  Any thread. */
+uint64_t st_auth_store_generation(st_auth_store *st);
+/* True while the current set holds the key with this id (st_auth_grant_key).  Any thread. */
+bool st_auth_store_has_key(st_auth_store *st, uint64_t key_id);
 /* Keys in the current set.  Any thread. */
 size_t st_auth_store_key_count(st_auth_store *st);
 bool st_auth_store_query_token(const st_auth_store *st);
@@ -161,13 +171,15 @@ const char *st_auth_store_cookie_name(const st_auth_store *st);
 /*
  * The whole check of one request: extraction from the given header values
  * and query token, verification with the current keys at the store's wall
- * clock, and coverage of every topic[i][0..lens[i]).  On ST_AUTH_OK, *exp_ms
- * is the token's exp (ms since the epoch).  *why: a static reason for
- * debug logs (never the token).  Any thread.
+ * clock, and coverage of every topic[i][0..lens[i]).  A stream's admission:
+ * a token past its exp is refused (ST_AUTH_EXPIRED) even within the leeway,
+ * since the stream would end at exp at once.  On ST_AUTH_OK, *exp_ms is the
+ * token's exp (ms since the epoch) and *key_id the verifying key's id.
+ * *why: a static reason for debug logs (never the token).  Any thread.
  */
 enum st_auth_result st_auth_store_check(st_auth_store *st, const char *authorization, const char *cookie,
 				  const char *query_token, const char *const *topics, const size_t *lens, size_t n,
-				  uint64_t *exp_ms, const char **why);
+				  uint64_t *exp_ms, uint64_t *key_id, const char **why);
 /*
  * One token as it came (the writer's ingest: no header to extract it from),
  * verified with the current keys at the store's wall clock.  NULL token:

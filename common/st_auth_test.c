@@ -308,6 +308,7 @@ t_verify_table(void)
 	st_auth_keys *ks = load_jwks();
 	st_auth_policy pol = { .leeway_s = 30 };
 	st_auth_policy aud = { .leeway_s = 30, .audience = "studio", .issuer = "https://idp.example" };
+	st_auth_policy day = { .leeway_s = 30, .max_lifetime_s = 86400 };
 	char big[16384 + 1];
 	struct {
 		const char *name;
@@ -382,6 +383,27 @@ t_verify_table(void)
 		  ST_AUTH_INVALID },
 		{ "claims not JSON", forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}", "{", hs_secret, 32), &pol,
 		  ST_AUTH_INVALID },
+		/* A repeated claim: the first would be read here, the last by many other parsers. */
+		{ "repeated claim",
+		  forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}",
+		        "{\"exp\":1900000600,\"topics\":[\"orders/*\"],\"topics\":[\"*\"]}", hs_secret, 32),
+		  &pol, ST_AUTH_INVALID },
+		{ "repeated exp",
+		  forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}", "{\"exp\":1900000600,\"exp\":1999999999}", hs_secret, 32),
+		  &pol, ST_AUTH_INVALID },
+		{ "repeated member in a nested object",
+		  forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}", "{\"exp\":1900000600,\"x\":[{\"a\":1,\"a\":2}]}",
+		        hs_secret, 32),
+		  &pol, ST_AUTH_INVALID },
+		{ "same name in two objects",
+		  forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}", "{\"exp\":1900000600,\"x\":{\"exp\":1}}", hs_secret, 32),
+		  &pol, ST_AUTH_OK },
+		/* --auth-max-lifetime 24h: exp at most a day (+ leeway) away. */
+		{ "30-day token, 24 h lifetime", sign("HS256", "hs1", "{\"exp\":1902592000}"), &day, ST_AUTH_INVALID },
+		{ "exp a day away, 24 h lifetime", sign("HS256", "hs1", "{\"exp\":1900086400}"), &day, ST_AUTH_OK },
+		{ "exp a day and the leeway away", sign("HS256", "hs1", "{\"exp\":1900086430}"), &day, ST_AUTH_OK },
+		{ "exp past a day and the leeway", sign("HS256", "hs1", "{\"exp\":1900086431}"), &day, ST_AUTH_INVALID },
+		{ "30-day token, no bound", sign("HS256", "hs1", "{\"exp\":1902592000}"), &pol, ST_AUTH_OK },
 		{ "empty", st_xstrdup(""), &pol, ST_AUTH_INVALID },
 		{ "one segment", st_xstrdup("abc"), &pol, ST_AUTH_INVALID },
 		{ "four segments", st_xstrdup("a.b.c.d"), &pol, ST_AUTH_INVALID },
@@ -422,6 +444,32 @@ t_verify_table(void)
 			tok[len - 3] = tok[len - 3] == 'A' ? 'B' : 'A';
 			ST_CHECK(st_auth_verify(ks, tok, len, NOW_S * 1000, &pol, &g, NULL) == ST_AUTH_INVALID);
 			ST_CHECK(st_auth_verify(ks, tok, len - 10, NOW_S * 1000, &pol, &g, NULL) == ST_AUTH_INVALID);
+			ST_CHECK(g == NULL);
+			free(tok);
+		}
+		/*
+		 * Non-canonical signatures: the last character with a leftover bit
+		 * set decodes to the same bytes in a lenient decoder (libjwt's),
+		 * so only the canonical check refuses it.
+		 */
+		for (size_t i = 0; i < 3; i++) {
+			static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+			char *tok = sign(algs[i], kids[i], GOOD_CLAIMS);
+			size_t len = strlen(tok);
+			const char *at = strchr(tbl, tok[len - 1]);
+			st_auth_grant *g = NULL;
+			const char *why = NULL;
+
+			ST_ASSERT(at != NULL && ((at - tbl) & 1) == 0);
+			ST_CHECK(st_auth_verify(ks, tok, len, NOW_S * 1000, &pol, &g, NULL) == ST_AUTH_OK);
+			st_auth_grant_free(g);
+			g = NULL;
+			tok[len - 1] = tbl[(at - tbl) | 1];
+			ST_CHECK(st_auth_verify(ks, tok, len, NOW_S * 1000, &pol, &g, &why) == ST_AUTH_INVALID);
+			ST_CHECK(why != NULL && strstr(why, "canonical") != NULL);
+			/* Padding is not base64url either. */
+			tok[len - 1] = '=';
+			ST_CHECK(st_auth_verify(ks, tok, len, NOW_S * 1000, &pol, &g, NULL) == ST_AUTH_INVALID);
 			ST_CHECK(g == NULL);
 			free(tok);
 		}
@@ -581,21 +629,23 @@ t_store_check_and_swap(void)
 	char hdr[4096];
 	char *tok = sign("HS256", "hs1", GOOD_CLAIMS);
 	const char *why;
-	uint64_t exp = 0;
+	uint64_t exp = 0, kid = 0, hs1_id;
 	st_auth_keys *other = NULL;
 	char w[128];
 
 	st_clock_fake_init(&wall, NOW_S * 1000);
 	st = st_auth_store_new(load_jwks(), &cfg);
 	snprintf(hdr, sizeof(hdr), "Bearer %s", tok);
-	ST_CHECK(st_auth_store_check(st, hdr, NULL, NULL, topics, lens, 1, &exp, &why) == ST_AUTH_OK);
+	ST_CHECK(st_auth_store_check(st, hdr, NULL, NULL, topics, lens, 1, &exp, &kid, &why) == ST_AUTH_OK);
 	ST_CHECK_EQ_U64(exp, 1900000600000ull);
-	ST_CHECK(st_auth_store_check(st, hdr, NULL, NULL, topics, lens, 2, &exp, &why) == ST_AUTH_FORBIDDEN);
-	ST_CHECK(st_auth_store_check(st, NULL, NULL, NULL, topics, lens, 1, &exp, &why) == ST_AUTH_MISSING);
+	ST_CHECK(kid != 0 && st_auth_store_has_key(st, kid));
+	hs1_id = kid;
+	ST_CHECK(st_auth_store_check(st, hdr, NULL, NULL, topics, lens, 2, &exp, &kid, &why) == ST_AUTH_FORBIDDEN);
+	ST_CHECK(st_auth_store_check(st, NULL, NULL, NULL, topics, lens, 1, &exp, &kid, &why) == ST_AUTH_MISSING);
 	/* A query token is not looked at unless allowed. */
-	ST_CHECK(st_auth_store_check(st, NULL, NULL, tok, topics, lens, 1, &exp, &why) == ST_AUTH_MISSING);
+	ST_CHECK(st_auth_store_check(st, NULL, NULL, tok, topics, lens, 1, &exp, &kid, &why) == ST_AUTH_MISSING);
 	wall.now = 1900000600000ull;
-	ST_CHECK(st_auth_store_check(st, hdr, NULL, NULL, topics, lens, 1, &exp, &why) == ST_AUTH_EXPIRED);
+	ST_CHECK(st_auth_store_check(st, hdr, NULL, NULL, topics, lens, 1, &exp, &kid, &why) == ST_AUTH_EXPIRED);
 	wall.now = NOW_S * 1000;
 	/* Rotation: a set without hs1 refuses the old token. */
 	{
@@ -604,20 +654,60 @@ t_store_check_and_swap(void)
 
 		ST_ASSERT(st_auth_keys_parse(doc, strlen(doc), &other, w, sizeof(w)) == ST_OK);
 	}
+	ST_CHECK_EQ_U64(st_auth_store_generation(st), 0);
 	st_auth_store_swap(st, other);
+	ST_CHECK_EQ_U64(st_auth_store_generation(st), 1);
 	ST_CHECK_EQ_U64(st_auth_store_key_count(st), 1);
-	ST_CHECK(st_auth_store_check(st, hdr, NULL, NULL, topics, lens, 1, &exp, &why) == ST_AUTH_INVALID);
+	/* The key that verified the stream is gone: the edge ends the stream. */
+	ST_CHECK(!st_auth_store_has_key(st, hs1_id));
+	ST_CHECK(st_auth_store_check(st, hdr, NULL, NULL, topics, lens, 1, &exp, &kid, &why) == ST_AUTH_INVALID);
 	free(tok);
 	tok = sign("HS256", "hs2", GOOD_CLAIMS);
 	snprintf(hdr, sizeof(hdr), "studio_token=%s", tok);
-	ST_CHECK(st_auth_store_check(st, NULL, hdr, NULL, topics, lens, 1, &exp, &why) == ST_AUTH_OK);
+	ST_CHECK(st_auth_store_check(st, NULL, hdr, NULL, topics, lens, 1, &exp, &kid, &why) == ST_AUTH_OK);
 	free(tok);
 	st_auth_store_free(st);
 	/* The query, when allowed. */
 	cfg.query_token = true;
 	st = st_auth_store_new(load_jwks(), &cfg);
 	tok = sign("HS256", "hs1", GOOD_CLAIMS);
-	ST_CHECK(st_auth_store_check(st, NULL, NULL, tok, topics, lens, 1, &exp, &why) == ST_AUTH_OK);
+	ST_CHECK(st_auth_store_check(st, NULL, NULL, tok, topics, lens, 1, &exp, &kid, &why) == ST_AUTH_OK);
+	/* Reloaded with the same keys: the same ids, every stream stays. */
+	ST_CHECK_EQ_U64(kid, hs1_id);
+	st_auth_store_swap(st, load_jwks());
+	ST_CHECK(st_auth_store_has_key(st, hs1_id));
+	free(tok);
+	st_auth_store_free(st);
+}
+
+/*
+ * A token past exp but within the leeway passes verification (the writer's
+ * one-shot requests) but is refused as a stream's admission: the stream
+ * would end at exp, at once.
+ */
+static void
+t_store_leeway_admission(void)
+{
+	st_clock_fake wall;
+	st_auth_config cfg = { .policy = { .leeway_s = 30 }, .wall = &wall.clock };
+	st_auth_store *st;
+	const char *topics[] = { "orders/1" };
+	size_t lens[] = { 8 };
+	char hdr[4096];
+	char *tok = sign("HS256", "hs1", GOOD_CLAIMS);
+	const char *why = NULL;
+	uint64_t exp = 0, kid = 0;
+	st_auth_grant *g = NULL;
+
+	st_clock_fake_init(&wall, 1900000610000ull); /* 10 s past exp */
+	st = st_auth_store_new(load_jwks(), &cfg);
+	snprintf(hdr, sizeof(hdr), "Bearer %s", tok);
+	ST_CHECK(st_auth_store_verify(st, tok, strlen(tok), &g, &why) == ST_AUTH_OK);
+	st_auth_grant_free(g);
+	ST_CHECK(st_auth_store_check(st, hdr, NULL, NULL, topics, lens, 1, &exp, &kid, &why) == ST_AUTH_EXPIRED);
+	ST_CHECK(why != NULL && strstr(why, "leeway") != NULL);
+	wall.now = 1900000599999ull;
+	ST_CHECK(st_auth_store_check(st, hdr, NULL, NULL, topics, lens, 1, &exp, &kid, &why) == ST_AUTH_OK);
 	free(tok);
 	st_auth_store_free(st);
 }
@@ -671,6 +761,7 @@ main(void)
 	ST_RUN(t_extract_table);
 	ST_RUN(t_store_verify_publish);
 	ST_RUN(t_store_check_and_swap);
+	ST_RUN(t_store_leeway_admission);
 	EVP_PKEY_free(rsa_key);
 	EVP_PKEY_free(ec_key);
 	free(rsa_priv_pem);

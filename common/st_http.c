@@ -743,6 +743,12 @@ http_req_header(const http_req *r, const char *name)
 	return st_http_parse_field_get(&r->parsed, name);
 }
 
+const char *
+http_req_header_next(const http_req *r, const char *name, size_t *cursor)
+{
+	return st_http_parse_field_next(&r->parsed, name, cursor);
+}
+
 static void conn_after_reply(http_stream *c, bool keep);
 
 static void

@@ -160,6 +160,8 @@ void http_req_peer_ip(const http_req *r, uint8_t out[16]);
 bool http_req_cors_allowed(const http_req *r);
 /* First header with that name (case-insensitive), value trimmed; NULL when absent. */
 const char *http_req_header(const http_req *r, const char *name);
+/* Every header with that name in order (st_http_parse_field_next): *cursor from 0; NULL past the last. */
+const char *http_req_header_next(const http_req *r, const char *name, size_t *cursor);
 /*
  * Called (once) if the client closes before the request is answered; after
  * it returns, r is freed.  Watching costs the connection its keep-alive:

@@ -298,6 +298,19 @@ st_http_parse_field_get(const st_http_head *h, const char *name)
 	return NULL;
 }
 
+const char *
+st_http_parse_field_next(const st_http_head *h, const char *name, size_t *cursor)
+{
+	for (size_t i = *cursor; i < h->nfields; i++) {
+		if (strcasecmp(h->buf + h->fields[i].name, name) == 0) {
+			*cursor = i + 1;
+			return h->buf + h->fields[i].value;
+		}
+	}
+	*cursor = h->nfields;
+	return NULL;
+}
+
 /* ---------------------------------------------------------------- query */
 
 /* Decodes [p, e) into out (ST_HTTP_QUERY_ITEM_MAX + 1 bytes); ST_EINVAL on a bad escape or overflow. */

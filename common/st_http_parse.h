@@ -109,6 +109,13 @@ st_err st_http_parse_head_bodies(st_http_head *h, char *buf, size_t len);
  * Points into the buffer h was parsed from.
  */
 const char *st_http_parse_field_get(const st_http_head *h, const char *name);
+/*
+ * Every field with that name, in the order of the head (RFC 9110 5.3: the
+ * lines of a list field are one list, in order): *cursor starts at 0;
+ * each call returns the next value (trimmed) and moves *cursor past it,
+ * NULL past the last.  At most ST_HTTP_HEAD_FIELDS_MAX values.
+ */
+const char *st_http_parse_field_next(const st_http_head *h, const char *name, size_t *cursor);
 
 /*
  * Iterates the query string: fn gets each key and value percent-decoded

@@ -280,6 +280,17 @@ t_fields(void)
 			ST_CHECK_STR(v, tab[i].want);
 		}
 	}
+	/* Every line of a name, in order (a list field's lines are one list). */
+	{
+		size_t cur = 0;
+
+		ST_CHECK_STR(st_http_parse_field_next(&h, "HOST", &cur), "a.example");
+		ST_CHECK_STR(st_http_parse_field_next(&h, "host", &cur), "second");
+		ST_CHECK(st_http_parse_field_next(&h, "host", &cur) == NULL);
+		ST_CHECK(st_http_parse_field_next(&h, "host", &cur) == NULL);
+		cur = 0;
+		ST_CHECK(st_http_parse_field_next(&h, "X-Absent", &cur) == NULL);
+	}
 	free(buf);
 }
 

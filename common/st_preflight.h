@@ -60,6 +60,13 @@ bool st_preflight_http_addr(const st_opt *o, char *why, size_t cap);
 #define ST_OPT_TLS_CA \
 	{ .name = "tls-ca", .kind = ST_OPT_STR, .def = "", .help = "PEM CA that signs every peer on tls+tcp:// links" }
 
+/* --auth-max-lifetime (edge) and --ingest-max-lifetime (writer): one rule in st_auth, one option shape. */
+#define ST_OPT_MAX_LIFETIME(flag, who)                                                                        \
+	{ .name = flag, .kind = ST_OPT_DURATION, .def = "24h",                                                \
+	  .help = "a " who " token whose exp is further away than this is refused (a leaked token "             \
+	          "cannot live for years)",                                                                   \
+	  .min = 1000, .max = 366ll * 86400 * 1000, .allowed = "a duration from 1s to 366d" }
+
 enum st_preflight_kind {
 	ST_PREFLIGHT_NNG,         /* an nng URL, listened with nng */
 	ST_PREFLIGHT_HTTP,        /* ADDR:PORT, SO_REUSEADDR like st_http */

@@ -80,6 +80,7 @@ struct edge {
 	st_auth_store *auth;       /* borrowed (main frees it after edge_free); NULL: access control off; shared by every loop */
 	iplimit *ip_limit;         /* borrowed, as auth; --max-streams-per-ip, shared by every loop */
 	st_keywatch *keys;         /* owned; --auth-keys reloaded on SIGHUP, `reload` and a change of the file; NULL: no --auth-keys */
+	uint64_t keys_seen;        /* the store's generation the workers were last told about */
 	struct event *ev_hup;      /* SIGHUP: reload the keys */
 	struct event *ev_tick, *ev_head_retry, *ev_term, *ev_int, *ev_exit, *ev_flow;
 	pgpool_query *head_query;
@@ -230,6 +231,16 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 		sequencer_on_timer(e->seq);
 	edge_export_stats(e);
 	atomic_store(&e->db_up, pgpool_ready(e->pool));
+	/*
+	 * A reload (SIGHUP, `reload`, the watcher) swapped the keys: streams
+	 * verified by a key that is gone end now, so a leaked key stops
+	 * working at once rather than at its tokens' exp.  Looked at here
+	 * rather than told by each reload path: one place sees every swap.
+	 */
+	if (e->auth != NULL && st_auth_store_generation(e->auth) != e->keys_seen) {
+		e->keys_seen = st_auth_store_generation(e->auth);
+		fanout_keys_changed(e->fan);
+	}
 }
 
 static void head_query_start(edge *e);
@@ -469,10 +480,9 @@ edge_ready_main(edge *e)
 }
 
 /*
- * Reloads --auth-keys (st_keywatch): streams already open are not looked at
- * again (their token was checked at their start; they end at its exp),
- * requests being checked keep the set they took.  A file that does not
- * parse changes nothing.
+ * Reloads --auth-keys (st_keywatch): requests being checked keep the set
+ * they took; streams whose key is gone end at the next tick (tick_cb sees
+ * the store's generation move).  A file that does not parse changes nothing.
  */
 static st_err
 edge_reload_keys(edge *e, char *why, size_t cap)

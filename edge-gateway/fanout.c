@@ -28,6 +28,7 @@ enum emsg_kind {
 	EMSG_BATCH,   /* main -> workers: frames of the ordered history, head after them */
 	EMSG_HEAD,    /* main -> workers: the head moved without frames */
 	EMSG_DRAIN,   /* main -> workers */
+	EMSG_KEYS,    /* main -> workers: the key set was swapped (streams of a removed key end) */
 	EMSG_STOP,    /* main -> workers: leave the loop */
 	EMSG_DRAINED, /* worker -> main: no stream left */
 	EMSG_FLOW     /* worker -> main: re-check flow control */
@@ -159,6 +160,9 @@ worker_inbox_cb(void *item, void *arg)
 		break;
 	case EMSG_DRAIN:
 		streams_drain(w->streams, worker_drained, w);
+		break;
+	case EMSG_KEYS:
+		streams_keys_changed(w->streams);
 		break;
 	case EMSG_STOP:
 		if (!w->stopped) {
@@ -417,6 +421,12 @@ fanout_drain(fanout *f)
 		return;
 	f->drain_posted = true;
 	post_all(f, emsg_new(EMSG_DRAIN, 0, 0));
+}
+
+void
+fanout_keys_changed(fanout *f)
+{
+	post_all(f, emsg_new(EMSG_KEYS, 0, 0));
 }
 
 bool

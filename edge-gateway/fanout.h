@@ -120,6 +120,8 @@ void fanout_flow_settled(fanout *f);
 
 /* Posts drain to every worker (once). */
 void fanout_drain(fanout *f);
+/* The auth keys were swapped: every worker ends the streams whose key is gone (streams_keys_changed). */
+void fanout_keys_changed(fanout *f);
 /* Every worker reported no stream left since fanout_drain. */
 bool fanout_drained(const fanout *f);
 /* Streams open in every registry. */

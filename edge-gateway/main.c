@@ -43,6 +43,7 @@ enum {
 	E_AUTH_KEYS,
 	E_AUTH_KEYS_WATCH,
 	E_AUTH_LEEWAY_S,
+	E_AUTH_MAX_LIFETIME,
 	E_AUTH_AUDIENCE,
 	E_AUTH_ISSUER,
 	E_AUTH_TOPICS_CLAIM,
@@ -50,6 +51,7 @@ enum {
 	E_AUTH_QUERY_TOKEN,
 	E_MAX_STREAMS_PER_IP,
 	E_TRUSTED_PROXIES,
+	E_IPV6_PREFIX,
 	E_TLS_CERT,
 	E_TLS_KEY,
 	E_TLS_CA,
@@ -95,6 +97,7 @@ static st_opt opts[E_N] = {
 	  .min = 0, .max = 3600000, .allowed = "0 (only SIGHUP and reload) or a duration up to 1h" },
 	[E_AUTH_LEEWAY_S] = { .name = "auth-leeway-s", .kind = ST_OPT_INT, .def = "30",
 	  .help = "clock skew tolerated on a token's exp, nbf and iat", .min = 0, .max = 300 },
+	[E_AUTH_MAX_LIFETIME] = ST_OPT_MAX_LIFETIME("auth-max-lifetime", "subscriber"),
 	[E_AUTH_AUDIENCE] = { .name = "auth-audience", .kind = ST_OPT_STR, .def = "", .help = "required token aud (empty: not checked)" },
 	[E_AUTH_ISSUER] = { .name = "auth-issuer", .kind = ST_OPT_STR, .def = "", .help = "required token iss (empty: not checked)" },
 	[E_AUTH_TOPICS_CLAIM] = { .name = "auth-topics-claim", .kind = ST_OPT_STR, .def = "topics",
@@ -105,7 +108,10 @@ static st_opt opts[E_N] = {
 	[E_MAX_STREAMS_PER_IP] = { .name = "max-streams-per-ip", .kind = ST_OPT_INT, .def = "0",
 	  .help = "open streams per client address before 429 (0: no limit)", .min = 0, .max = 10000000 },
 	[E_TRUSTED_PROXIES] = { .name = "trusted-proxies", .kind = ST_OPT_STR, .def = "",
-	  .help = "CIDR ranges whose X-Forwarded-For names the client, comma separated" },
+	  .help = "CIDR ranges whose X-Forwarded-For / Forwarded names the client, comma separated" },
+	[E_IPV6_PREFIX] = { .name = "ipv6-prefix", .kind = ST_OPT_INT, .def = "64",
+	  .help = "IPv6 clients count against --max-streams-per-ip per prefix of this length",
+	  .min = IPLIMIT_V6_PREFIX_MIN, .max = 128 },
 	/* Mutual TLS on tls+tcp:// links (docs/security.md). */
 	[E_TLS_CERT] = ST_OPT_TLS_CERT,
 	[E_TLS_KEY] = ST_OPT_TLS_KEY,
@@ -147,6 +153,7 @@ main(int argc, char **argv)
 	/* Access control and the per-address bound: local checks, before the database and the writers. */
 	if (opts[E_AUTH_KEYS].sval[0] != '\0') {
 		st_auth_config acfg = { .policy = { .leeway_s = (uint32_t)opts[E_AUTH_LEEWAY_S].ival,
+		                                 .max_lifetime_s = (uint32_t)(opts[E_AUTH_MAX_LIFETIME].ival / 1000),
 		                                 .audience = opts[E_AUTH_AUDIENCE].sval,
 		                                 .issuer = opts[E_AUTH_ISSUER].sval,
 		                                 .topics_claim = opts[E_AUTH_TOPICS_CLAIM].sval },
@@ -173,7 +180,8 @@ main(int argc, char **argv)
 		cfg.http.max_header_bytes = 4 * ST_AUTH_TOKEN_MAX;
 		cfg.streams.auth = st_auth_store_new(ks, &acfg);
 	}
-	if (iplimit_new((uint32_t)opts[E_MAX_STREAMS_PER_IP].ival, opts[E_TRUSTED_PROXIES].sval, &cfg.streams.ip_limit,
+	if (iplimit_new((uint32_t)opts[E_MAX_STREAMS_PER_IP].ival, opts[E_TRUSTED_PROXIES].sval,
+	                (unsigned)opts[E_IPV6_PREFIX].ival, &cfg.streams.ip_limit,
 	                why, sizeof(why)) != ST_OK)
 		st_config_fail("edge-gateway", "--trusted-proxies %s: %s", opts[E_TRUSTED_PROXIES].sval, why);
 	cfg.pg_dsn = opts[E_PG_DSN].sval;

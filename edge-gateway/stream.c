@@ -130,6 +130,7 @@ struct stream {
 	uint64_t cursor;         /* last seq the replay fetched */
 	uint64_t last_id;        /* last id written (items and resyncs) */
 	uint64_t exp_ms;         /* access control: the token's exp (wall-clock ms), 0 = none */
+	uint64_t key_id;         /* access control: the verifying key (st_auth_grant_key), 0 = none or already ended */
 	struct event *ev_exp;    /* ends the stream at exp_ms (reconnect token_expired), owned */
 	bool ip_held;            /* holds one of ip's slots in the registry's ip_limit */
 	uint8_t ip[16];          /* the client's address (X-Forwarded-For from a trusted proxy) */
@@ -665,10 +666,22 @@ exp_cb(evutil_socket_t fd, short what, void *arg)
 	stream_reconnect(s, refusal_jitter(s->env->refusals, 1000), "token_expired");
 }
 
+bool
+stream_key_check(stream *s)
+{
+	if (s->env->auth == NULL || s->key_id == 0 || st_auth_store_has_key(s->env->auth, s->key_id))
+		return false;
+	/* Once: a later reload must not end it a second time. */
+	s->key_id = 0;
+	stream_reconnect(s, refusal_jitter(s->env->refusals, 1000), "token_expired");
+	return true;
+}
+
 /*
  * exp is wall-clock time (the issuer's); the timer runs on the loop's
  * monotonic clock, so the delay is measured once, here, from the store's
- * wall clock.  A token accepted within the leeway after its exp ends at once.
+ * wall clock.  Admission refuses a token past its exp (st_auth_store_check),
+ * so the delay is 0 only when exp passed while the resume check ran.
  */
 static void
 stream_arm_expiry(stream *s)
@@ -926,7 +939,7 @@ on_req_gone(void *arg)
 /* ---- the start --------------------------------------------------------- */
 
 void
-stream_open(const stream_env *env, http_req *req, streamreq *rq, uint64_t exp_ms, const uint8_t *ip)
+stream_open(const stream_env *env, http_req *req, streamreq *rq, uint64_t exp_ms, uint64_t key_id, const uint8_t *ip)
 {
 	stream *s = st_xcalloc(1, sizeof(*s));
 
@@ -948,6 +961,7 @@ stream_open(const stream_env *env, http_req *req, streamreq *rq, uint64_t exp_ms
 	s->until = rq->until;
 	s->until_known = rq->has_until && !rq->until_head;
 	s->exp_ms = exp_ms;
+	s->key_id = key_id;
 	if (ip != NULL) {
 		memcpy(s->ip, ip, sizeof(s->ip));
 		s->ip_held = true;

@@ -99,7 +99,14 @@ struct stream_reg {
  * slots is held) and the reserved --max-streams slot, links itself through
  * env->registry, and answers req now or after the resume check.
  */
-void stream_open(const stream_env *env, http_req *req, streamreq *rq, uint64_t exp_ms, const uint8_t *ip);
+void stream_open(const stream_env *env, http_req *req, streamreq *rq, uint64_t exp_ms, uint64_t key_id,
+                 const uint8_t *ip);
+/*
+ * The auth keys were swapped: when the key that verified this stream's
+ * token (key_id of stream_open) is gone, reconnect token_expired, as at
+ * exp; true when it did.  May free s.
+ */
+bool stream_key_check(stream *s);
 /* The registry's heartbeat tick (hb: the shared heartbeat frame, borrowed). */
 void stream_heartbeat(stream *s, frame *hb, uint64_t now);
 /* Drain or token expiry: reconnect with this hint; before the response, a refusal.  May free s. */

@@ -227,11 +227,13 @@ head_noop_close(void *arg, bool abrupt)
  * invalid_token; a valid token missing a topic is 403 insufficient_scope.
  * The client learns nothing more (which check failed is logged at debug
  * level, without the token).  A token from the cookie with an Origin that
- * --cors-origins does not allow is 403 before it is looked at.  On success *exp is the token's exp, kept for
- * the stream's end.  On refusal answers req and returns false.
+ * --cors-origins does not allow is 403 before it is looked at.  On success
+ * *exp is the token's exp, kept for the stream's end, and *key_id its key's
+ * (the stream ends if a reload removes it).  On refusal answers req and
+ * returns false.
  */
 static bool
-streams_authorize(streams *ss, http_req *req, const streamreq *rq, uint64_t *exp)
+streams_authorize(streams *ss, http_req *req, const streamreq *rq, uint64_t *exp, uint64_t *key_id)
 {
 	const char *why = "", *tok;
 	const char *authorization = http_req_header(req, "Authorization"), *cookie = http_req_header(req, "Cookie");
@@ -254,7 +256,7 @@ streams_authorize(streams *ss, http_req *req, const streamreq *rq, uint64_t *exp
 		return false;
 	}
 	r = st_auth_store_check(ss->cfg.auth, authorization, cookie, rq->access_token, (const char *const *)rq->topics,
-	                        rq->topic_lens, rq->n_topics, exp, &why);
+	                        rq->topic_lens, rq->n_topics, exp, key_id, &why);
 	if (r == ST_AUTH_OK)
 		return true;
 	st_counter_inc(ss->m_auth[r]);
@@ -284,7 +286,7 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 	bool is_head = strcmp(http_req_method(req), "HEAD") == 0; /* headers only, not counted */
 	bool ip_held = false;
 	uint8_t ip[16];
-	uint64_t exp = 0;
+	uint64_t exp = 0, key_id = 0;
 
 	if (streamreq_parse(http_req_query(req), http_req_header(req, "Accept"), http_req_header(req, "Last-Event-ID"),
 	                    ss->cfg.auth != NULL && st_auth_store_query_token(ss->cfg.auth), &rq, &why) != ST_OK) {
@@ -292,7 +294,7 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 		goto out;
 	}
 	/* Before the retryable refusals: retrying cannot fix a missing or bad token. */
-	if (ss->cfg.auth && !streams_authorize(ss, req, &rq, &exp))
+	if (ss->cfg.auth && !streams_authorize(ss, req, &rq, &exp, &key_id))
 		goto out;
 	/*
 	 * The retryable refusals come after the query is read: what the client
@@ -318,9 +320,17 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 	 */
 	if (!is_head && iplimit_enabled(ss->cfg.ip_limit)) {
 		uint8_t peer[16];
+		/* + 1: the NULL that ends each walk is stored too. */
+		const char *xff[ST_HTTP_HEAD_FIELDS_MAX + 1], *fwd[ST_HTTP_HEAD_FIELDS_MAX + 1];
+		size_t n_xff = 0, n_fwd = 0, cx = 0, cf = 0;
 
 		http_req_peer_ip(req, peer);
-		iplimit_client(ss->cfg.ip_limit, peer, http_req_header(req, "X-Forwarded-For"), ip);
+		/* Every line, in order: a proxy's own line follows whatever the client sent. */
+		while ((xff[n_xff] = http_req_header_next(req, "X-Forwarded-For", &cx)) != NULL)
+			n_xff++;
+		while ((fwd[n_fwd] = http_req_header_next(req, "Forwarded", &cf)) != NULL)
+			n_fwd++;
+		iplimit_client(ss->cfg.ip_limit, peer, xff, n_xff, fwd, n_fwd, ip);
 		if (!iplimit_acquire(ss->cfg.ip_limit, ip)) {
 			char text[64];
 
@@ -356,7 +366,7 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 		(void)http_stream_start(req, 200, refusal_content_type(rq.fmt), NULL, &none, NULL);
 		goto out;
 	}
-	stream_open(&ss->env, req, &rq, exp, ip_held ? ip : NULL);
+	stream_open(&ss->env, req, &rq, exp, key_id, ip_held ? ip : NULL);
 	ip_held = false; /* the stream's now */
 out:
 	if (ip_held)
@@ -495,6 +505,22 @@ streams_drain(streams *ss, void (*done)(void *arg), void *arg)
 	}
 	event_add(ss->ev_grace, &tv);
 	streams_check_drained(ss);
+}
+
+void
+streams_keys_changed(streams *ss)
+{
+	stream_reg *r, *next;
+	size_t ended = 0;
+
+	if (ss->cfg.auth == NULL)
+		return;
+	for (r = registry_first(ss); r; r = next) {
+		next = registry_after(ss, r);
+		ended += stream_key_check(r->s); /* may free r's stream, never another */
+	}
+	if (ended > 0)
+		st_info("keys reloaded: %zu streams verified by a removed key told to reconnect (token_expired)", ended);
 }
 
 bool

@@ -128,6 +128,11 @@ bool streams_ready(const streams *ss);
  */
 void streams_drain(streams *ss, void (*done)(void *arg), void *arg);
 bool streams_draining(const streams *ss);
+/*
+ * The auth keys were swapped (fanout_keys_changed): every stream whose
+ * key is gone gets reconnect token_expired (stream_key_check).
+ */
+void streams_keys_changed(streams *ss);
 size_t streams_count(const streams *ss);
 
 #endif

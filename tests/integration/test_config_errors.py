@@ -353,6 +353,8 @@ def edge_bad_configuration_exits_2_at_once():
         (dict(auth_leeway_s="301"), ["--auth-leeway-s 301:"]),
         (dict(trusted_proxies="10.0.0.0/33"), ["--trusted-proxies 10.0.0.0/33: ", "ADDRESS/BITS"]),
         (dict(max_streams_per_ip="-1"), ["--max-streams-per-ip -1:"]),
+        (dict(ipv6_prefix="129"), ["--ipv6-prefix 129:", "32..128"]),
+        (dict(ipv6_prefix="16"), ["--ipv6-prefix 16:", "32..128"]),
     ]
     try:
         for flags, needles in cases:

@@ -10,7 +10,8 @@ for the documented examples.
 - idempotency: the same Idempotency-Key over HTTP and then over nng
   (studioctl publish --key) stores one event and answers its seq twice; the
   header with an array, or beside a different `key`, is a 400.
-- token_matrix: --ingest-keys; no token, expired, alg none, unknown kid: 401
+- token_matrix: --ingest-keys; no token, expired, alg none, unknown kid,
+  a 30-day token (--ingest-max-lifetime 24h): 401
   with WWW-Authenticate: Bearer; a batch whose token does not cover one
   event: 403; nothing of them stored; a valid token stores.
 - bad_input: wrong content type 415, invalid JSON 400, unknown member 400,
@@ -175,6 +176,8 @@ def token_matrix():
             ("alg none", KA.token(claims={"exp": now + 600, "publish": ["*"]},
                                   header={"alg": "none", "typ": "JWT", "kid": "hs-a"}), 401),
             ("unknown kid", KA.token(claims={"exp": now + 600, "publish": ["*"]}, kid="nope"), 401),
+            # --ingest-max-lifetime (24 h by default, the edge's rule): a 30-day token is refused.
+            ("30-day token", tok(exp_in=30 * 86400), 401),
             ("not covering one event", tok(publish=["orders/*"]), 403),
         ]
         for what, token, status in cases:
