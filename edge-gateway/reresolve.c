@@ -16,27 +16,36 @@ delay_ms(unsigned attempt, unsigned min_ms, unsigned max_ms)
 }
 
 unsigned
-reresolve_next_ms(unsigned *attempt, bool whole, unsigned min_ms, unsigned max_ms)
+reresolve_next_ms(reresolve *r, bool whole, unsigned min_ms, unsigned max_ms)
 {
 	unsigned d;
 
 	if (whole) {
-		*attempt = 0;
+		r->attempt = 0;
+		r->recovered = false;
 		return max_ms;
 	}
-	d = delay_ms(*attempt, min_ms, max_ms);
-	if (*attempt < RERESOLVE_ATTEMPT_CAP)
-		(*attempt)++;
+	d = delay_ms(r->attempt, min_ms, max_ms);
+	if (r->attempt < RERESOLVE_ATTEMPT_CAP)
+		r->attempt++;
 	return d;
 }
 
-unsigned
-reresolve_lost_ms(unsigned *attempt, unsigned min_ms, unsigned max_ms)
+void
+reresolve_whole(reresolve *r)
 {
-	/* Scheduled quickly already: leave it.  At the regular interval (a
-	 * name with an address that stays dead): a new loss starts over. */
-	if (*attempt != 0 && delay_ms(*attempt - 1, min_ms, max_ms) < max_ms)
+	if (r->attempt != 0)
+		r->recovered = true;
+}
+
+unsigned
+reresolve_lost_ms(reresolve *r, unsigned min_ms, unsigned max_ms)
+{
+	/* Climbing and not whole since: leave it.  Regular (attempt 0, or at
+	 * max_ms with an address that stays dead) or recovered: start over. */
+	if (r->attempt != 0 && !r->recovered && delay_ms(r->attempt - 1, min_ms, max_ms) < max_ms)
 		return 0;
-	*attempt = 1;
+	r->attempt = 1;
+	r->recovered = false;
 	return delay_ms(0, min_ms, max_ms);
 }

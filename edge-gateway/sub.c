@@ -22,13 +22,14 @@
  * DNS hiccup must not disconnect a working writer.  The timer's delay is
  * reresolve's rule: SUB_RESOLVE_MS while every address dialed has a pipe,
  * SUB_RERESOLVE_MIN_MS doubling up to it while one lacks a pipe.  A pipe's
- * loss (REM_POST, on an nng thread) reaches the loop through an st_mailbox,
- * the one way threads meet: the notification posts the URL (at most one
- * post per URL is queued, an atomic flag says so) and the loop re-arms the
- * URL's timer at SUB_RERESOLVE_MIN_MS, so a writer replaced on a new
- * address is dialed within about that once the name lists it, not at the
- * next 10 s round (a rollout used to leave an edge with no writer for
- * seconds).  Nothing waits for a lookup: sub_free discards those still
+ * loss or arrival (REM_POST, ADD_POST, on an nng thread) reaches the loop
+ * through an st_mailbox, the one way threads meet: the notification posts
+ * the URL (at most one post per URL is queued, an atomic flag says so) and
+ * the loop looks at the URL's pipes: whole again, or a loss that re-arms
+ * the URL's timer at SUB_RERESOLVE_MIN_MS (never later than it was due), so
+ * a writer replaced on a new address is dialed within about that once the
+ * name lists it, not at the next 10 s round (a rollout used to leave an
+ * edge with no writer for seconds).  Nothing waits for a lookup: sub_free discards those still
  * running (their threads end by themselves), so a slow DNS server cannot
  * hold the edge's shutdown (it used to join a resolver thread stuck in
  * getaddrinfo until the 5 s exit watchdog fired).
@@ -67,8 +68,9 @@ typedef struct url {
 	sub *owner;              /* the sub it is part of (lookup callbacks) */
 	st_resolve_req *lookup;  /* the lookup out, or NULL; the resolver's */
 	struct event *ev_timer;  /* owned (DNS URLs): the next lookup; one-shot */
-	unsigned attempt;        /* reresolve's count of quick lookups; loop thread */
-	atomic_bool lost;        /* a pipe loss is posted and not yet seen by the loop */
+	reresolve backoff;       /* loop thread */
+	uint64_t due_ms;         /* when ev_timer fires (st_clock_system), if pending; loop thread */
+	atomic_bool posted;      /* a pipe change is posted and not yet seen by the loop */
 	char text[SUB_URL_MAX];
 	char scheme[8];          /* "tcp" or "tls+tcp": what resolved addresses are dialed with */
 	bool dns;
@@ -94,8 +96,8 @@ struct sub {
 	size_t n;
 	slot *slots;              /* n * SUB_MAX_ADDRS */
 	st_resolver *res;         /* owned; NULL: no DNS URL */
-	st_mailbox *lost_mb;      /* owned: pipe losses of DNS URLs, nng threads -> loop */
-	bool closing;             /* sub_free has begun: losses still delivered are ignored */
+	st_mailbox *pipe_mb;      /* owned: pipe changes of DNS URLs, nng threads -> loop */
+	bool closing;             /* sub_free has begun: changes still delivered are ignored */
 	bool paused;
 	int recv_fd;              /* NNG_OPT_RECVFD: readable while a message is queued; never read */
 
@@ -153,7 +155,7 @@ url_parse(const char *text, url *u)
 	return ST_OK;
 }
 
-/* nng thread.  Touches only atomics and the mailbox (urls, n and lost_mb are set before any dial). */
+/* nng thread.  Touches only atomics and the mailbox (urls, n and pipe_mb are set before any dial). */
 static void
 pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
@@ -173,8 +175,8 @@ pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 		else if (ev == NNG_PIPE_EV_REM_POST && atomic_load(&sl->pipes) > 0)
 			atomic_fetch_sub(&sl->pipes, 1);
 		/* One post per URL queued at most: the loop clears the flag before it looks. */
-		if (ev == NNG_PIPE_EV_REM_POST && u->dns && !atomic_exchange(&u->lost, true))
-			st_mailbox_post(s->lost_mb, u);
+		if (u->dns && !atomic_exchange(&u->posted, true))
+			st_mailbox_post(s->pipe_mb, u);
 		return;
 	}
 }
@@ -202,6 +204,7 @@ arm(url *u, unsigned ms)
 {
 	struct timeval tv = st_timeval_ms(ms);
 
+	u->due_ms = st_clock_now(st_clock_system()) + ms;
 	if (event_add(u->ev_timer, &tv) != 0)
 		st_error("sub: %s: cannot arm the resolution timer", u->host);
 }
@@ -210,7 +213,7 @@ arm(url *u, unsigned ms)
 static void
 arm_next(sub *s, url *u)
 {
-	arm(u, reresolve_next_ms(&u->attempt, url_whole(s, (size_t)(u - s->urls)), SUB_RERESOLVE_MIN_MS,
+	arm(u, reresolve_next_ms(&u->backoff, url_whole(s, (size_t)(u - s->urls)), SUB_RERESOLVE_MIN_MS,
 	                         SUB_RESOLVE_MS));
 }
 
@@ -353,23 +356,31 @@ resolve_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
- * The mailbox: a pipe of URL item went away.  Unless a lookup is out (its
- * answer arms the timer by the same rule) or every address still has a
- * pipe, look again soon.  item is the sub's, not owned.  Loop thread.
+ * The mailbox: a pipe of URL item came or went.  Whole: the backoff learns
+ * it.  Otherwise, unless a lookup is out (its answer arms the timer by the
+ * same rule), look again soon; a lookup due sooner is not put off, so pipes
+ * that come and go faster than SUB_RERESOLVE_MIN_MS cannot starve the
+ * lookups.  item is the sub's, not owned.  Loop thread.
  */
 static void
-on_lost(void *item, void *arg)
+on_pipe_change(void *item, void *arg)
 {
 	url *u = item;
 	sub *s = arg;
+	uint64_t now;
 	unsigned ms;
 
 	if (s->closing)
 		return;
-	atomic_store(&u->lost, false);
-	if (u->lookup != NULL || url_whole(s, (size_t)(u - s->urls)))
+	atomic_store(&u->posted, false);
+	if (url_whole(s, (size_t)(u - s->urls))) {
+		reresolve_whole(&u->backoff);
 		return;
-	if ((ms = reresolve_lost_ms(&u->attempt, SUB_RERESOLVE_MIN_MS, SUB_RESOLVE_MS)) == 0)
+	}
+	if (u->lookup != NULL || (ms = reresolve_lost_ms(&u->backoff, SUB_RERESOLVE_MIN_MS, SUB_RESOLVE_MS)) == 0)
+		return;
+	now = st_clock_now(st_clock_system());
+	if (event_pending(u->ev_timer, EV_TIMEOUT, NULL) && u->due_ms <= now + ms)
 		return;
 	st_info("sub: a pipe to %s went away; resolving it again in %u ms", u->host, ms);
 	arm(u, ms);
@@ -447,7 +458,7 @@ sub_new(struct event_base *base, const char *const *urls, size_t n, sub_fn fn, v
 		goto nng_fail;
 	s->recv_fd = fd;
 	s->ev = event_new(base, fd, EV_READ | EV_PERSIST, on_recv, s);
-	if (s->ev == NULL || event_add(s->ev, NULL) != 0 || (s->lost_mb = st_mailbox_new(base, on_lost, s)) == NULL) {
+	if (s->ev == NULL || event_add(s->ev, NULL) != 0 || (s->pipe_mb = st_mailbox_new(base, on_pipe_change, s)) == NULL) {
 		st_error("sub: libevent failed");
 		goto fail;
 	}
@@ -496,8 +507,9 @@ sub_free(sub *s)
 		event_free(s->ev);
 	if (s->sock_open)
 		nng_close(s->sock); /* closes every dialer; no pipe notification runs after it */
-	/* After nng_close: the notifications post here until then.  What is still queued goes to on_lost, which ignores it. */
-	st_mailbox_free(s->lost_mb);
+	/* After nng_close: the notifications post here until then.  What is
+	 * still queued goes to on_pipe_change, which ignores it. */
+	st_mailbox_free(s->pipe_mb);
 	free(s->slots);
 	free(s->urls);
 	free(s);
