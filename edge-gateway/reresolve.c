@@ -15,12 +15,20 @@ delay_ms(unsigned attempt, unsigned min_ms, unsigned max_ms)
 	return d < max_ms ? d : max_ms;
 }
 
+static bool
+whole(reresolve *r, unsigned dialed, unsigned up)
+{
+	if (up > r->want)
+		r->want = up;
+	return dialed > 0 && up >= dialed && up >= r->want;
+}
+
 unsigned
-reresolve_next_ms(reresolve *r, bool whole, unsigned min_ms, unsigned max_ms)
+reresolve_next_ms(reresolve *r, unsigned dialed, unsigned up, unsigned min_ms, unsigned max_ms)
 {
 	unsigned d;
 
-	if (whole) {
+	if (whole(r, dialed, up)) {
 		r->attempt = 0;
 		r->recovered = false;
 		return max_ms;
@@ -28,19 +36,19 @@ reresolve_next_ms(reresolve *r, bool whole, unsigned min_ms, unsigned max_ms)
 	d = delay_ms(r->attempt, min_ms, max_ms);
 	if (r->attempt < RERESOLVE_ATTEMPT_CAP)
 		r->attempt++;
+	if (d >= max_ms)
+		r->want = up; /* short through a whole backoff: the name is smaller now */
 	return d;
 }
 
-void
-reresolve_whole(reresolve *r)
-{
-	if (r->attempt != 0)
-		r->recovered = true;
-}
-
 unsigned
-reresolve_lost_ms(reresolve *r, unsigned min_ms, unsigned max_ms)
+reresolve_pipe_ms(reresolve *r, unsigned dialed, unsigned up, unsigned min_ms, unsigned max_ms)
 {
+	if (whole(r, dialed, up)) {
+		if (r->attempt != 0)
+			r->recovered = true;
+		return 0;
+	}
 	/* Climbing and not whole since: leave it.  Regular (attempt 0, or at
 	 * max_ms with an address that stays dead) or recovered: start over. */
 	if (r->attempt != 0 && !r->recovered && delay_ms(r->attempt - 1, min_ms, max_ms) < max_ms)

@@ -20,8 +20,9 @@
  * never has more than one lookup out; the loop dials the new addresses and
  * closes the dialers of vanished ones.  A failed lookup changes nothing: a
  * DNS hiccup must not disconnect a working writer.  The timer's delay is
- * reresolve's rule: SUB_RESOLVE_MS while every address dialed has a pipe,
- * SUB_RERESOLVE_MIN_MS doubling up to it while one lacks a pipe.  A pipe's
+ * reresolve's rule: SUB_RESOLVE_MS while the name is whole (every address
+ * dialed has a pipe, and as many as before), SUB_RERESOLVE_MIN_MS doubling
+ * up to it while it is short.  A pipe's
  * loss or arrival (REM_POST, ADD_POST, on an nng thread) reaches the loop
  * through an st_mailbox, the one way threads meet: the notification posts
  * the URL (at most one post per URL is queued, an atomic flag says so) and
@@ -181,22 +182,21 @@ pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 	}
 }
 
-/* Every address dialed for URL ui has a pipe up (false when none is dialed).  Loop thread. */
-static bool
-url_whole(const sub *s, size_t ui)
+/* Addresses dialed for URL u, and those of them with a pipe up.  Loop thread. */
+static void
+url_count(const sub *s, const url *u, unsigned *dialed, unsigned *up)
 {
-	size_t dialed = 0;
+	size_t ui = (size_t)(u - s->urls);
 
+	*dialed = *up = 0;
 	for (size_t k = 0; k < SUB_MAX_ADDRS; k++) {
 		slot *sl = &s->slots[ui * SUB_MAX_ADDRS + k];
 
 		if (atomic_load(&sl->dialer_id) == 0)
 			continue;
-		dialed++;
-		if (atomic_load(&sl->pipes) == 0)
-			return false;
+		(*dialed)++;
+		*up += atomic_load(&sl->pipes) > 0;
 	}
-	return dialed > 0;
 }
 
 static void
@@ -213,8 +213,10 @@ arm(url *u, unsigned ms)
 static void
 arm_next(sub *s, url *u)
 {
-	arm(u, reresolve_next_ms(&u->backoff, url_whole(s, (size_t)(u - s->urls)), SUB_RERESOLVE_MIN_MS,
-	                         SUB_RESOLVE_MS));
+	unsigned dialed, up;
+
+	url_count(s, u, &dialed, &up);
+	arm(u, reresolve_next_ms(&u->backoff, dialed, up, SUB_RERESOLVE_MIN_MS, SUB_RESOLVE_MS));
 }
 
 /* false when the address cannot be dialed at all (bad URL, unknown scheme). */
@@ -356,11 +358,11 @@ resolve_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
- * The mailbox: a pipe of URL item came or went.  Whole: the backoff learns
- * it.  Otherwise, unless a lookup is out (its answer arms the timer by the
- * same rule), look again soon; a lookup due sooner is not put off, so pipes
- * that come and go faster than SUB_RERESOLVE_MIN_MS cannot starve the
- * lookups.  item is the sub's, not owned.  Loop thread.
+ * The mailbox: a pipe of URL item came or went.  Unless a lookup is out
+ * (its answer arms the timer by the same rule), reresolve says whether to
+ * look again soon; a lookup due sooner is not put off, so pipes that come
+ * and go faster than SUB_RERESOLVE_MIN_MS cannot starve the lookups.  item
+ * is the sub's, not owned.  Loop thread.
  */
 static void
 on_pipe_change(void *item, void *arg)
@@ -368,16 +370,15 @@ on_pipe_change(void *item, void *arg)
 	url *u = item;
 	sub *s = arg;
 	uint64_t now;
-	unsigned ms;
+	unsigned ms, dialed, up;
 
 	if (s->closing)
 		return;
 	atomic_store(&u->posted, false);
-	if (url_whole(s, (size_t)(u - s->urls))) {
-		reresolve_whole(&u->backoff);
+	if (u->lookup != NULL)
 		return;
-	}
-	if (u->lookup != NULL || (ms = reresolve_lost_ms(&u->backoff, SUB_RERESOLVE_MIN_MS, SUB_RESOLVE_MS)) == 0)
+	url_count(s, u, &dialed, &up);
+	if ((ms = reresolve_pipe_ms(&u->backoff, dialed, up, SUB_RERESOLVE_MIN_MS, SUB_RESOLVE_MS)) == 0)
 		return;
 	now = st_clock_now(st_clock_system());
 	if (event_pending(u->ev_timer, EV_TIMEOUT, NULL) && u->due_ms <= now + ms)
