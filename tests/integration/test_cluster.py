@@ -58,7 +58,7 @@ t = h.Tests()
 
 
 class Probe(threading.Thread):
-    """Samples each edge's writer connections, /readyz and log every 50 ms.
+    """Samples each edge's writer connections, /readyz and log, 50 ms apart between rounds.
 
     Records per edge the longest stretch with no writer pipe and with /readyz
     not 200, and the first time each "sub: dialing URL" line was seen."""
