@@ -97,7 +97,7 @@ struct edge {
 	bool exiting;
 	st_counter *m_msgs, *m_bad_msgs, *m_gap_fills, *m_filled, *m_dups, *m_fill_errors, *m_held_dropped;
 	st_counter *m_paused;      /* ms the intake was paused */
-	st_gauge *m_held, *m_head, *m_conns, *m_db_up;
+	st_gauge *m_held, *m_head, *m_conns, *m_db_up, *m_writer_pipes;
 	st_histogram *m_delivery;  /* given to every worker's HTTP server */
 	sequencer_stats seen;      /* the sequencer's counters already exported */
 	streams_config scfg;       /* fanout's workers read these copies */
@@ -338,7 +338,7 @@ ops_ready(void *arg, const char **why)
 	return fanout_ready(c->e->fan, why);
 }
 
-/* The connection gauge is read only when scraped: it is one load of the server's count. */
+/* These gauges are read only when scraped: each is a load of a count kept elsewhere (atomics). */
 static void
 ops_refresh(void *arg)
 {
@@ -346,6 +346,7 @@ ops_refresh(void *arg)
 
 	st_gauge_set(c->e->m_conns, (int64_t)http_server_conns_open(fanout_worker_http(c->w)));
 	st_gauge_set(c->e->m_db_up, atomic_load(&c->e->db_up) && pgpool_ready(fanout_worker_pool(c->w)));
+	st_gauge_set(c->e->m_writer_pipes, c->e->sub != NULL ? (int64_t)sub_pipes(c->e->sub) : 0);
 }
 
 static void
@@ -569,6 +570,8 @@ metrics_init(edge *e)
 	                              "HTTP connections open now (this scrape's included), of --max-streams + 1024.");
 	e->m_db_up = st_metrics_gauge(e->metrics, "studio_database_up", NULL,
 	                              "1 when the database pools (main's and this worker's) are connected, else 0.");
+	e->m_writer_pipes = st_metrics_gauge(e->metrics, "studio_edge_writer_pipes", NULL,
+	                                     "Connections to writers up now (every address of every --writers URL).");
 	e->m_delivery = st_metrics_histogram(e->metrics, "studio_edge_delivery_seconds", NULL,
 	                                     "From nng handing a published message over to its bytes "
 	                                     "reaching the kernel, per stream that keeps up.",

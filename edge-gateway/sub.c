@@ -15,11 +15,22 @@
  * slot, and only then started, so no notification can precede the id.
  *
  * Names are resolved off the loop by st_resolve (a short-lived thread per
- * lookup, its answer posted back to the loop) for each DNS URL at start and
- * every SUB_RESOLVE_MS (a URL whose lookup is still out is skipped); the
- * loop dials the new addresses and closes the dialers of vanished ones.  A
- * failed lookup changes nothing: a DNS hiccup must not disconnect a working
- * writer.  Nothing waits for a lookup: sub_free discards those still
+ * lookup, its answer posted back to the loop) for each DNS URL at start,
+ * then on a one-shot timer per URL armed when its lookup is done, so a URL
+ * never has more than one lookup out; the loop dials the new addresses and
+ * closes the dialers of vanished ones.  A failed lookup changes nothing: a
+ * DNS hiccup must not disconnect a working writer.  The timer's delay is
+ * reresolve's rule: SUB_RESOLVE_MS while the name is whole (every address
+ * dialed has a pipe, and as many as before), SUB_RERESOLVE_MIN_MS doubling
+ * up to it while it is short.  A pipe's
+ * loss or arrival (REM_POST, ADD_POST, on an nng thread) reaches the loop
+ * through an st_mailbox, the one way threads meet: the notification posts
+ * the URL (at most one post per URL is queued, an atomic flag says so) and
+ * the loop looks at the URL's pipes: whole again, or a loss that re-arms
+ * the URL's timer at SUB_RERESOLVE_MIN_MS (never later than it was due), so
+ * a writer replaced on a new address is dialed within about that once the
+ * name lists it, not at the next 10 s round (a rollout used to leave an
+ * edge with no writer for seconds).  Nothing waits for a lookup: sub_free discards those still
  * running (their threads end by themselves), so a slow DNS server cannot
  * hold the edge's shutdown (it used to join a resolver thread stuck in
  * getaddrinfo until the 5 s exit watchdog fired).
@@ -40,9 +51,11 @@
 
 #include "st_clock.h"
 #include "st_log.h"
+#include "st_mailbox.h"
 #include "st_resolve.h"
 #include "st_tls.h"
 #include "st_util.h"
+#include "reresolve.h"
 #include "wire.h"
 
 typedef struct slot {
@@ -55,6 +68,10 @@ typedef struct slot {
 typedef struct url {
 	sub *owner;              /* the sub it is part of (lookup callbacks) */
 	st_resolve_req *lookup;  /* the lookup out, or NULL; the resolver's */
+	struct event *ev_timer;  /* owned (DNS URLs): the next lookup; one-shot */
+	reresolve backoff;       /* loop thread */
+	uint64_t due_ms;         /* when ev_timer fires (st_clock_system), if pending; loop thread */
+	atomic_bool posted;      /* a pipe change is posted and not yet seen by the loop */
 	char text[SUB_URL_MAX];
 	char scheme[8];          /* "tcp" or "tls+tcp": what resolved addresses are dialed with */
 	bool dns;
@@ -80,7 +97,8 @@ struct sub {
 	size_t n;
 	slot *slots;              /* n * SUB_MAX_ADDRS */
 	st_resolver *res;         /* owned; NULL: no DNS URL */
-	struct event *ev_resolve; /* owned: every SUB_RESOLVE_MS, resolve again */
+	st_mailbox *pipe_mb;      /* owned: pipe changes of DNS URLs, nng threads -> loop */
+	bool closing;             /* sub_free has begun: changes still delivered are ignored */
 	bool paused;
 	int recv_fd;              /* NNG_OPT_RECVFD: readable while a message is queued; never read */
 
@@ -138,6 +156,7 @@ url_parse(const char *text, url *u)
 	return ST_OK;
 }
 
+/* nng thread.  Touches only atomics and the mailbox (urls, n and pipe_mb are set before any dial). */
 static void
 pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
@@ -148,14 +167,56 @@ pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 		return;
 	for (size_t i = 0; i < s->n * SUB_MAX_ADDRS; i++) {
 		slot *sl = &s->slots[i];
+		url *u = &s->urls[i / SUB_MAX_ADDRS];
+
 		if (atomic_load(&sl->dialer_id) != (uint32_t)id)
 			continue;
 		if (ev == NNG_PIPE_EV_ADD_POST)
 			atomic_fetch_add(&sl->pipes, 1);
 		else if (ev == NNG_PIPE_EV_REM_POST && atomic_load(&sl->pipes) > 0)
 			atomic_fetch_sub(&sl->pipes, 1);
+		/* One post per URL queued at most: the loop clears the flag before it looks. */
+		if (u->dns && !atomic_exchange(&u->posted, true))
+			st_mailbox_post(s->pipe_mb, u);
 		return;
 	}
+}
+
+/* Addresses dialed for URL u, and those of them with a pipe up.  Loop thread. */
+static void
+url_count(const sub *s, const url *u, unsigned *dialed, unsigned *up)
+{
+	size_t ui = (size_t)(u - s->urls);
+
+	*dialed = *up = 0;
+	for (size_t k = 0; k < SUB_MAX_ADDRS; k++) {
+		slot *sl = &s->slots[ui * SUB_MAX_ADDRS + k];
+
+		if (atomic_load(&sl->dialer_id) == 0)
+			continue;
+		(*dialed)++;
+		*up += atomic_load(&sl->pipes) > 0;
+	}
+}
+
+static void
+arm(url *u, unsigned ms)
+{
+	struct timeval tv = st_timeval_ms(ms);
+
+	u->due_ms = st_clock_now(st_clock_system()) + ms;
+	if (event_add(u->ev_timer, &tv) != 0)
+		st_error("sub: %s: cannot arm the resolution timer", u->host);
+}
+
+/* After a lookup (done, failed or not started): when the next one goes.  Loop thread. */
+static void
+arm_next(sub *s, url *u)
+{
+	unsigned dialed, up;
+
+	url_count(s, u, &dialed, &up);
+	arm(u, reresolve_next_ms(&u->backoff, dialed, up, SUB_RERESOLVE_MIN_MS, SUB_RESOLVE_MS));
 }
 
 /* false when the address cannot be dialed at all (bad URL, unknown scheme). */
@@ -243,6 +304,7 @@ on_lookup(void *arg, const char *const *addrs, size_t n, const char *err)
 	u->lookup = NULL;
 	if (err != NULL || n != 1) {
 		st_warn("sub: resolving %s: %s", u->host, err ? err : "no answer");
+		arm_next(s, u);
 		return;
 	}
 	r = st_xcalloc(1, sizeof(*r));
@@ -266,32 +328,63 @@ on_lookup(void *arg, const char *const *addrs, size_t n, const char *err)
 	if (r->n > 0)
 		apply_resolved(s, r);
 	free(r);
+	arm_next(s, u);
 }
 
-/* Starts a lookup for every DNS URL that has none out.  Loop thread. */
+/* Starts a lookup for URL u unless one is out (its answer arms the timer).  Loop thread. */
 static void
-resolve_round(sub *s)
+resolve_url(sub *s, url *u)
 {
-	for (size_t i = 0; i < s->n; i++) {
-		url *u = &s->urls[i];
-		const char *name = u->host;
-		st_err err;
+	const char *name = u->host;
+	st_err err;
 
-		if (!u->dns || u->lookup != NULL)
-			continue;
-		if ((err = st_resolver_lookup(s->res, &name, 1, on_lookup, u, &u->lookup)) != ST_OK) {
-			u->lookup = NULL;
-			st_warn("sub: resolving %s: %s; trying again in %u ms", u->host, st_err_str(err), SUB_RESOLVE_MS);
-		}
+	if (u->lookup != NULL)
+		return;
+	if ((err = st_resolver_lookup(s->res, &name, 1, on_lookup, u, &u->lookup)) != ST_OK) {
+		u->lookup = NULL;
+		st_warn("sub: resolving %s: %s; trying again later", u->host, st_err_str(err));
+		arm_next(s, u);
 	}
 }
 
 static void
 resolve_cb(evutil_socket_t fd, short what, void *arg)
 {
+	url *u = arg;
+
 	(void)fd;
 	(void)what;
-	resolve_round(arg);
+	resolve_url(u->owner, u);
+}
+
+/*
+ * The mailbox: a pipe of URL item came or went.  Unless a lookup is out
+ * (its answer arms the timer by the same rule), reresolve says whether to
+ * look again soon; a lookup due sooner is not put off, so pipes that come
+ * and go faster than SUB_RERESOLVE_MIN_MS cannot starve the lookups.  item
+ * is the sub's, not owned.  Loop thread.
+ */
+static void
+on_pipe_change(void *item, void *arg)
+{
+	url *u = item;
+	sub *s = arg;
+	uint64_t now;
+	unsigned ms, dialed, up;
+
+	if (s->closing)
+		return;
+	atomic_store(&u->posted, false);
+	if (u->lookup != NULL)
+		return;
+	url_count(s, u, &dialed, &up);
+	if ((ms = reresolve_pipe_ms(&u->backoff, dialed, up, SUB_RERESOLVE_MIN_MS, SUB_RESOLVE_MS)) == 0)
+		return;
+	now = st_clock_now(st_clock_system());
+	if (event_pending(u->ev_timer, EV_TIMEOUT, NULL) && u->due_ms <= now + ms)
+		return;
+	st_info("sub: a pipe to %s went away; resolving it again in %u ms", u->host, ms);
+	arm(u, ms);
 }
 
 static void
@@ -366,7 +459,7 @@ sub_new(struct event_base *base, const char *const *urls, size_t n, sub_fn fn, v
 		goto nng_fail;
 	s->recv_fd = fd;
 	s->ev = event_new(base, fd, EV_READ | EV_PERSIST, on_recv, s);
-	if (s->ev == NULL || event_add(s->ev, NULL) != 0) {
+	if (s->ev == NULL || event_add(s->ev, NULL) != 0 || (s->pipe_mb = st_mailbox_new(base, on_pipe_change, s)) == NULL) {
 		st_error("sub: libevent failed");
 		goto fail;
 	}
@@ -377,19 +470,22 @@ sub_new(struct event_base *base, const char *const *urls, size_t n, sub_fn fn, v
 		}
 	}
 	if (any_dns) {
-		struct timeval tv = st_timeval_ms(SUB_RESOLVE_MS);
-
-		if (st_resolver_new(base, &s->res) != ST_OK ||
-		    (s->ev_resolve = event_new(base, -1, EV_PERSIST, resolve_cb, s)) == NULL ||
-		    event_add(s->ev_resolve, &tv) != 0) {
-			st_error("sub: cannot set up name resolution");
-			goto fail;
-		}
+		if (st_resolver_new(base, &s->res) != ST_OK)
+			goto resolve_fail;
 		st_resolver_set_max_addrs(s->res, SUB_MAX_ADDRS);
-		resolve_round(s);
+		for (size_t i = 0; i < n; i++)
+			if (s->urls[i].dns &&
+			    (s->urls[i].ev_timer = event_new(base, -1, 0, resolve_cb, &s->urls[i])) == NULL)
+				goto resolve_fail;
+		for (size_t i = 0; i < n; i++)
+			if (s->urls[i].dns)
+				resolve_url(s, &s->urls[i]);
 	}
 	*out = s;
 	return ST_OK;
+resolve_fail:
+	st_error("sub: cannot set up name resolution");
+	goto fail;
 nng_fail:
 	st_error("sub: nng: %s", nng_strerror(rv));
 fail:
@@ -402,14 +498,19 @@ sub_free(sub *s)
 {
 	if (s == NULL)
 		return;
+	s->closing = true;
 	/* Lookups still out are discarded, not waited for: their threads end by themselves. */
 	st_resolver_free(s->res);
-	if (s->ev_resolve != NULL)
-		event_free(s->ev_resolve);
+	for (size_t i = 0; i < s->n; i++)
+		if (s->urls[i].ev_timer != NULL)
+			event_free(s->urls[i].ev_timer);
 	if (s->ev != NULL)
 		event_free(s->ev);
 	if (s->sock_open)
 		nng_close(s->sock); /* closes every dialer; no pipe notification runs after it */
+	/* After nng_close: the notifications post here until then.  What is
+	 * still queued goes to on_pipe_change, which ignores it. */
+	st_mailbox_free(s->pipe_mb);
 	free(s->slots);
 	free(s->urls);
 	free(s);

@@ -10,16 +10,19 @@
  * drops the oldest and the sequencer fills the hole from PostgreSQL.  Each URL
  * is dialed with NNG_FLAG_NONBLOCK (so a writer that is down at start is
  * retried).  A tcp:// URL whose host is a DNS name is resolved off the loop
- * (st_resolve) at start and every SUB_RESOLVE_MS; every address is dialed as
- * tcp://IP:PORT, dialers of addresses that disappeared are closed (a failed
- * resolution keeps the current set).
+ * (st_resolve) at start and every SUB_RESOLVE_MS, and sooner while one of
+ * its addresses has no pipe (from SUB_RERESOLVE_MIN_MS after a pipe's loss,
+ * doubling up to SUB_RESOLVE_MS: reresolve.h); never two lookups at once for
+ * one URL.  Every address is dialed as tcp://IP:PORT, dialers of addresses
+ * that disappeared are closed (a failed resolution keeps the current set).
  *
  * Messages are read on the loop thread: NNG_OPT_RECVFD is watched by
  * libevent and drained with NNG_FLAG_NONBLOCK, at most SUB_BATCH messages
  * per callback, so nng threads never touch the loop.
  *
  * Requires evthread_use_pthreads() before event_base_new() (st_resolve
- * hands its answers over through an st_mailbox).
+ * hands its answers over through an st_mailbox, and so do the pipe
+ * notifications their losses).
  */
 #ifndef EDGE_SUB_H
 #define EDGE_SUB_H
@@ -38,6 +41,8 @@ typedef struct sub sub;
 #define SUB_RECVBUF 256
 #define SUB_MAX_ADDRS 32u   /* addresses dialed per DNS name */
 #define SUB_RESOLVE_MS 10000u
+/* The first lookup after a writer's pipe went away (then doubling). */
+#define SUB_RERESOLVE_MIN_MS 250u
 /*
  * Messages per loop callback.  One: the fan-out of a message (up to
  * PUBLISH_MAX_EVENTS frames per subscriber) reaches the sockets before the

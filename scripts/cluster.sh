@@ -3,7 +3,7 @@
 #
 #   bash scripts/cluster.sh [--dir DIR] [--net A.B.C] [--writers N] [--edges N]
 #                           [--drain-grace-s S] [--port P] [--no-build]
-#   bash scripts/cluster.sh restart NAME [--dir DIR]     (NAME: writer1.., edge1..)
+#   bash scripts/cluster.sh restart NAME... [--new-address] [--dir DIR]   (NAME: writer1.., edge1..)
 #   bash scripts/cluster.sh hosts [--dir DIR] NAME...     (the writers the name resolves to)
 #
 # Starts (as root; installs what is missing, builds build/ unless --no-build):
@@ -18,13 +18,18 @@
 # name: each edge runs in a mount namespace of its own where DIR/hosts is
 # bind-mounted over /etc/hosts, and that file lists the writers the name
 # resolves to (`hosts` rewrites it in place). The edges resolve it again every
-# 10 s, so a writer added there is dialed and one removed is dropped.
+# 10 s, and from 250 ms on (doubling) after they lost a writer's connection,
+# so a writer added there is dialed and one removed is dropped.
 #
-# DIR (default build/cluster) holds NAME.cmd, NAME.pid, NAME.log, nginx.conf,
-# hosts; `restart` uses them: for an edge, take it out of nginx's upstreams
-# (what the endpoint controller does when the pod terminates), then SIGTERM,
-# wait for the exit, start the same command, wait for /readyz, put it back
-# (a rolling restart is one restart per member).
+# DIR (default build/cluster) holds NAME.cmd (with @ADDR@ for the member's
+# address), NAME.addr, NAME.pid, NAME.log, nginx.conf, hosts, hosts.members;
+# `restart` uses them, for all the NAMEs at once (as a Deployment with
+# maxSurge/maxUnavailable above 1 replaces several pods together): take the
+# edges out of nginx's upstreams and the writers out of the name (what the
+# endpoint controller does when a pod terminates), SIGTERM them all, wait
+# for every exit, start them again (with --new-address each on a fresh
+# address A.B.C.100, .101, ..., as a new pod gets a new IP), wait for every
+# /readyz, put them back (a rolling restart is one restart per member).
 # Ctrl-C (or SIGTERM) stops everything this script started.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -36,6 +41,7 @@ nedges=3
 grace=25
 port=8080
 build=1
+newaddr=0
 cmd=up
 case ${1:-} in
 restart|hosts) cmd=$1; shift ;;
@@ -50,6 +56,7 @@ while [ $# -gt 0 ]; do
 	--drain-grace-s) grace=$2; shift 2 ;;
 	--port) port=$2; shift 2 ;;
 	--no-build) build=0; shift ;;
+	--new-address) newaddr=1; shift ;;
 	-h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
 	-*) st_die "unknown option $1 (see --help)" ;;
 	*) args+=("$1"); shift ;;
@@ -59,10 +66,13 @@ done
 pid_of() { cat "$dir/$1.pid" 2>/dev/null || true; }
 alive() { local p; p=$(pid_of "$1"); [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
 
-# Starts member NAME from DIR/NAME.cmd (one argument a line), detached.
+# Starts member NAME from DIR/NAME.cmd (one argument a line, @ADDR@ standing
+# for DIR/NAME.addr), detached.
 start_member() {
-	local name=$1 argv=()
+	local name=$1 argv=() addr=
+	[ -f "$dir/$name.addr" ] && addr=$(cat "$dir/$name.addr")
 	mapfile -t argv <"$dir/$name.cmd"
+	argv=("${argv[@]//@ADDR@/$addr}")
 	setsid "${argv[@]}" >>"$dir/$name.log" 2>&1 </dev/null &
 	echo $! >"$dir/$name.pid"
 }
@@ -70,6 +80,7 @@ start_member() {
 wait_ready() {
 	local name=$1 url t0
 	url=$(cat "$dir/$name.ready")
+	url=${url//@ADDR@/$(cat "$dir/$name.addr")}
 	t0=$(date +%s)
 	until curl -sf -o /dev/null --max-time 1 "$url"; do
 		alive "$name" || { tail -20 "$dir/$name.log" >&2; st_die "$name exited before it was ready"; }
@@ -90,8 +101,10 @@ stop_member() {
 	done
 }
 
+# The writers the headless name resolves to (kept in hosts.members).
 write_hosts() {
 	local tmp=$dir/hosts.new w
+	echo "$*" >"$dir/hosts.members"
 	{
 		echo "127.0.0.1 localhost"
 		for w in "$@"; do echo "$(cat "$dir/$w.addr") studio-writer-publish"; done
@@ -136,28 +149,57 @@ write_nginx_conf() {
 	mv "$dir/nginx.conf.new" "$dir/nginx.conf"
 }
 
-# Takes edge NAME out of nginx's rotation (or puts every edge back); the old
-# nginx workers keep their open streams until those end.
+# Takes the edges NAME... out of nginx's rotation (or, with none, puts every
+# edge back); the old nginx workers keep their open streams until those end.
 rotate() {
 	local net port all rest=() n
 	read -r net port all <"$dir/nginx.members"
-	for n in $all; do [ "$n" = "${1:-}" ] || rest+=("$n"); done
+	for n in $all; do among "$n" "$@" || rest+=("$n"); done
 	write_nginx_conf "${rest[@]}"
 	nginx -c "$dir/nginx.conf" -s reload
 }
 
+# Whether word $1 is among the rest.
+among() { local w=$1 x; shift; for x in "$@"; do [ "$x" = "$w" ] && return 0; done; return 1; }
+
+# A loopback address no member has had: A.B.C.100, .101, ... (a new pod IP).
+fresh_addr() {
+	local net port all k
+	read -r net port all <"$dir/nginx.members"
+	k=$(cat "$dir/next_host" 2>/dev/null || echo 100)
+	[ "$k" -le 254 ] || st_die "no fresh address left in $net.0/24"
+	echo $((k + 1)) >"$dir/next_host"
+	echo "$net.$k"
+}
+
 if [ "$cmd" = restart ]; then
-	[ ${#args[@]} -eq 1 ] || st_die "usage: cluster.sh restart NAME [--dir DIR]"
-	[ -f "$dir/${args[0]}.cmd" ] || st_die "no member ${args[0]} in $dir"
-	name=${args[0]}
-	case $name in edge*) rotate "$name" ;; esac
+	[ ${#args[@]} -ge 1 ] || st_die "usage: cluster.sh restart NAME... [--new-address] [--dir DIR]"
+	for name in "${args[@]}"; do
+		[ -f "$dir/$name.cmd" ] || st_die "no member $name in $dir"
+		case $name in edge*|writer*) ;; *) st_die "restart: $name is neither an edge nor a writer" ;; esac
+	done
+	edges_out=() writers_out=() keep=()
+	for name in "${args[@]}"; do case $name in edge*) edges_out+=("$name") ;; *) writers_out+=("$name") ;; esac; done
+	read -r -a cur <"$dir/hosts.members"
+	for w in "${cur[@]}"; do among "$w" "${writers_out[@]}" || keep+=("$w"); done
+	[ ${#edges_out[@]} -gt 0 ] && rotate "${edges_out[@]}"
+	[ ${#writers_out[@]} -gt 0 ] && write_hosts "${keep[@]}"
 	t0=$(date +%s%N)
-	stop_member "$name"
+	for name in "${args[@]}"; do p=$(pid_of "$name"); [ -n "$p" ] && kill -TERM "$p" 2>/dev/null || true; done
+	for name in "${args[@]}"; do stop_member "$name"; done
 	t1=$(date +%s%N)
-	start_member "$name"
-	wait_ready "$name"
-	case $name in edge*) rotate ;; esac
-	st_log "restarted $name: drained and exited in $(((t1 - t0) / 1000000)) ms, ready again after $((($(date +%s%N) - t1) / 1000000)) ms"
+	for name in "${args[@]}"; do
+		if [ "$newaddr" = 1 ]; then
+			a=$(fresh_addr)
+			st_log "$name: new address $a (was $(cat "$dir/$name.addr"))"
+			echo "$a" >"$dir/$name.addr"
+		fi
+		start_member "$name"
+	done
+	for name in "${args[@]}"; do wait_ready "$name"; done
+	[ ${#writers_out[@]} -gt 0 ] && write_hosts "${keep[@]}" "${writers_out[@]}"
+	[ ${#edges_out[@]} -gt 0 ] && rotate
+	st_log "restarted ${args[*]}: drained and exited in $(((t1 - t0) / 1000000)) ms, ready again after $((($(date +%s%N) - t1) / 1000000)) ms"
 	exit 0
 fi
 if [ "$cmd" = hosts ]; then
@@ -171,7 +213,7 @@ st_install "${ST_BUILD_PKGS[@]}" nginx-light
 bin=${STUDIO_BIN_DIR:-$ST_ROOT/build/bin}
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
-rm -f "$dir"/*.pid "$dir"/*.cmd "$dir"/*.ready "$dir"/*.addr "$dir/ready"
+rm -f "$dir"/*.pid "$dir"/*.cmd "$dir"/*.ready "$dir"/*.addr "$dir/ready" "$dir/next_host" "$dir/hosts.members"
 
 members=()
 cleanup() {
@@ -200,9 +242,9 @@ writers=()
 for i in $(seq 1 "$nwriters"); do
 	n=writer$i a=$net.$((10 + i))
 	echo "$a" >"$dir/$n.addr"
-	printf '%s\n' "$bin/broker-writer" --pg-dsn "$dsn" --ingest "tcp://$a:7450" --publish "tcp://$a:7451" \
-		--http "$a:9450" --control "tcp://$a:7452" >"$dir/$n.cmd"
-	echo "http://$a:9450/readyz" >"$dir/$n.ready"
+	printf '%s\n' "$bin/broker-writer" --pg-dsn "$dsn" --ingest "tcp://@ADDR@:7450" --publish "tcp://@ADDR@:7451" \
+		--http "@ADDR@:9450" --control "tcp://@ADDR@:7452" >"$dir/$n.cmd"
+	echo "http://@ADDR@:9450/readyz" >"$dir/$n.ready"
 	members+=("$n"); writers+=("$n")
 	start_member "$n"
 done
@@ -217,9 +259,9 @@ for i in $(seq 1 "$nedges"); do
 	# A private mount namespace whose /etc/hosts is DIR/hosts.
 	printf '%s\n' unshare --mount -- bash -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$dir/hosts" \
 		"$bin/edge-gateway" --pg-dsn "$dsn" --writers tcp://studio-writer-publish:7451 \
-		--listen "$a:8080" --control "tcp://$a:7453" --drain-grace-s "$grace" --heartbeat-s 15 \
+		--listen "@ADDR@:8080" --control "tcp://@ADDR@:7453" --drain-grace-s "$grace" --heartbeat-s 15 \
 		>"$dir/$n.cmd"
-	echo "http://$a:8080/readyz" >"$dir/$n.ready"
+	echo "http://@ADDR@:8080/readyz" >"$dir/$n.ready"
 	members+=("$n"); edges+=("$n")
 	start_member "$n"
 done
@@ -243,6 +285,7 @@ echo "$dsn" >"$dir/dsn"
 st_log "cluster up: curl -N 'http://$net.1:$port/v1/stream?topic=demo'"
 st_log "  producers: ${writers[*]/#/} at tcp://$net.11..$((10 + nwriters)):7450; edges $net.21..$((20 + nedges)):8080; files in $dir"
 st_log "  rolling restart: for m in ${edges[*]} ${writers[*]}; do bash scripts/cluster.sh restart \$m --dir $dir; done"
+st_log "  as a Deployment with new pod IPs: bash scripts/cluster.sh restart edge1 edge2 --new-address --dir $dir"
 st_log "  publish: $bin/studioctl publish --writer tcp://$net.11:7450 --topic demo --data '{\"hello\":1}'"
 st_log "Ctrl-C stops everything"
 while :; do sleep 1; done

@@ -12,7 +12,13 @@ answer) and one without (resent only on a refusal, which stores nothing).
 First the name is shown to follow the writers: one removed from the hosts
 file is dropped by every edge, added back it is dialed again (the edges
 resolve every 10 s). Then the edges are restarted one at a time (out of
-nginx's rotation, SIGTERM, exit, start, /readyz), then the writers.
+nginx's rotation, SIGTERM, exit, start, /readyz), then the writers. Then
+what a Deployment does with new pod IPs: two edges at once on new addresses
+(`restart edge1 edge2 --new-address`), then writer1 and right after it
+writer2 on new addresses, with no pause between them (no minReadySeconds):
+every edge must dial each writer's new address within PICKUP_S of its
+restart (the edges look the name up again from 250 ms after losing a
+writer's connection; at the regular 10 s only, most runs miss it).
 Clients that get `reconnect` or lose their connection reconnect through nginx
 with their last id after retry_ms.
 
@@ -22,7 +28,9 @@ with exactly the committed events of its topic, in order; no resync; the
 producers saw only retryable refusals, and an unkeyed request was never
 left without an answer; every edge and writer logged its clean exit. Printed: clients, events, reconnects, the spread of the drain's
 retry hints, the time for all clients to be back after each edge restart,
-producer retries.
+producer retries, and during the writers' moves per edge: the seconds to
+dial each new address, the longest time with no writer connection
+(studio_edge_writer_pipes 0) and the longest time /readyz was not 200.
 """
 import errno
 import json
@@ -45,7 +53,78 @@ CLUSTER = os.path.join(ROOT, "scripts", "cluster.sh")
 NET = "127.0.77"
 TOPICS = ["ct%d" % i for i in range(10)]
 GRACE_S = 5
+PICKUP_S = 5.0
 t = h.Tests()
+
+
+class Probe(threading.Thread):
+    """Samples each edge's writer connections, /readyz and log, 50 ms apart between rounds.
+
+    Records per edge the longest stretch with no writer pipe and with /readyz
+    not 200, and the first time each "sub: dialing URL" line was seen."""
+
+    def __init__(self, d, edges):
+        super().__init__(daemon=True)
+        self.d, self.edges = d, edges
+        self.addr = {e: open(os.path.join(d, e + ".addr")).read().strip() for e in edges}
+        self.stop_ev = threading.Event()
+        self.no_writer = {e: 0.0 for e in edges}
+        self.not_ready = {e: 0.0 for e in edges}
+        self.dialed = {e: {} for e in edges}   # url -> monotonic time first seen
+        self.samples, self.error = 0, None
+        self.lock = threading.Lock()
+
+    def pipes(self, e):
+        try:
+            st, _, body = h.http_get("http://%s:8080/metrics" % self.addr[e], timeout=1)
+        except OSError:
+            return None
+        for ln in body.decode(errors="replace").splitlines():
+            if ln.startswith("studio_edge_writer_pipes "):
+                return int(float(ln.split()[1]))
+        return None
+
+    def ready(self, e):
+        try:
+            return h.http_get("http://%s:8080/readyz" % self.addr[e], timeout=1)[0] == 200
+        except OSError:
+            return False
+
+    def run(self):
+        try:
+            since_nw = {e: None for e in self.edges}
+            since_nr = {e: None for e in self.edges}
+            offs = {e: 0 for e in self.edges}
+            while not self.stop_ev.is_set():
+                for e in self.edges:
+                    now = time.monotonic()
+                    p, r = self.pipes(e), self.ready(e)
+                    for since, bad, worst in ((since_nw, p == 0, self.no_writer), (since_nr, not r, self.not_ready)):
+                        if bad and since[e] is None:
+                            since[e] = now
+                        if since[e] is not None:
+                            worst[e] = max(worst[e], now - since[e])
+                            if not bad:
+                                since[e] = None
+                    with open(os.path.join(self.d, e + ".log"), "rb") as f:
+                        f.seek(offs[e])
+                        chunk = f.read()
+                    cut = chunk.rfind(b"\n") + 1
+                    offs[e] += cut
+                    for ln in chunk[:cut].decode(errors="replace").splitlines():
+                        i = ln.find("sub: dialing ")
+                        if i >= 0:
+                            with self.lock:
+                                self.dialed[e].setdefault(ln[i + 13:].strip(), now)
+                self.samples += 1
+                self.stop_ev.wait(0.05)
+        except Exception:
+            import traceback
+            self.error = traceback.format_exc()
+
+    def dialed_at(self, e, url):
+        with self.lock:
+            return self.dialed[e].get(url)
 
 
 class Client:
@@ -317,6 +396,38 @@ def rolling_restarts_lose_nothing():
                 h.wait_until(lambda: all(len(p.ack_times) > 0 and p.ack_times[-1] > time.monotonic() - 5
                                          for p in producers), 30, "producers acknowledged after %s" % m)
             t_end = time.monotonic()
+
+            # As a Deployment with new pod IPs: two edges at once, then the writers back to back.
+            t0 = time.monotonic()
+            cluster("restart", "edge1", "edge2", "--new-address", "--dir", d)
+            h.wait_until(lambda: crowd.connected() == nclients, 60, "all clients back after edge1+edge2",
+                         interval=0.1, detail=lambda: "connected %d" % crowd.connected())
+            back["edge1+edge2 (new addresses)"] = time.monotonic() - t0
+            probe = Probe(d, edges)
+            probe.start()
+            h.wait_until(lambda: probe.samples >= 2, 30, "the probe sampling the edges")
+            moved = {}
+            for m in ["writer1", "writer2"]:
+                cluster("restart", m, "--new-address", "--dir", d)
+                moved[m] = (open(os.path.join(d, m + ".addr")).read().strip(), time.monotonic())
+                now_ingest = ["tcp://%s:7450" % open(os.path.join(d, w + ".addr")).read().strip()
+                              for w in ("writer1", "writer2")]
+                for i, p in enumerate(producers):
+                    p.writers = now_ingest[i:] + now_ingest[:i]
+                unkeyed.writers = now_ingest
+            want = {m: "tcp://%s:7451" % a for m, (a, _) in moved.items()}
+            h.wait_until(lambda: all(probe.dialed_at(e, u) for e in edges for u in want.values()), 30,
+                         "every edge dialed both writers' new addresses",
+                         detail=lambda: {e: sorted(probe.dialed[e]) for e in edges})
+            h.wait_until(lambda: all(probe.pipes(e) == 2 for e in edges), 30, "every edge connected to both writers",
+                         detail=lambda: {e: probe.pipes(e) for e in edges})
+            h.wait_until(lambda: all(len(p.ack_times) > 0 and p.ack_times[-1] > time.monotonic() - 5
+                                     for p in producers), 30, "producers acknowledged after the writers moved")
+            probe.stop_ev.set()
+            probe.join(10)
+            h.check(probe.error is None, "probe failed: %s" % probe.error)
+            pickup = {e: {m: round(max(0.0, probe.dialed_at(e, want[m]) - moved[m][1]), 2) for m in want}
+                      for e in edges}
             for p in producers:
                 p.finish(60)
             unkeyed.stop_ev.set()
@@ -367,6 +478,14 @@ def rolling_restarts_lose_nothing():
             h.log("FIGURE cluster: producer retries %d %s (unkeyed: %d refusals resent, %d refused dials resent, "
                   "%d unanswered)" % (retries, reasons, unkeyed.retries, unkeyed.not_sent, unkeyed.unknown))
             h.log("FIGURE cluster: rolling restart of 3 edges and 2 writers took %.1f s" % (t_end - t_start))
+            h.log("FIGURE cluster: writers moved to new addresses back to back: seconds from each restart's "
+                  "end to each edge dialing the new address %s" % pickup)
+            h.log("FIGURE cluster: longest time with no writer connection per edge %s s, /readyz not 200 %s s "
+                  "(%d samples)" % ({e: round(v, 2) for e, v in probe.no_writer.items()},
+                                    {e: round(v, 2) for e, v in probe.not_ready.items()}, probe.samples))
+            late = {e: {m: v for m, v in pk.items() if v > PICKUP_S} for e, pk in pickup.items()}
+            h.check_eq({e: v for e, v in late.items() if v}, {},
+                       "edges that dialed a writer's new address more than %.0f s after its restart" % PICKUP_S)
             h.check_eq(twice[:10], [], "events stored twice")
             h.check_eq(sorted(k for k in acked if keyed.get(k) != acked[k])[:10], [],
                        "keyed events not stored under their acknowledged seq")
