@@ -40,10 +40,16 @@
  * saw them.  nng_pipe_close is called outside pmu; the callbacks never
  * touch the socket (nng 1.5 runs them without its locks held).
  *
- * Teardown closes the socket first (every outstanding aio completes with
- * NNG_ECLOSED and the callbacks stop re-arming), then nng_aio_stop waits for
- * each callback, then the mailbox is freed with `closing` set, so items it
- * still holds are ignored: their slots are freed from the slots array.
+ * Teardown stops every aio first (nng_aio_stop: the outstanding operation
+ * is cancelled, the callback waited for, and any later nng_recv_aio /
+ * nng_sleep_aio on it does nothing), then closes the socket, then frees the
+ * mailbox with `closing` set, so items it still holds are ignored: their
+ * slots are freed from the slots array.  Not the other way round: a
+ * receiver whose callback had read `closing` false just before could post
+ * its next receive after nng_close had cancelled the socket's queue, and
+ * nng 1.5.2 queues it anyway, so that aio kept a cancel function into the
+ * freed socket and nng_aio_stop then panicked (ingest_test caught it, ~1 run
+ * in 200 on a busy machine).
  */
 #include "ingest.h"
 
@@ -830,8 +836,7 @@ ingest_free(ingest *in)
 	if (in == NULL)
 		return;
 	atomic_store(&in->closing, true);
-	if (in->open)
-		nng_close(in->sock);
+	/* stopped before the close: none can be re-armed on a closing socket */
 	if (in->sweep != NULL) {
 		nng_aio_stop(in->sweep);
 		nng_aio_free(in->sweep);
@@ -842,6 +847,8 @@ ingest_free(ingest *in)
 	for (size_t i = 0; i < in->n_works; i++)
 		if (in->works[i].aio != NULL)
 			nng_aio_stop(in->works[i].aio);
+	if (in->open)
+		nng_close(in->sock);
 	st_mailbox_free(in->mb);
 	for (size_t i = 0; i < INGEST_RECEIVERS; i++) {
 		if (in->rcvs[i].aio == NULL)

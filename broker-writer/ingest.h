@@ -121,8 +121,8 @@ st_err ingest_new(struct event_base *base, const char *url, size_t n_works, st_c
                   const ingest_auth *auth, ingest_request_fn fn, void *arg, ingest **out);
 
 /*
- * Loop thread.  Closes the socket, waits for the nng callbacks to finish
- * (nng_aio_stop) and frees everything; requests never answered are dropped
+ * Loop thread.  Stops the nng callbacks (nng_aio_stop, so none re-arms),
+ * closes the socket and frees everything; requests never answered are dropped
  * (their producers see a closed pipe and resend).  NULL-safe.
  */
 void ingest_free(ingest *in);
