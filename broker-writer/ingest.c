@@ -807,7 +807,7 @@ ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter 
 		}
 		put_free(in, w);
 	}
-	if ((rv = st_tls_listen(in->sock, url)) != 0) {
+	if ((rv = st_tls_listen(in->sock, url, ST_TLS_INGEST)) != 0) {
 		st_error("ingest: cannot listen on %s: %s", url, nng_strerror(rv));
 		err = rv == NNG_EADDRINVAL || rv == NNG_ENOTSUP ? ST_EINVAL : ST_ESYS;
 		goto fail;

@@ -61,6 +61,7 @@
 #include "st_ops.h"
 #include "st_preflight.h"
 #include "st_tls.h"
+#include "st_tlsstat.h"
 #include "st_util.h"
 #include "wire.h"
 
@@ -118,6 +119,10 @@ enum {
 	W_TLS_CERT,
 	W_TLS_KEY,
 	W_TLS_CA,
+	W_TLS_CRL,
+	W_INGEST_TLS_CA,
+	W_PUBLISH_TLS_CA,
+	W_CONTROL_TLS_CA,
 	W_INGEST_KEYS,
 	W_INGEST_KEYS_WATCH,
 	W_INGEST_MAX_LIFETIME,
@@ -148,6 +153,11 @@ static st_opt opts[W_N] = {
 	[W_TLS_CERT] = ST_OPT_TLS_CERT,
 	[W_TLS_KEY] = ST_OPT_TLS_KEY,
 	[W_TLS_CA] = ST_OPT_TLS_CA,
+	[W_TLS_CRL] = ST_OPT_TLS_CRL,
+	/* One CA per trust level: a producer's certificate opens neither publish nor control. */
+	[W_INGEST_TLS_CA] = ST_OPT_ROLE_TLS_CA("ingest", "producers"),
+	[W_PUBLISH_TLS_CA] = ST_OPT_ROLE_TLS_CA("publish", "edges"),
+	[W_CONTROL_TLS_CA] = ST_OPT_ROLE_TLS_CA("control", "operators"),
 	/* Producer credentials (docs/security.md): the edge's JWKS rules, claim "publish". */
 	[W_INGEST_KEYS] = { .name = "ingest-keys", .kind = ST_OPT_STR, .def = "",
 	  .help = "JWKS file of the producers' token keys; empty = no producer credentials (reload: SIGHUP, reload)" },
@@ -198,6 +208,7 @@ typedef struct writer {
 	st_gauge *pending, *db_up;
 	st_counter *conn_refused_global, *conn_refused_addr, *conn_closed_idle, *conn_displaced, *conn_closed_hs;
 	st_gauge *conns;
+	st_tlsstat *tlsstat; /* failed TLS handshakes per listener (nng's statistics) */
 } writer;
 
 static volatile sig_atomic_t pre_loop_stop;
@@ -408,6 +419,7 @@ writer_refresh(void *arg)
 	writer *w = arg;
 
 	st_gauge_set(w->db_up, st_pgconn_up(w->db));
+	st_tlsstat_poll(w->tlsstat);
 }
 
 static void
@@ -600,6 +612,13 @@ metrics_init(writer *w)
 	w->conn_closed_hs = st_metrics_counter(w->m, "studio_writer_ingest_conns_closed_total", "reason=\"handshake\"",
 	                                       "Ingest connections closed before their first request");
 	w->conns = st_metrics_gauge(w->m, "studio_writer_ingest_conns", NULL, "Open ingest connections (nng pipes)");
+	{
+		const char *const roles[] = { st_tls_role_name(ST_TLS_INGEST), st_tls_role_name(ST_TLS_PUBLISH),
+			                      st_tls_role_name(ST_TLS_CONTROL) };
+
+		w->tlsstat = st_tlsstat_new(w->base, w->m, "studio_writer_tls_handshake_failures_total", roles,
+		                            ST_ARRAY_LEN(roles), ST_TLSSTAT_INTERVAL_MS);
+	}
 }
 
 static int
@@ -738,6 +757,7 @@ writer_fini(writer *w)
 		event_free(w->sig_hup);
 	st_keywatch_free(w->keys);
 	st_auth_store_free(w->auth);
+	st_tlsstat_free(w->tlsstat);
 	st_metrics_free(w->m);
 	if (w->base)
 		event_base_free(w->base);
@@ -763,7 +783,12 @@ main(int argc, char **argv)
 	}
 	if (first < argc)
 		st_config_fail(PROG, "unknown command: %s (the only command is migrate)", argv[first]);
-	st_preflight_tls(PROG, opts, W_N, &opts[W_TLS_CERT], &opts[W_TLS_KEY], &opts[W_TLS_CA]);
+	st_preflight_tls(PROG, opts, W_N,
+	                 &(st_preflight_tls_opts){ .cert = &opts[W_TLS_CERT], .key = &opts[W_TLS_KEY], .ca = &opts[W_TLS_CA],
+	                                           .crl = &opts[W_TLS_CRL],
+	                                           .role_ca = { [ST_TLS_INGEST] = &opts[W_INGEST_TLS_CA],
+	                                                        [ST_TLS_PUBLISH] = &opts[W_PUBLISH_TLS_CA],
+	                                                        [ST_TLS_CONTROL] = &opts[W_CONTROL_TLS_CA] } });
 	{
 		/* Before the database: an address that cannot listen is bad configuration, not an outage. */
 		const st_preflight_addr addrs[] = {

@@ -70,7 +70,7 @@ publish_new(const char *url, const char *writer, publish **out)
 		st_error("publish: socket options: %s", nng_strerror(rv));
 		goto fail;
 	}
-	if ((rv = st_tls_listen(p->sock, url)) != 0) {
+	if ((rv = st_tls_listen(p->sock, url, ST_TLS_PUBLISH)) != 0) {
 		st_error("publish: cannot listen on %s: %s", url, nng_strerror(rv));
 		publish_free(p);
 		return rv == NNG_EADDRINVAL || rv == NNG_ENOTSUP ? ST_EINVAL : ST_ESYS;

@@ -135,7 +135,7 @@ control_listen(nng_socket sock, const char *url)
 	int rv;
 
 	if (strncmp(url, IPC_PREFIX, strlen(IPC_PREFIX)) != 0)
-		return st_tls_listen(sock, url);
+		return st_tls_listen(sock, url, ST_TLS_CONTROL);
 	if ((rv = nng_listener_create(&l, sock, url)) != 0)
 		return rv;
 	if ((rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, IPC_MODE)) != 0 ||

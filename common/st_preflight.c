@@ -248,8 +248,11 @@ st_preflight_listen_try(const st_preflight_addr *a, size_t n, char *line, size_t
 		if (a[i].value == NULL || a[i].value[0] == '\0')
 			continue;
 		if (a[i].kind == ST_PREFLIGHT_NNG) {
+			st_tls_role role = ST_TLS_CONTROL; /* binding only: any role's configuration would do */
+
+			(void)st_tls_role_of(a[i].flag, &role);
 			if ((rv = nng_rep0_open(&socks[i])) == 0)
-				rv = st_tls_listen(socks[i], a[i].value);
+				rv = st_tls_listen(socks[i], a[i].value, role);
 			if (rv != 0) {
 				snprintf(why, sizeof(why), "%s", nng_strerror(rv));
 				bad = i;
@@ -310,14 +313,16 @@ static void
 tls_urls_check(const char *prog, const st_opt *o)
 {
 	bool listen = o->check == st_preflight_listen_url;
+	st_tls_role role = ST_TLS_CONTROL; /* the edge's and the writer's only other listener */
 	char **items = NULL;
 	size_t n;
 
 	if ((!listen && o->check != st_preflight_dial_urls) || o->sval == NULL || o->sval[0] == '\0')
 		return;
+	(void)st_tls_role_of(o->name, &role);
 	n = st_config_split(o->sval, &items, ST_PREFLIGHT_MAX_DIAL + 1);
 	for (size_t i = 0; i < n; i++) {
-		const char *why = st_tls_url_usable(items[i], listen);
+		const char *why = st_tls_url_usable(items[i], listen, role);
 
 		if (why != NULL)
 			st_config_fail(prog, "--%s %s: %s", o->name, items[i], why);
@@ -336,12 +341,21 @@ tls_urls_check(const char *prog, const st_opt *o)
 	free(items);
 }
 
-void
-st_preflight_tls(const char *prog, st_opt *opts, size_t n, const st_opt *cert, const st_opt *key, const st_opt *ca)
+static const char *
+sval(const st_opt *o)
 {
-	char why[400] = "";
+	return o != NULL ? o->sval : NULL;
+}
 
-	if (st_tls_load(cert->sval, key->sval, ca->sval, why, sizeof(why)) != ST_OK)
+void
+st_preflight_tls(const char *prog, st_opt *opts, size_t n, const st_preflight_tls_opts *t)
+{
+	st_tls_files f = { .cert = sval(t->cert), .key = sval(t->key), .ca = sval(t->ca), .crl = sval(t->crl) };
+	char why[600] = "";
+
+	for (int i = 0; i < ST_TLS_ROLE_N; i++)
+		f.role_ca[i] = sval(t->role_ca[i]);
+	if (st_tls_load(&f, why, sizeof(why)) != ST_OK)
 		st_config_fail(prog, "%s", why);
 	for (size_t i = 0; i < n; i++)
 		tls_urls_check(prog, &opts[i]);

@@ -27,6 +27,7 @@
 #include <stddef.h>
 
 #include "st_config.h"
+#include "st_tls.h"
 
 /* STR: a libpq connection string "key=value ..." or a postgres:// URI.  A
  * bare word (which libpq would take as a database name) is refused: write
@@ -59,6 +60,12 @@ bool st_preflight_http_addr(const st_opt *o, char *why, size_t cap);
 	{ .name = "tls-key", .kind = ST_OPT_STR, .def = "", .help = "PEM private key of --tls-cert", .secret = true }
 #define ST_OPT_TLS_CA \
 	{ .name = "tls-ca", .kind = ST_OPT_STR, .def = "", .help = "PEM CA that signs every peer on tls+tcp:// links" }
+#define ST_OPT_TLS_CRL                                                                                         \
+	{ .name = "tls-crl", .kind = ST_OPT_STR, .def = "",                                                        \
+	  .help = "PEM CRL(s): certificates revoked on every tls+tcp:// link (an expired CRL refuses its whole CA)" }
+#define ST_OPT_ROLE_TLS_CA(flag, what)                                                                    \
+	{ .name = flag "-tls-ca", .kind = ST_OPT_STR, .def = "",                                          \
+	  .help = "PEM CA that signs the peers of --" flag " (" what "); empty = --tls-ca" }
 
 /* --auth-max-lifetime (edge) and --ingest-max-lifetime (writer): one rule in st_auth, one option shape. */
 #define ST_OPT_MAX_LIFETIME(flag, who)                                                                        \
@@ -88,16 +95,21 @@ void st_preflight_listen(const char *prog, const st_preflight_addr *a, size_t n)
 /* The same without exiting: false with "--FLAG VALUE: cannot listen: REASON" in line. */
 bool st_preflight_listen_try(const st_preflight_addr *a, size_t n, char *line, size_t cap);
 
+/* A program's TLS options (parsed); NULL: the program has no such option. */
+typedef struct st_preflight_tls_opts {
+	const st_opt *cert, *key, *ca, *crl;
+	const st_opt *role_ca[ST_TLS_ROLE_N];
+} st_preflight_tls_opts;
+
 /*
- * The program's --tls-cert, --tls-key and --tls-ca (cert, key, ca, parsed):
- * loads them (st_tls_load) and checks every URL option of the program (an
+ * The program's TLS options: loads them (st_tls_load) and checks every URL
+ * option of the program (an
  * option whose check is st_preflight_listen_url or st_preflight_dial_urls)
  * against them: a tls+tcp URL without the files, a file that cannot be read
  * or a key that does not match exits 2 with one line.  Before
  * st_preflight_listen, which binds tls+tcp URLs with the loaded identity.
  */
-void st_preflight_tls(const char *prog, st_opt *opts, size_t n, const st_opt *cert, const st_opt *key,
-                      const st_opt *ca);
+void st_preflight_tls(const char *prog, st_opt *opts, size_t n, const st_preflight_tls_opts *t);
 /*
  * True when a listen URL is reachable from this host only (ipc, inproc,
  * abstract; tcp on 127.0.0.0/8, ::1 or localhost) or is tls+tcp (peers

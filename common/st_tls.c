@@ -9,13 +9,34 @@
 
 #include <nng/supplemental/tls/tls.h>
 
+#include "st_tlsstat.h"
 #include "st_util.h"
+
+static const char *const role_names[ST_TLS_ROLE_N] = { "ingest", "publish", "control" };
 
 /* Read-only after st_tls_load (owned by this module). */
 static struct {
-	char *cert, *key, *ca;     /* PEM texts, NUL-terminated; cert/key NULL when not given */
-	nng_tls_config *server;    /* for listeners; NULL without cert and key */
+	char *cert, *key, *ca, *crl; /* PEM texts, NUL-terminated; NULL when not given */
+	char *role_ca[ST_TLS_ROLE_N]; /* NULL: ca */
+	nng_tls_config *server[ST_TLS_ROLE_N]; /* per role, for listeners; NULL without cert, key and a CA */
 } tls;
+
+bool
+st_tls_role_of(const char *flag, st_tls_role *r)
+{
+	for (int i = 0; i < ST_TLS_ROLE_N; i++)
+		if (strcmp(flag, role_names[i]) == 0) {
+			*r = (st_tls_role)i;
+			return true;
+		}
+	return false;
+}
+
+const char *
+st_tls_role_name(st_tls_role r)
+{
+	return r < ST_TLS_ROLE_N ? role_names[r] : "unknown";
+}
 
 /* Reads a whole PEM file of at most ST_TLS_MAX_FILE bytes (st_pem_read), the flag named in why. */
 static st_err
@@ -33,17 +54,23 @@ read_pem(const char *flag, const char *path, char **out, char *why, size_t cap)
 	return ST_OK;
 }
 
-/* A configuration with the CA and, when given, the own certificate. */
+/*
+ * A configuration with ca (and the CRL: nng's engine hands it to mbedTLS,
+ * which refuses a listed certificate) and, when given, the own
+ * certificate.  TLS 1.2 only: what nng's engine already defaults to, said
+ * here so that another libnng's defaults cannot lower it.
+ */
 static int
-config_new(nng_tls_mode mode, nng_tls_config **out)
+config_new(nng_tls_mode mode, const char *ca, nng_tls_config **out)
 {
 	nng_tls_config *c = NULL;
 	int rv;
 
 	if ((rv = nng_tls_config_alloc(&c, mode)) != 0)
 		return rv;
-	if ((rv = nng_tls_config_ca_chain(c, tls.ca, NULL)) != 0 ||
+	if ((rv = nng_tls_config_ca_chain(c, ca, tls.crl)) != 0 ||
 	    (rv = nng_tls_config_auth_mode(c, NNG_TLS_AUTH_MODE_REQUIRED)) != 0 ||
+	    (rv = nng_tls_config_version(c, NNG_TLS_1_2, NNG_TLS_1_2)) != 0 ||
 	    (tls.cert != NULL && (rv = nng_tls_config_own_cert(c, tls.cert, tls.key, NULL)) != 0)) {
 		nng_tls_config_free(c);
 		return rv;
@@ -59,38 +86,58 @@ given(const char *s)
 }
 
 st_err
-st_tls_load(const char *cert, const char *key, const char *ca, char *why, size_t cap)
+st_tls_load(const st_tls_files *f, char *why, size_t cap)
 {
+	static const char *const role_flags[ST_TLS_ROLE_N] = { "ingest-tls-ca", "publish-tls-ca", "control-tls-ca" };
 	nng_tls_config *probe = NULL;
+	bool any_role = false;
 	int rv;
 
-	if (!given(cert) && !given(key) && !given(ca))
+	for (int i = 0; i < ST_TLS_ROLE_N; i++)
+		any_role |= given(f->role_ca[i]);
+	if (!given(f->cert) && !given(f->key) && !given(f->ca) && !given(f->crl) && !any_role)
 		return ST_OK;
-	if (given(cert) != given(key)) {
+	if (given(f->cert) != given(f->key)) {
 		snprintf(why, cap, "--tls-cert and --tls-key go together");
 		return ST_EINVAL;
 	}
-	if (!given(ca)) {
+	if (!given(f->ca)) {
 		snprintf(why, cap, "--tls-ca is required with --tls-cert (the CA that signs the peers)");
 		return ST_EINVAL;
 	}
-	if (read_pem("tls-ca", ca, &tls.ca, why, cap) != ST_OK ||
-	    (given(cert) && (read_pem("tls-cert", cert, &tls.cert, why, cap) != ST_OK ||
-	                     read_pem("tls-key", key, &tls.key, why, cap) != ST_OK)))
+	if ((any_role || given(f->crl)) && !given(f->cert)) {
+		snprintf(why, cap, "--tls-crl and the --*-tls-ca options need --tls-cert and --tls-key (they are for listeners)");
+		return ST_EINVAL;
+	}
+	if (read_pem("tls-ca", f->ca, &tls.ca, why, cap) != ST_OK ||
+	    (given(f->crl) && read_pem("tls-crl", f->crl, &tls.crl, why, cap) != ST_OK) ||
+	    (given(f->cert) && (read_pem("tls-cert", f->cert, &tls.cert, why, cap) != ST_OK ||
+	                        read_pem("tls-key", f->key, &tls.key, why, cap) != ST_OK)))
 		goto fail;
+	for (int i = 0; i < ST_TLS_ROLE_N; i++)
+		if (given(f->role_ca[i]) && read_pem(role_flags[i], f->role_ca[i], &tls.role_ca[i], why, cap) != ST_OK)
+			goto fail;
 	if (tls.cert != NULL && !st_pem_pair_matches(tls.cert, tls.key)) {
-		snprintf(why, cap, "--tls-key %s is not the key of --tls-cert %s (or one of them is not PEM)", key, cert);
+		snprintf(why, cap, "--tls-key %s is not the key of --tls-cert %s (or one of them is not PEM)", f->key, f->cert);
 		goto fail;
 	}
-	/* Both modes once: a CA, certificate or key that mbedTLS refuses is found now. */
-	if ((rv = config_new(NNG_TLS_MODE_CLIENT, &probe)) != 0) {
-		snprintf(why, cap, "--tls-ca/--tls-cert/--tls-key refused: %s", nng_strerror(rv));
+	/* Both modes once: a CA, CRL, certificate or key that mbedTLS refuses is found now. */
+	if ((rv = config_new(NNG_TLS_MODE_CLIENT, tls.ca, &probe)) != 0) {
+		if (rv == NNG_ENOTSUP)
+			snprintf(why, cap, "TLS is not available in this nng: %s", nng_strerror(rv));
+		else
+			snprintf(why, cap, "--tls-ca/--tls-crl/--tls-cert/--tls-key refused: %s", nng_strerror(rv));
 		goto fail;
 	}
 	nng_tls_config_free(probe);
-	if (tls.cert != NULL && (rv = config_new(NNG_TLS_MODE_SERVER, &tls.server)) != 0) {
-		snprintf(why, cap, "--tls-cert/--tls-key refused for listening: %s", nng_strerror(rv));
-		goto fail;
+	for (int i = 0; i < ST_TLS_ROLE_N && tls.cert != NULL; i++) {
+		const char *ca = tls.role_ca[i] != NULL ? tls.role_ca[i] : tls.ca;
+
+		if ((rv = config_new(NNG_TLS_MODE_SERVER, ca, &tls.server[i])) != 0) {
+			snprintf(why, cap, "--%s/--tls-crl/--tls-cert/--tls-key refused for listening: %s",
+			         tls.role_ca[i] != NULL ? role_flags[i] : "tls-ca", nng_strerror(rv));
+			goto fail;
+		}
 	}
 	return ST_OK;
 fail:
@@ -101,11 +148,15 @@ fail:
 void
 st_tls_unload(void)
 {
-	if (tls.server != NULL)
-		nng_tls_config_free(tls.server);
+	for (int i = 0; i < ST_TLS_ROLE_N; i++) {
+		if (tls.server[i] != NULL)
+			nng_tls_config_free(tls.server[i]);
+		free(tls.role_ca[i]);
+	}
 	free(tls.cert);
 	free(tls.key);
 	free(tls.ca);
+	free(tls.crl);
 	memset(&tls, 0, sizeof(tls));
 }
 
@@ -117,32 +168,36 @@ st_tls_url(const char *url)
 }
 
 const char *
-st_tls_url_usable(const char *url, bool listen)
+st_tls_url_usable(const char *url, bool listen, st_tls_role role)
 {
 	if (!st_tls_url(url))
 		return NULL;
 	if (tls.ca == NULL)
 		return "a tls+tcp URL needs --tls-ca (and --tls-cert, --tls-key)";
-	if (listen && tls.server == NULL)
+	if (listen && (role >= ST_TLS_ROLE_N || tls.server[role] == NULL))
 		return "listening on a tls+tcp URL needs --tls-cert and --tls-key";
 	return NULL;
 }
 
 int
-st_tls_listen(nng_socket s, const char *url)
+st_tls_listen(nng_socket s, const char *url, st_tls_role role)
 {
 	nng_listener l;
 	int rv;
 
 	if (!st_tls_url(url))
 		return nng_listen(s, url, NULL, 0);
-	if (tls.server == NULL)
+	if (role >= ST_TLS_ROLE_N || tls.server[role] == NULL)
 		return NNG_EINVAL;
 	if ((rv = nng_listener_create(&l, s, url)) != 0)
 		return rv;
-	if ((rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, tls.server)) != 0 || (rv = nng_listener_start(l, 0)) != 0)
+	if ((rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, tls.server[role])) != 0 ||
+	    (rv = nng_listener_start(l, 0)) != 0) {
 		nng_listener_close(l);
-	return rv;
+		return rv;
+	}
+	st_tlsstat_track(role_names[role], l); /* its failed handshakes: nng's statistics, read by st_tlsstat */
+	return 0;
 }
 
 int
@@ -159,7 +214,7 @@ st_tls_dialer_create(nng_dialer *d, nng_socket s, const char *url, const char *s
 		goto done;
 	}
 	/* One configuration per dialer: the name checked is the dialer's own. */
-	if ((rv = config_new(NNG_TLS_MODE_CLIENT, &c)) == 0 && (rv = nng_url_parse(&u, url)) == 0 &&
+	if ((rv = config_new(NNG_TLS_MODE_CLIENT, tls.ca, &c)) == 0 && (rv = nng_url_parse(&u, url)) == 0 &&
 	    (rv = nng_tls_config_server_name(c, server_name ? server_name : u->u_hostname)) == 0)
 		rv = nng_dialer_set_ptr(*d, NNG_OPT_TLS_CONFIG, c);
 done:

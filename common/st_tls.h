@@ -1,19 +1,32 @@
 /*
  * st_tls: mutual TLS on the nng links (tls+tcp:// URLs) of the three
  * programs.  A process has one identity: --tls-cert and --tls-key (PEM: its
- * certificate and private key) and --tls-ca (PEM: the CA that signs every
- * peer).  st_tls_load reads them once, before any socket exists; then
+ * certificate and private key) and --tls-ca (PEM: the CA that signs the
+ * servers it dials, and by default its peers).  st_tls_load reads them
+ * once, before any socket exists; then
  *
- *  - a tls+tcp listener requires a client certificate signed by the CA
- *    (a producer, edge or studioctl without one completes no handshake,
+ *  - a tls+tcp listener requires a client certificate signed by its role's
+ *    CA (a producer, edge or studioctl without one completes no handshake,
  *    so nothing it sends is read);
  *  - a tls+tcp dialer verifies the server's certificate against the CA and
  *    its name against the URL's host name (or the name given, when the
  *    URL holds an address resolved from that name), and presents the
  *    process's certificate when it has one.
  *
- * A listener needs all three files; a dialer needs --tls-ca and, for a
- * listener that requires one (ours always do), the certificate and key.
+ * Roles: a listener serves one trust level (ingest, publish, control), each
+ * with its own CA (--ingest-tls-ca, --publish-tls-ca, --control-tls-ca;
+ * each defaults to --tls-ca), so a producer's certificate (signed by the
+ * ingest CA only) completes no handshake on publish or control.  --tls-crl
+ * (PEM, one or more CRLs) revokes certificates on every listener and dialer.
+ * Only TLS 1.2 is negotiated (the minimum and the maximum of nng's mbedTLS
+ * 2.28 engine).  The cipher suites are nng's engine's defaults: nng 1.5
+ * has no option to restrict them (docs/security.md "nng links").  Each
+ * tls+tcp listener is handed to st_tlsstat, which counts its failed
+ * handshakes from nng's listener statistics.
+ *
+ * A listener needs the certificate, the key and its role's CA; a dialer
+ * needs --tls-ca and, for a listener that requires one (ours always do),
+ * the certificate and key.
  * Other URLs are listened on and dialed exactly as nng_listen/nng_dial do.
  * The configuration is process-wide and read-only after st_tls_load, so
  * any thread may listen or dial.  Rotating certificates needs a restart.
@@ -28,16 +41,31 @@
 
 #include "st_err.h"
 
-/* Largest PEM file read (a certificate chain or a key). */
-#define ST_TLS_MAX_FILE (64u * 1024)
+/* Largest PEM file read (a certificate chain, a key or a CRL list). */
+#define ST_TLS_MAX_FILE (256u * 1024)
+
+/* The trust level a listener serves. */
+typedef enum st_tls_role { ST_TLS_INGEST, ST_TLS_PUBLISH, ST_TLS_CONTROL, ST_TLS_ROLE_N } st_tls_role;
+
+/* Paths (NULL or "": not given). */
+typedef struct st_tls_files {
+	const char *cert, *key, *ca, *crl;
+	const char *role_ca[ST_TLS_ROLE_N]; /* the CA that signs this role's peers; not given: ca */
+} st_tls_files;
+
+/* The role of a listen option named flag ("ingest", "publish", "control": also the metric label); false for another name. */
+bool st_tls_role_of(const char *flag, st_tls_role *r);
+/* The role's name, as above (a static string). */
+const char *st_tls_role_name(st_tls_role r);
 
 /*
  * Loads the identity.  cert and key both or neither; ca required when
- * either is given; all NULL or empty: TLS is off (a tls+tcp URL is then a
- * configuration error, see st_tls_url_usable).  On error why names the file
- * and the reason.  Call once, from the main thread, before any socket.
+ * either is given; a role CA or the CRL needs cert and key; all NULL or
+ * empty: TLS is off (a tls+tcp URL is then a configuration error, see
+ * st_tls_url_usable).  On error why names the flag, the file and the
+ * reason.  Call once, from the main thread, before any socket.
  */
-st_err st_tls_load(const char *cert, const char *key, const char *ca, char *why, size_t cap);
+st_err st_tls_load(const st_tls_files *f, char *why, size_t cap);
 /* Frees what st_tls_load made (at exit, after every socket is closed). */
 void st_tls_unload(void);
 
@@ -46,12 +74,16 @@ bool st_tls_url(const char *url);
 /*
  * For configuration checks: NULL when url can be used with what was
  * loaded (a plain URL always can), else a static reason.  listen: the URL
- * is listened on (needs the certificate and key), else dialed.
+ * is listened on for role (needs the certificate, key and role's CA), else dialed.
  */
-const char *st_tls_url_usable(const char *url, bool listen);
+const char *st_tls_url_usable(const char *url, bool listen, st_tls_role role);
 
-/* nng_listen / nng_dial with the TLS configuration attached when url is tls+tcp. nng error code. */
-int st_tls_listen(nng_socket s, const char *url);
+/*
+ * nng_listen / nng_dial with the TLS configuration (of role, listening)
+ * attached when url is tls+tcp; a tls+tcp listener is given to
+ * st_tlsstat_track under the role's name.  nng error code.
+ */
+int st_tls_listen(nng_socket s, const char *url, st_tls_role role);
 int st_tls_dial(nng_socket s, const char *url, int flags);
 /*
  * nng_dialer_create with the client configuration attached; server_name

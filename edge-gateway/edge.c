@@ -56,6 +56,8 @@
 #include "st_log.h"
 #include "st_metrics.h"
 #include "st_ops.h"
+#include "st_tls.h"
+#include "st_tlsstat.h"
 #include "st_util.h"
 #include "sub.h"
 #include "wire.h"
@@ -99,6 +101,7 @@ struct edge {
 	st_counter *m_paused;      /* ms the intake was paused */
 	st_gauge *m_held, *m_head, *m_conns, *m_db_up, *m_writer_pipes;
 	st_histogram *m_delivery;  /* given to every worker's HTTP server */
+	st_tlsstat *tlsstat;       /* failed TLS handshakes on --control (nng's statistics); polled by any loop's scrape */
 	sequencer_stats seen;      /* the sequencer's counters already exported */
 	streams_config scfg;       /* fanout's workers read these copies */
 	http_server_config hcfg;
@@ -347,6 +350,7 @@ ops_refresh(void *arg)
 	st_gauge_set(c->e->m_conns, (int64_t)http_server_conns_open(fanout_worker_http(c->w)));
 	st_gauge_set(c->e->m_db_up, atomic_load(&c->e->db_up) && pgpool_ready(fanout_worker_pool(c->w)));
 	st_gauge_set(c->e->m_writer_pipes, c->e->sub != NULL ? (int64_t)sub_pipes(c->e->sub) : 0);
+	st_tlsstat_poll(c->e->tlsstat);
 }
 
 static void
@@ -402,6 +406,7 @@ metrics_refresh(void *arg)
 
 	st_gauge_set(e->m_conns, (int64_t)fanout_conns_open(e->fan));
 	st_gauge_set(e->m_db_up, pgpool_ready(e->pool) && fanout_ready(e->fan, &why));
+	st_tlsstat_poll(e->tlsstat);
 }
 
 static void
@@ -550,6 +555,12 @@ metrics_init(edge *e)
 
 	e->metrics = st_metrics_new();
 	e->m_msgs = st_metrics_counter(e->metrics, "studio_edge_messages_total", NULL, "Published messages received.");
+	{
+		const char *const roles[] = { st_tls_role_name(ST_TLS_CONTROL) };
+
+		e->tlsstat = st_tlsstat_new(e->base, e->metrics, "studio_edge_tls_handshake_failures_total", roles, 1,
+		                            ST_TLSSTAT_INTERVAL_MS);
+	}
 	e->m_bad_msgs = st_metrics_counter(e->metrics, "studio_edge_bad_messages_total", NULL,
 	                                   "Published messages refused by the decoder.");
 	e->m_gap_fills = st_metrics_counter(e->metrics, "studio_gap_fills_total", NULL,
@@ -710,6 +721,7 @@ edge_free(edge *e)
 	event_free(e->ev_int);
 	event_free(e->ev_hup);
 	st_keywatch_free(e->keys);
+	st_tlsstat_free(e->tlsstat);
 	st_metrics_free(e->metrics);
 	event_base_free(e->base);
 	free(e);

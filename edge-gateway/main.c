@@ -56,6 +56,8 @@ enum {
 	E_TLS_KEY,
 	E_TLS_CA,
 	E_METRICS_LISTEN,
+	E_TLS_CRL,
+	E_CONTROL_TLS_CA,
 	E_N
 };
 
@@ -120,6 +122,8 @@ static st_opt opts[E_N] = {
 	[E_METRICS_LISTEN] = { .name = "metrics-listen", .kind = ST_OPT_STR, .def = "",
 	  .help = "serve /metrics on this ADDR:PORT only, not on --listen (empty: on --listen)",
 	  .check = st_preflight_http_addr },
+	[E_TLS_CRL] = ST_OPT_TLS_CRL,
+	[E_CONTROL_TLS_CA] = ST_OPT_ROLE_TLS_CA("control", "operators"),
 };
 
 int
@@ -140,7 +144,10 @@ main(int argc, char **argv)
 	n_writers = st_config_split(opts[E_WRITERS].sval, &writers, ST_PREFLIGHT_MAX_DIAL);
 	if (n_writers == 0)
 		st_config_fail("edge-gateway", "--writers needs at least one URL");
-	st_preflight_tls("edge-gateway", opts, E_N, &opts[E_TLS_CERT], &opts[E_TLS_KEY], &opts[E_TLS_CA]);
+	st_preflight_tls("edge-gateway", opts, E_N,
+	                 &(st_preflight_tls_opts){ .cert = &opts[E_TLS_CERT], .key = &opts[E_TLS_KEY], .ca = &opts[E_TLS_CA],
+	                                           .crl = &opts[E_TLS_CRL],
+	                                           .role_ca = { [ST_TLS_CONTROL] = &opts[E_CONTROL_TLS_CA] } });
 	{
 		/* Before the database and the writers: an address that cannot listen is bad configuration. */
 		const st_preflight_addr addrs[] = {

@@ -753,7 +753,8 @@ main(int argc, char **argv)
 
 	st_log_init(PROG);
 	st_config_parse_or_exit(opts, O_N, argc, argv, PROG, usage, &first);
-	st_preflight_tls(PROG, opts, O_N, &opts[O_TLS_CERT], &opts[O_TLS_KEY], &opts[O_TLS_CA]);
+	st_preflight_tls(PROG, opts, O_N,
+	                 &(st_preflight_tls_opts){ .cert = &opts[O_TLS_CERT], .key = &opts[O_TLS_KEY], .ca = &opts[O_TLS_CA] });
 	if (first >= argc)
 		st_config_fail(PROG, "missing command: publish, tail, stats, drain or reload (see --help)");
 	if (first + 1 < argc)

@@ -19,51 +19,25 @@ ingest, publish and control; then:
 """
 import json
 import os
-import subprocess
 import tempfile
 
 import harness as h
+import pki
 
 t = h.Tests()
 
 
-def openssl(*args):
-    p = subprocess.run(["openssl"] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
-    h.check(p.returncode == 0, "openssl %s: %s" % (" ".join(args), p.stderr.decode(errors="replace")))
-
-
-class Pki:
+class Pki(pki.Pki):
     """Two CAs and certificates in d; paths as attributes."""
 
     def __init__(self, d):
-        self.d = d
-        self.ca, self.ca_key = self._ca("ca")
-        self.other_ca, self.other_key = self._ca("other-ca")
-        self.server = self._leaf("server", self.ca, self.ca_key, "localhost",
-                                 "subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n")
-        self.client = self._leaf("client", self.ca, self.ca_key, "producer",
-                                 "extendedKeyUsage=clientAuth\n")
-        self.stranger = self._leaf("stranger", self.other_ca, self.other_key, "producer",
-                                   "extendedKeyUsage=clientAuth\n")
-
-    def path(self, name):
-        return os.path.join(self.d, name)
-
-    def _ca(self, name):
-        key, crt = self.path(name + ".key"), self.path(name + ".pem")
-        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
-                "-subj", "/CN=%s" % name, "-keyout", key, "-out", crt)
-        return crt, key
-
-    def _leaf(self, name, ca, ca_key, cn, ext):
-        key, csr, crt, extf = (self.path(name + s) for s in (".key", ".csr", ".pem", ".ext"))
-        with open(extf, "w") as f:
-            f.write(ext)
-        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=%s" % cn,
-                "-keyout", key, "-out", csr)
-        openssl("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-days", "2",
-                "-extfile", extf, "-out", crt)
-        return crt, key
+        super().__init__(d)
+        ca, other = self.ca("ca"), self.ca("other-ca")  # then the attribute ca shadows the method
+        self.ca, self.ca_key = ca
+        self.other_ca, self.other_key = other
+        self.server = self.leaf("server", (self.ca, self.ca_key), "localhost", pki.SERVER_EXT)
+        self.client = self.leaf("client", (self.ca, self.ca_key), "producer")
+        self.stranger = self.leaf("stranger", (self.other_ca, self.other_key), "producer")
 
 
 def tls_flags(pki, leaf):
