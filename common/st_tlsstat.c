@@ -11,9 +11,9 @@
 #include "st_log.h"
 #include "st_util.h"
 
-/* nng 1.5's listener statistics that count a connection lost before it was a pipe (st_tlsstat.h). */
-enum { R_AUTH, R_TIMEOUT, R_DISCONNECT, R_OTHER, R_PROTO, R_N };
-static const char *const stat_names[R_N] = { "auth", "timeout", "disconnect", "other", "proto" };
+/* nng 1.5's listener statistics that count a failed handshake (st_tlsstat.h: not "other", "disconnect"). */
+enum { R_AUTH, R_TIMEOUT, R_PROTO, R_N };
+static const char *const stat_names[R_N] = { "auth", "timeout", "proto" };
 
 /* The labels a process counts: one per listener role. */
 #define MAX_LABELS 8
@@ -164,15 +164,14 @@ on_timer(evutil_socket_t fd, short what, void *arg)
 	memset(s->pending, 0, sizeof(s->pending));
 	pthread_mutex_unlock(&mu);
 	for (size_t k = 0; k < s->n; k++) {
-		uint64_t sum = p[k][R_AUTH] + p[k][R_TIMEOUT] + p[k][R_DISCONNECT] + p[k][R_OTHER] + p[k][R_PROTO];
+		uint64_t sum = p[k][R_AUTH] + p[k][R_TIMEOUT] + p[k][R_PROTO];
 
 		if (sum == 0)
 			continue;
 		st_warn("tls: %s listener: %" PRIu64 " failed handshakes in the last %" PRIu64 " s (%" PRIu64
-		        " refused: certificate, version, cipher or not TLS; %" PRIu64 " timed out; %" PRIu64
-		        " closed or reset by the peer; %" PRIu64 " bad SP header); nng does not say which peers",
-		        s->labels[k], sum, (s->interval_ms + 999) / 1000, p[k][R_AUTH], p[k][R_TIMEOUT],
-		        p[k][R_DISCONNECT] + p[k][R_OTHER], p[k][R_PROTO]);
+		        " refused: a certificate, either side's, the version, the ciphers, or not TLS; %" PRIu64
+		        " timed out; %" PRIu64 " bad SP header); nng does not say which peers",
+		        s->labels[k], sum, (s->interval_ms + 999) / 1000, p[k][R_AUTH], p[k][R_TIMEOUT], p[k][R_PROTO]);
 	}
 }
 
@@ -200,7 +199,7 @@ st_tlsstat_new(struct event_base *base, st_metrics *m, const char *name, const c
 		s->labels[i] = labels[i];
 		s->counters[i] = st_metrics_counter(m, name, label,
 		                                    "Failed TLS handshakes on a tls+tcp listener (nng's listener "
-		                                    "statistics: refused, timed out, closed by the peer)");
+		                                    "statistics: refused, timed out, bad SP header)");
 	}
 	if ((s->timer = event_new(base, -1, EV_PERSIST, on_timer, s)) == NULL || event_add(s->timer, &tv) != 0)
 		st_oom("the TLS statistics timer", sizeof(*s));

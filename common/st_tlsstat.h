@@ -6,25 +6,27 @@
  * pipe event sees it, and its TLS engine has no hook or log
  * (docs/security.md "nng links").
  *
- * nng counts, per listener, the accepted connections that failed before
- * they became a pipe, by the error (nni_listener_bump_error in nng 1.5.2's
- * src/core/listener.c).  With the TLS transport these are handshake and
- * negotiation failures:
+ * nng counts, per listener, the errors of the connections it accepted, by
+ * kind (nni_listener_bump_error in nng 1.5.2's src/core/listener.c): those
+ * that failed before they were a pipe and, through nni_pipe_bump_error,
+ * those of its pipes.  Three kinds are failed handshakes:
  *
- *   auth        NNG_EPEERAUTH, NNG_ECRYPTO: a certificate refused (none,
- *               wrong CA, revoked, expired), no common protocol version or
- *               cipher suite, bytes that are not TLS;
- *   timeout     no handshake and SP header within nng's 10 s;
- *   disconnect  reset or aborted by the peer;
- *   other       closed by the peer (a port probe), anything else;
- *   proto       a bad SP header after the handshake.
+ *   auth     NNG_EPEERAUTH, NNG_ECRYPTO: a certificate refused (none, wrong
+ *            CA, revoked, expired; or ours refused by the peer), no common
+ *            protocol version or cipher suite, bytes that are not TLS;
+ *   timeout  no handshake and SP header within nng's 10 s;
+ *   proto    a bad SP header after the handshake.
  *
- * Their sum is the listener's count, name{listener="LABEL"}.  What nng
- * does not give: the peer's address or certificate; and a failure that
- * ends while the listener is not waiting for a connection (nng pauses a
- * listener 100 ms after an error other than auth, reset or timeout) is not
- * counted by nng, so under a burst of such failures the count is a lower
- * bound.
+ * Their sum is the listener's count, name{listener="LABEL"}.  Not counted:
+ * "other" and "disconnect", which hold every established pipe's end (a
+ * peer that closes, a reset) as well as a connection closed before its
+ * handshake, so a port probe cannot be told from a producer that left.
+ * What nng does not give: the peer's address or certificate.  And a
+ * failure that ends while the listener is not waiting for a connection is
+ * not counted by nng: after any error but NNG_EPEERAUTH, a reset or a
+ * timeout (a wrong CA is NNG_ECRYPTO) nng waits 100 ms before it accepts
+ * again, so a burst of refusals is undercounted (docs/security.md has the
+ * measured figures).
  *
  * Reading the statistics snapshots every socket, listener, dialer and
  * pipe of the process (about 1 ms per 1000 pipes, measured on Debian 12's

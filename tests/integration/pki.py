@@ -67,10 +67,12 @@ class Pki:
         return out
 
 
-def handshake(port, ca, leaf=None, *extra):
-    """openssl s_client to 127.0.0.1:port with TLS 1.2 (extra: more flags, e.g. -cipher X);
-    (True, output) when the handshake completed, (False, output) when it failed."""
-    args = ["openssl", "s_client", "-connect", "127.0.0.1:%d" % port, "-CAfile", ca, "-tls1_2",
+def handshake(port, ca, leaf=None, *extra, version="-tls1_2"):
+    """openssl s_client to 127.0.0.1:port with one protocol version (version: -tls1_2, -tls1_1...;
+    extra: more flags, e.g. -cipher X); (True, output) when the handshake completed, (False, output)
+    when it failed.  s_client refuses contradictory version flags before it connects: give the
+    version here, not in extra."""
+    args = ["openssl", "s_client", "-connect", "127.0.0.1:%d" % port, "-CAfile", ca, version,
             "-verify_return_error", "-brief"]
     if leaf is not None:
         args += ["-cert", leaf[0], "-key", leaf[1]]
