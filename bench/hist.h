@@ -75,10 +75,10 @@ static inline void
 hist_json(const hist *h, FILE *f)
 {
 	fprintf(f,
-	    "{\"count\":%" PRIu64 ",\"mean\":%.1f,\"p50\":%" PRIu64 ",\"p90\":%" PRIu64 ",\"p99\":%" PRIu64
-	    ",\"p999\":%" PRIu64 ",\"max\":%" PRIu64 "}",
-	    h->count, h->count ? h->sum / (double)h->count : 0.0, hist_pct(h, 50), hist_pct(h, 90),
-	    hist_pct(h, 99), hist_pct(h, 99.9), h->max);
+		"{\"count\":%" PRIu64 ",\"mean\":%.1f,\"p50\":%" PRIu64 ",\"p90\":%" PRIu64 ",\"p99\":%" PRIu64
+		",\"p999\":%" PRIu64 ",\"max\":%" PRIu64 "}",
+		h->count, h->count ? h->sum / (double)h->count : 0.0, hist_pct(h, 50), hist_pct(h, 90), hist_pct(h, 99),
+		hist_pct(h, 99.9), h->max);
 }
 
 #endif

@@ -139,11 +139,10 @@ die(const char *what)
 static void
 usage(void)
 {
-	fprintf(stderr,
-	    "usage: loadgen --connect 127.0.0.1:PORT --path /v1/stream?topic=T --streams N\n"
-	    "               [--rate CONN_PER_S] [--src-addrs K] [--accept TYPE] [--sub nng-url]\n"
-	    "               [--ready-file F] [--out F] [--until-close] [--max-seconds S]\n"
-	    "signals: USR1 starts the window (resets counters), USR2 writes the report to --out\n");
+	fprintf(stderr, "usage: loadgen --connect 127.0.0.1:PORT --path /v1/stream?topic=T --streams N\n"
+			"               [--rate CONN_PER_S] [--src-addrs K] [--accept TYPE] [--sub nng-url]\n"
+			"               [--ready-file F] [--out F] [--until-close] [--max-seconds S]\n"
+			"signals: USR1 starts the window (resets counters), USR2 writes the report to --out\n");
 	exit(2);
 }
 
@@ -198,8 +197,8 @@ on_line(struct conn *c, const char *l, size_t len, uint64_t now)
 		} else if (memmem(l, len, "\"type\":\"resync\"", 15) != NULL) {
 			st.resyncs++;
 		} else if (memmem(l, len, "\"type\":\"reconnect\"", 18) != NULL ||
-		    memmem(l, len, "\"type\":\"complete\"", 17) != NULL ||
-		    memmem(l, len, "\"type\":\"failure\"", 16) != NULL) {
+			   memmem(l, len, "\"type\":\"complete\"", 17) != NULL ||
+			   memmem(l, len, "\"type\":\"failure\"", 16) != NULL) {
 			st.terminal++;
 		} else {
 			st.other_data++;
@@ -380,8 +379,8 @@ conn_writable(unsigned i)
 		return;
 	}
 	int n = snprintf(req, sizeof(req),
-	    "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: %s\r\nUser-Agent: studio-loadgen\r\n\r\n",
-	    opt.path, opt.host, opt.accept);
+			 "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: %s\r\nUser-Agent: studio-loadgen\r\n\r\n", opt.path,
+			 opt.host, opt.accept);
 
 	if (n <= 0 || (size_t)n >= sizeof(req) || write(c->fd, req, (size_t)n) != n) {
 		conn_close(c, 1);
@@ -486,8 +485,7 @@ sub_main(void *arg)
 	int rv;
 
 	(void)arg;
-	if ((rv = nng_sub0_open(&s)) != 0 ||
-	    (rv = nng_setopt(s, NNG_OPT_SUB_SUBSCRIBE, "", 0)) != 0 ||
+	if ((rv = nng_sub0_open(&s)) != 0 || (rv = nng_setopt(s, NNG_OPT_SUB_SUBSCRIBE, "", 0)) != 0 ||
 	    (rv = nng_setopt_int(s, NNG_OPT_RECVBUF, 8192)) != 0 ||
 	    (rv = nng_dial(s, opt.sub_url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
 		fprintf(stderr, "loadgen: sub %s: %s\n", opt.sub_url, nng_strerror(rv));
@@ -520,8 +518,8 @@ sub_main(void *arg)
 					if (ev->type != MSGPACK_OBJECT_ARRAY || ev->via.array.size != 4 ||
 					    ev->via.array.ptr[3].type != MSGPACK_OBJECT_STR)
 						continue;
-					if (!json_u64(ev->via.array.ptr[3].via.str.ptr, ev->via.array.ptr[3].via.str.size,
-						"\"n\":", &n))
+					if (!json_u64(ev->via.array.ptr[3].via.str.ptr,
+						      ev->via.array.ptr[3].via.str.size, "\"n\":", &n))
 						continue;
 					atomic_store_explicit(&ring[n % RING].t, t, memory_order_relaxed);
 					atomic_store_explicit(&ring[n % RING].n, n + 1, memory_order_release);
@@ -574,26 +572,24 @@ report(void)
 	if (fmin == UINT64_MAX)
 		fmin = 0;
 	fprintf(f,
-	    "{\"window_s\":%.3f,\"streams\":%u,\"open\":%" PRIu64 ",\"connected\":%" PRIu64
-	    ",\"failed\":%" PRIu64 ",\"closed\":%" PRIu64 ",\"http_errors\":%" PRIu64
-	    ",\"items\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"per_stream_min\":%" PRIu64
-	    ",\"per_stream_max\":%" PRIu64 ",\"streams_without_items\":%" PRIu64
-	    ",\"resyncs\":%" PRIu64 ",\"terminal\":%" PRIu64 ",\"heartbeats\":%" PRIu64
-	    ",\"other_data\":%" PRIu64 ",\"long_lines\":%" PRIu64 ",\"reordered\":%" PRIu64
-	    ",\"connect_s\":%.3f,\"first_item_s\":%.6f,\"last_close_s\":%.6f",
-	    (double)(now - st.t_mark) / 1e9, opt.streams, open, st.connected, st.failed, st.closed,
-	    st.http_errors, st.items, st.bytes, fmin, fmax, zero, st.resyncs, st.terminal,
-	    st.heartbeats, st.other_data, st.long_lines, st.reordered,
-	    t_all_up ? (double)(t_all_up - t_start) / 1e9 : -1.0,
-	    t_first_item ? (double)(t_first_item - t_start) / 1e9 : -1.0,
-	    t_last_close ? (double)(t_last_close - t_start) / 1e9 : -1.0);
+		"{\"window_s\":%.3f,\"streams\":%u,\"open\":%" PRIu64 ",\"connected\":%" PRIu64 ",\"failed\":%" PRIu64
+		",\"closed\":%" PRIu64 ",\"http_errors\":%" PRIu64 ",\"items\":%" PRIu64 ",\"bytes\":%" PRIu64
+		",\"per_stream_min\":%" PRIu64 ",\"per_stream_max\":%" PRIu64 ",\"streams_without_items\":%" PRIu64
+		",\"resyncs\":%" PRIu64 ",\"terminal\":%" PRIu64 ",\"heartbeats\":%" PRIu64 ",\"other_data\":%" PRIu64
+		",\"long_lines\":%" PRIu64 ",\"reordered\":%" PRIu64
+		",\"connect_s\":%.3f,\"first_item_s\":%.6f,\"last_close_s\":%.6f",
+		(double)(now - st.t_mark) / 1e9, opt.streams, open, st.connected, st.failed, st.closed, st.http_errors,
+		st.items, st.bytes, fmin, fmax, zero, st.resyncs, st.terminal, st.heartbeats, st.other_data,
+		st.long_lines, st.reordered, t_all_up ? (double)(t_all_up - t_start) / 1e9 : -1.0,
+		t_first_item ? (double)(t_first_item - t_start) / 1e9 : -1.0,
+		t_last_close ? (double)(t_last_close - t_start) / 1e9 : -1.0);
 	fprintf(f, ",\"e2e_us\":");
 	hist_json(&st.e2e, f);
 	if (ring != NULL) {
 		fprintf(f, ",\"edge_us\":");
 		hist_json(&st.edge, f);
 		fprintf(f, ",\"unmatched\":%" PRIu64 ",\"sub_msgs\":%" PRIu64 ",\"sub_events\":%" PRIu64, st.unmatched,
-		    (uint64_t)atomic_load(&sub_msgs), (uint64_t)atomic_load(&sub_events));
+			(uint64_t)atomic_load(&sub_msgs), (uint64_t)atomic_load(&sub_events));
 	}
 	fprintf(f, "}\n");
 	if (f != stdout)
@@ -654,8 +650,8 @@ parse_args(int argc, char **argv)
 			usage();
 		}
 	}
-	if (opt.path == NULL || opt.streams == 0 || opt.streams > 1000000 || opt.dst.sin_port == 0 ||
-	    opt.rate <= 0 || opt.src_addrs == 0 || opt.src_addrs > 250)
+	if (opt.path == NULL || opt.streams == 0 || opt.streams > 1000000 || opt.dst.sin_port == 0 || opt.rate <= 0 ||
+	    opt.src_addrs == 0 || opt.src_addrs > 250)
 		usage();
 }
 

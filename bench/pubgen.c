@@ -89,9 +89,9 @@ static void
 usage(void)
 {
 	fprintf(stderr,
-	    "usage: pubgen --mode nng --url tcp://H:P --topic T [--rate EV_PER_S|0] [--duration S]\n"
-	    "              [--total N] [--batch B] [--inflight K] [--pad BYTES] [--n-base N]\n"
-	    "       pubgen --mode http --url 127.0.0.1:PORT --path '/pub?id=T' [--rate ..] [--duration ..]\n");
+		"usage: pubgen --mode nng --url tcp://H:P --topic T [--rate EV_PER_S|0] [--duration S]\n"
+		"              [--total N] [--batch B] [--inflight K] [--pad BYTES] [--n-base N]\n"
+		"       pubgen --mode http --url 127.0.0.1:PORT --path '/pub?id=T' [--rate ..] [--duration ..]\n");
 	exit(2);
 }
 
@@ -103,7 +103,7 @@ data_text(char *buf, size_t cap, uint64_t n, uint64_t t)
 	if (padding[0] == '\0')
 		memset(padding, 'x', sizeof(padding) - 1);
 	return snprintf(buf, cap, "{\"n\":%" PRIu64 ",\"t\":%" PRIu64 ",\"p\":\"%.*s\"}", n, t,
-	    (int)(opt.pad < sizeof(padding) - 1 ? opt.pad : sizeof(padding) - 1), padding);
+			(int)(opt.pad < sizeof(padding) - 1 ? opt.pad : sizeof(padding) - 1), padding);
 }
 
 static void
@@ -126,11 +126,11 @@ reply_count(nng_msg *m, unsigned events)
 			    v->type == MSGPACK_OBJECT_BOOLEAN)
 				ok = v->via.boolean;
 			else if (k->via.str.size == 4 && memcmp(k->via.str.ptr, "seqs", 4) == 0 &&
-			    v->type == MSGPACK_OBJECT_ARRAY)
+				 v->type == MSGPACK_OBJECT_ARRAY)
 				seqs = v->via.array.size;
 			else if (k->via.str.size == 5 && memcmp(k->via.str.ptr, "error", 5) == 0 &&
-			    v->type == MSGPACK_OBJECT_STR && v->via.str.size == 4 &&
-			    memcmp(v->via.str.ptr, "busy", 4) == 0)
+				 v->type == MSGPACK_OBJECT_STR && v->via.str.size == 4 &&
+				 memcmp(v->via.str.ptr, "busy", 4) == 0)
 				busy = 1;
 		}
 	}
@@ -299,9 +299,9 @@ run_nng(void)
 
 	printf("{\"mode\":\"nng\",\"sent\":%" PRIu64 ",\"ok\":%" PRIu64 ",\"busy\":%" PRIu64 ",\"errors\":%" PRIu64
 	       ",\"requests\":%" PRIu64 ",\"elapsed_s\":%.3f,\"send_s\":%.3f,\"committed_per_s\":%.0f}\n",
-	    sent, (uint64_t)atomic_load(&c_ok), (uint64_t)atomic_load(&c_busy), (uint64_t)atomic_load(&c_err),
-	    (uint64_t)atomic_load(&c_reqs), el, (double)(t_end_send - t0) / 1e9,
-	    el > 0 ? (double)atomic_load(&c_ok) / el : 0.0);
+	       sent, (uint64_t)atomic_load(&c_ok), (uint64_t)atomic_load(&c_busy), (uint64_t)atomic_load(&c_err),
+	       (uint64_t)atomic_load(&c_reqs), el, (double)(t_end_send - t0) / 1e9,
+	       el > 0 ? (double)atomic_load(&c_ok) / el : 0.0);
 	fflush(stdout);
 	nng_close(s);
 	return 0;
@@ -394,8 +394,9 @@ run_http(void)
 		}
 		int dl = data_text(data, sizeof(data), opt.n_base + sent, now_ns());
 		int rl = snprintf(req, sizeof(req),
-		    "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-		    opt.path, opt.url, dl, data);
+				  "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: "
+				  "%d\r\n\r\n%s",
+				  opt.path, opt.url, dl, data);
 
 		int status = write(fd, req, (size_t)rl) == rl ? http_response(fd, rb, sizeof(rb), &have) : -1;
 
@@ -422,7 +423,7 @@ run_http(void)
 
 	printf("{\"mode\":\"http\",\"sent\":%" PRIu64 ",\"ok\":%" PRIu64 ",\"errors\":%" PRIu64
 	       ",\"reconnects\":%" PRIu64 ",\"elapsed_s\":%.3f,\"committed_per_s\":%.0f}\n",
-	    sent, ok, err, reconnects, el, el > 0 ? (double)ok / el : 0.0);
+	       sent, ok, err, reconnects, el, el > 0 ? (double)ok / el : 0.0);
 	fflush(stdout);
 	close(fd);
 	return 0;

@@ -52,8 +52,8 @@ enum { C_NONE, C_HEAD, C_STREAM };
 /* Per descriptor: how far the request head has been read (bounded). */
 struct conn {
 	uint8_t state;
-	uint16_t got;  /* bytes of the head seen, to give up on junk */
-	uint8_t crlf;  /* progress through "\r\n\r\n" */
+	uint16_t got; /* bytes of the head seen, to give up on junk */
+	uint8_t crlf; /* progress through "\r\n\r\n" */
 };
 
 static struct conn *conns;
@@ -109,7 +109,7 @@ static void
 on_readable(int ep, int fd)
 {
 	static const char head[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-	                           "Cache-Control: no-store\r\nConnection: close\r\n\r\n";
+				   "Cache-Control: no-store\r\nConnection: close\r\n\r\n";
 	char b[2048];
 	ssize_t n = read(fd, b, sizeof(b));
 	struct conn *c = &conns[fd];
@@ -145,13 +145,15 @@ sweep_once(uint64_t n, int pad, bool measure)
 {
 	char frame[1024], data[512];
 	uint64_t t0 = now_ns();
-	int dl = snprintf(data, sizeof(data), "{\"n\":%" PRIu64 ",\"t\":%" PRIu64 ",\"p\":\"%.*s\"}", n, t0, pad,
-	                  "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-	                  "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx");
+	int dl = snprintf(
+		data, sizeof(data), "{\"n\":%" PRIu64 ",\"t\":%" PRIu64 ",\"p\":\"%.*s\"}", n, t0, pad,
+		"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+		"x"
+		"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx");
 	int fl = snprintf(frame, sizeof(frame),
-	                  "id: %" PRIu64 "\nevent: item\ndata: {\"type\":\"item\",\"id\":%" PRIu64
-	                  ",\"topic\":\"fan\",\"data\":%.*s}\n\n",
-	                  n, n, dl, data);
+			  "id: %" PRIu64 "\nevent: item\ndata: {\"type\":\"item\",\"id\":%" PRIu64
+			  ",\"topic\":\"fan\",\"data\":%.*s}\n\n",
+			  n, n, dl, data);
 
 	for (size_t i = 0; i < n_streams; i++) {
 		ssize_t w = write(streams[i], frame, (size_t)fl);
@@ -181,9 +183,10 @@ report(const char *path, uint64_t window_ns, double cpu0)
 		perror("sweep: report");
 		return;
 	}
-	fprintf(f, "{\"streams\":%zu,\"sweeps\":%" PRIu64 ",\"writes\":%" PRIu64 ",\"refused\":%" PRIu64
-	           ",\"errors\":%" PRIu64 ",\"window_s\":%.3f,\"cpu_s\":%.3f,\"write_us\":",
-	        n_streams, sweeps, writes, refused, errors, (double)window_ns / 1e9, cpu_now() - cpu0);
+	fprintf(f,
+		"{\"streams\":%zu,\"sweeps\":%" PRIu64 ",\"writes\":%" PRIu64 ",\"refused\":%" PRIu64
+		",\"errors\":%" PRIu64 ",\"window_s\":%.3f,\"cpu_s\":%.3f,\"write_us\":",
+		n_streams, sweeps, writes, refused, errors, (double)window_ns / 1e9, cpu_now() - cpu0);
 	hist_json(&wr, f);
 	fprintf(f, ",\"sweep_us\":");
 	hist_json(&sw, f);

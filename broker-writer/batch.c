@@ -63,7 +63,7 @@ struct batch {
 	size_t n_ev, cap_ev;
 	batch_rowinfo *rows;
 	size_t n_rows, cap_rows;
-	uint32_t *keys; /* row + 1, 0 = empty slot */
+	uint32_t *keys;  /* row + 1, 0 = empty slot */
 	size_t cap_keys; /* power of two or 0 */
 	size_t n_keys;
 };
@@ -169,8 +169,8 @@ batch_add(batch *b, void *owner, size_t n, size_t bytes, batch_event_fn at, cons
 	b->reqs = grow(b->reqs, &b->cap_reqs, b->n_reqs + 1, sizeof(*b->reqs));
 	b->evs = grow(b->evs, &b->cap_ev, b->n_ev + n, sizeof(*b->evs));
 	b->rows = grow(b->rows, &b->cap_rows, b->n_rows + n, sizeof(*b->rows));
-	b->reqs[b->n_reqs++] = (batch_req){ .owner = owner, .first = (uint32_t)b->n_ev, .n = (uint32_t)n,
-		                             .bytes = bytes };
+	b->reqs[b->n_reqs++] =
+		(batch_req){ .owner = owner, .first = (uint32_t)b->n_ev, .n = (uint32_t)n, .bytes = bytes };
 	for (size_t i = 0; i < n; i++) {
 		const proto_event *ev = at(src, i);
 		size_t slot = 0;
@@ -277,13 +277,13 @@ batch_encode(const batch *b, st_buf *topics, st_buf *abouts, st_buf *datas, st_b
 			st_pgarray_add_null(&wk);
 	}
 	ST_ASSERT(st_pgarray_end(&wt) == ST_OK && st_pgarray_end(&wa) == ST_OK && st_pgarray_end(&wd) == ST_OK &&
-	          (!with_keys || st_pgarray_end(&wk) == ST_OK));
+		  (!with_keys || st_pgarray_end(&wk) == ST_OK));
 	st_buf_fini(&one);
 }
 
 st_err
 batch_apply(batch *b, uint64_t prev, uint64_t first, uint64_t n_fresh, const uint64_t *dup_ords,
-            const uint64_t *dup_seqs, size_t n_dup)
+	    const uint64_t *dup_seqs, size_t n_dup)
 {
 	uint64_t next = first;
 	size_t d = 0;

@@ -50,7 +50,7 @@ st_err batch_add(batch *b, void *owner, size_t n, size_t bytes, batch_event_fn a
 size_t batch_events(const batch *b); /* accepted events, before folding */
 size_t batch_bytes(const batch *b);
 size_t batch_requests(const batch *b);
-size_t batch_rows(const batch *b);   /* distinct rows that go to SQL */
+size_t batch_rows(const batch *b); /* distinct rows that go to SQL */
 bool batch_empty(const batch *b);
 
 /* The event behind SQL row i (input ordinal i + 1). */
@@ -76,7 +76,7 @@ void batch_encode(const batch *b, st_buf *topics, st_buf *abouts, st_buf *datas,
  * seq is not in 1..prev, or first is not above prev.
  */
 st_err batch_apply(batch *b, uint64_t prev, uint64_t first, uint64_t n_fresh, const uint64_t *dup_ords,
-                   const uint64_t *dup_seqs, size_t n_dup);
+		   const uint64_t *dup_seqs, size_t n_dup);
 
 /* Records an answer for row i directly (tests). */
 void batch_row_set(batch *b, size_t i, uint64_t seq, bool fresh);

@@ -158,7 +158,7 @@ t_many_keys_rehash(void)
 {
 	batch *b = batch_new(20000, 1 << 30);
 	proto_event *e = calloc(10000, sizeof(*e));
-	char (*k)[16] = calloc(10000, 16);
+	char(*k)[16] = calloc(10000, 16);
 	int o;
 	uint64_t *s = calloc(10000, sizeof(*s));
 
@@ -259,10 +259,10 @@ t_apply(void)
 	ST_CHECK(batch_has_keys(b));
 	ST_CHECK_EQ_U64(batch_rows(b), 4); /* k1, -, k2, k3 */
 	/* malformed answers change nothing */
-	ST_CHECK(batch_apply(b, 50, 51, 3, ords, dseq, 2) == ST_EINVAL);   /* 3 + 2 != 4 */
+	ST_CHECK(batch_apply(b, 50, 51, 3, ords, dseq, 2) == ST_EINVAL);     /* 3 + 2 != 4 */
 	ST_CHECK(batch_apply(b, 50, 51, 2, bad_ords, dseq, 2) == ST_EINVAL); /* not ascending */
-	ST_CHECK(batch_apply(b, 50, 51, 2, ords, hi_seq, 2) == ST_EINVAL); /* a stored seq above prev */
-	ST_CHECK(batch_apply(b, 50, 50, 2, ords, dseq, 2) == ST_EINVAL);   /* first not above prev */
+	ST_CHECK(batch_apply(b, 50, 51, 2, ords, hi_seq, 2) == ST_EINVAL);   /* a stored seq above prev */
+	ST_CHECK(batch_apply(b, 50, 50, 2, ords, dseq, 2) == ST_EINVAL);     /* first not above prev */
 	ST_CHECK_EQ_U64(batch_row_seq(b, 0), 0);
 	/* k1 (row 1) and k3 (row 4) were stored; rows 2 and 3 get 51 and 52 */
 	ST_CHECK(batch_apply(b, 50, 51, 2, ords, dseq, 2) == ST_OK);

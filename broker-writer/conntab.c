@@ -12,14 +12,14 @@
 
 typedef struct entry {
 	uint32_t id;
-	bool seen;          /* completed a request */
-	uint64_t added;     /* ms: arrival (the age for displacement) */
-	uint64_t active;    /* ms: arrival, or when request bytes last arrived (the idle deadline counts from it) */
+	bool seen;       /* completed a request */
+	uint64_t added;  /* ms: arrival (the age for displacement) */
+	uint64_t active; /* ms: arrival, or when request bytes last arrived (the idle deadline counts from it) */
 	conntab_addr addr;
 } entry;
 
 struct conntab {
-	entry *e;           /* owned, cap entries */
+	entry *e; /* owned, cap entries */
 	size_t cap, per_addr, n;
 	uint64_t idle_ms, displace_ms;
 };

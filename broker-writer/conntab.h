@@ -45,14 +45,14 @@ typedef struct conntab conntab;
 
 typedef struct conntab_addr {
 	unsigned char b[8];
-	uint8_t len; /* 0: not an IP connection (no per-address cap) */
+	uint8_t len;            /* 0: not an IP connection (no per-address cap) */
 	unsigned char peer[18]; /* the whole peer, address (IPv6 form) and port: for conntab_has_peer */
 } conntab_addr;
 
 typedef enum {
-	CONNTAB_ADMIT,          /* in the table */
-	CONNTAB_REFUSE_ADDR,    /* its address has per_addr connections, none of them displaceable */
-	CONNTAB_REFUSE_GLOBAL,  /* the table is full, none of them displaceable */
+	CONNTAB_ADMIT,         /* in the table */
+	CONNTAB_REFUSE_ADDR,   /* its address has per_addr connections, none of them displaceable */
+	CONNTAB_REFUSE_GLOBAL, /* the table is full, none of them displaceable */
 } conntab_verdict;
 
 /* cap >= 1, per_addr >= 1, idle_ms >= 1. */

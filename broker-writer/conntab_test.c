@@ -137,17 +137,17 @@ t_request_bytes_restart_the_deadline(void)
 
 	ST_CHECK(conntab_admit(t, 1, &a, 1000, &d) == CONNTAB_ADMIT);
 	ST_CHECK(conntab_admit(t, 2, &b, 1000, &d) == CONNTAB_ADMIT);
-	ST_CHECK(!conntab_peer(t, other.peer, 5000));                    /* not ours */
+	ST_CHECK(!conntab_peer(t, other.peer, 5000));                         /* not ours */
 	ST_CHECK(conntab_peer(t, a.peer, 1000 + CONNTAB_DATA_MARGIN_MS - 1)); /* the header: no restart */
-	ST_CHECK(conntab_peer(t, b.peer, 9000));                         /* b's request is arriving */
-	ST_CHECK(conntab_peer(t, b.peer, 0));                            /* unknown: changes nothing */
+	ST_CHECK(conntab_peer(t, b.peer, 9000));                              /* b's request is arriving */
+	ST_CHECK(conntab_peer(t, b.peer, 0));                                 /* unknown: changes nothing */
 	/* past the cap: a (silent) is displaced, never b (receiving) */
 	ST_CHECK(conntab_admit(t, 3, &other, 2500, &d) == CONNTAB_ADMIT);
 	ST_CHECK_EQ_U64(d, 1);
 	ST_CHECK(conntab_admit(t, 4, &other, 9500, &d) == CONNTAB_ADMIT);
 	ST_CHECK_EQ_U64(d, 3);
 	ST_CHECK_EQ_U64(conntab_expired(t, 18999, 0, ids, 4), 0);
-	ST_CHECK_EQ_U64(conntab_expired(t, 19000, 0, ids, 4), 1);           /* 10 s after b's last bytes */
+	ST_CHECK_EQ_U64(conntab_expired(t, 19000, 0, ids, 4), 1); /* 10 s after b's last bytes */
 	ST_CHECK_EQ_U64(ids[0], 2);
 	conntab_free(t);
 }
@@ -169,9 +169,9 @@ t_a_busy_writer_stops_the_clock(void)
 	ST_CHECK(conntab_peer(t, a.peer, 3000)); /* a's last request bytes */
 	/* the receivers were busy until 8000: a's deadline is 18000, b's too */
 	ST_CHECK_EQ_U64(conntab_expired(t, 17999, 8000, ids, 4), 0);
-	conntab_seen(t, 1);                      /* a's request reached a receiver */
+	conntab_seen(t, 1); /* a's request reached a receiver */
 	ST_CHECK_EQ_U64(conntab_expired(t, 18000, 8000, ids, 4), 1);
-	ST_CHECK_EQ_U64(ids[0], 2);              /* b sent nothing: closed 10 s after the writer was free */
+	ST_CHECK_EQ_U64(ids[0], 2); /* b sent nothing: closed 10 s after the writer was free */
 	ST_CHECK_EQ_U64(conntab_count(t), 1);
 	conntab_free(t);
 }

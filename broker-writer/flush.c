@@ -106,16 +106,16 @@ flush_goto(enum flush_state *state, enum flush_state to)
 }
 
 struct flush {
-	const st_clock *clock;   /* borrowed */
-	st_pgconn *db;           /* borrowed: the writer's flush connection */
-	publish *pub;            /* borrowed */
+	const st_clock *clock; /* borrowed */
+	st_pgconn *db;         /* borrowed: the writer's flush connection */
+	publish *pub;          /* borrowed */
 	flush_hooks hooks;
-	flush_metrics m;         /* borrowed counters */
+	flush_metrics m; /* borrowed counters */
 	char instance[128];
 	uint64_t flush_counter;
 	char lock_key[24];
 	batch *cur, *fl;
-	batch *iso;           /* requests of a flush that failed with a data error: flushed one at a time */
+	batch *iso; /* requests of a flush that failed with a data error: flushed one at a time */
 	char flush_id[160];
 	uint64_t fl_first_ms; /* first attempt of the flush in fl */
 	uint64_t give_up_ms;
@@ -129,7 +129,7 @@ struct flush {
 	uint64_t last_flush_ms; /* duration of the last successful flush */
 	uint64_t commits, crash_after;
 	struct event *retry_timer;
-	uint64_t *seqs;         /* PROTO_MAX_BATCH entries, for answers */
+	uint64_t *seqs; /* PROTO_MAX_BATCH entries, for answers */
 };
 
 static uint64_t
@@ -219,8 +219,12 @@ committed(flush *f, uint64_t prev)
 		if (!batch_row_fresh(b, i))
 			continue;
 		const proto_event *ev = batch_row(b, i);
-		pe[n_fresh++] = (proto_pub_event){ .seq = batch_row_seq(b, i), .topic = ev->topic, .about = ev->about,
-			                           .n_about = ev->n_about, .data = ev->data, .has_data = ev->has_data };
+		pe[n_fresh++] = (proto_pub_event){ .seq = batch_row_seq(b, i),
+						   .topic = ev->topic,
+						   .about = ev->about,
+						   .n_about = ev->n_about,
+						   .data = ev->data,
+						   .has_data = ev->has_data };
 	}
 	/* already ascending (consecutive in row order); sorting keeps that a checked property */
 	qsort(pe, n_fresh, sizeof(*pe), cmp_seq);
@@ -254,8 +258,8 @@ flush_retry_later(flush *f, const char *msg, bool sent)
 	db_failed(f);
 	if (failing >= f->give_up_ms) {
 		st_error("flush %s (%zu events) has failed for %" PRIu64 " s since its first attempt (limit %" PRIu64
-		         " s), last error: %s; exiting so that its producers resend to another replica",
-		         f->flush_id, batch_rows(f->fl), failing / 1000, f->give_up_ms / 1000, msg);
+			 " s), last error: %s; exiting so that its producers resend to another replica",
+			 f->flush_id, batch_rows(f->fl), failing / 1000, f->give_up_ms / 1000, msg);
 		f->hooks.fatal(f->hooks.arg);
 		return;
 	}
@@ -263,7 +267,7 @@ flush_retry_later(flush *f, const char *msg, bool sent)
 	if (sent) {
 		st_counter_inc(f->m.failures);
 		st_warn("flush %s (%zu events) failed, retrying in %u ms: %s", f->flush_id, batch_rows(f->fl), wait,
-		        msg);
+			msg);
 	}
 	arm(f->retry_timer, wait);
 }
@@ -283,13 +287,13 @@ flush_failed_permanently(flush *f, const PGresult *res, const char *msg)
 	st_counter_inc(f->m.failures);
 	if (batch_requests(f->fl) > 1) {
 		st_warn("flush %s (%zu requests) failed with a data error (%s); flushing its requests one at a time",
-		        f->flush_id, batch_requests(f->fl), msg);
+			f->flush_id, batch_requests(f->fl), msg);
 		/* iso is empty: a split flush holds one request, and never reaches here */
 		batch_take(f->iso, f->fl, BATCH_MAX_EVENTS, BATCH_MAX_BYTES);
 	} else {
 		/* the primary message names the constraint or the reason, without the SQL context */
 		snprintf(detail, sizeof(detail), "the database cannot store it (SQLSTATE %.5s): %.300s", st,
-		         primary != NULL ? primary : msg);
+			 primary != NULL ? primary : msg);
 		st_one_line(detail);
 		st_warn("flush %s: request of %zu events refused: %s", f->flush_id, batch_events(f->fl), detail);
 		st_counter_inc(f->m.rej_invalid);
@@ -351,20 +355,21 @@ flush_send(flush *f)
 {
 	bool keys = batch_has_keys(f->fl);
 	/* no key at all (the common case): NULL, broker_append's join-free path */
-	const char *vals[6] = { f->lock_key, f->flush_id, f->p_topics.p, f->p_abouts.p, f->p_datas.p,
-		                keys ? f->p_keys.p : NULL };
+	const char *vals[6] = { f->lock_key,   f->flush_id,  f->p_topics.p,
+				f->p_abouts.p, f->p_datas.p, keys ? f->p_keys.p : NULL };
 	int lens[6] = { 0, 0, (int)f->p_topics.len, (int)f->p_abouts.len, (int)f->p_datas.len, (int)f->p_keys.len };
 	int fmts[6] = { 0, 0, 1, 1, 1, 1 };
-	Oid types[6] = { ST_PG_INT8_OID, ST_PG_TEXT_OID, ST_PG_TEXT_ARRAY_OID, ST_PG_TEXT_ARRAY_OID, ST_PG_TEXT_ARRAY_OID,
-		         ST_PG_TEXT_ARRAY_OID };
+	Oid types[6] = { ST_PG_INT8_OID,       ST_PG_TEXT_OID,       ST_PG_TEXT_ARRAY_OID,
+			 ST_PG_TEXT_ARRAY_OID, ST_PG_TEXT_ARRAY_OID, ST_PG_TEXT_ARRAY_OID };
 
 	if (f->state != FLUSH_WAITING)
 		return;
 	f->flush_start_ms = now_ms(f);
 	flush_goto(&f->state, FLUSH_SENT); /* before the call: a broken connection calls back from inside it */
-	if (st_pgconn_send(f->db,
-	                   "SELECT prev, first_seq, n_fresh, dup_ords, dup_seqs FROM broker_append4($1, $2, $3, $4, $5, $6)",
-	                   6, types, vals, lens, fmts, 0, on_flush_result, f) != ST_OK &&
+	if (st_pgconn_send(
+		    f->db,
+		    "SELECT prev, first_seq, n_fresh, dup_ords, dup_seqs FROM broker_append4($1, $2, $3, $4, $5, $6)",
+		    6, types, vals, lens, fmts, 0, on_flush_result, f) != ST_OK &&
 	    f->state == FLUSH_SENT) { /* else the callback ran from inside and moved on */
 		flush_goto(&f->state, FLUSH_WAITING);
 		if (!st_pgconn_up(f->db))
@@ -430,7 +435,8 @@ flush_start(flush *f)
 		if (!f->stopping && st_pgconn_idle(f->db)) {
 			flush_goto(&f->state, FLUSH_TICK);
 			if (st_pgconn_send(f->db, "SELECT coalesce(max(seq), 0) FROM broker_event", 0, NULL, NULL, NULL,
-			                   NULL, 0, on_tick_result, f) != ST_OK && f->state == FLUSH_TICK)
+					   NULL, 0, on_tick_result, f) != ST_OK &&
+			    f->state == FLUSH_TICK)
 				flush_goto(&f->state, FLUSH_IDLE);
 		}
 		return;
@@ -515,7 +521,7 @@ flush_stats_get(const flush *f, flush_stats *out)
 
 st_err
 flush_new(struct event_base *base, const st_clock *clock, st_pgconn *db, publish *pub, const flush_config *cfg,
-          const flush_metrics *m, const flush_hooks *hooks, flush **out)
+	  const flush_metrics *m, const flush_hooks *hooks, flush **out)
 {
 	flush *f = st_xcalloc(1, sizeof(*f));
 	const char *env = getenv("STUDIO_TEST_FLUSH_GIVE_UP_MS");

@@ -79,11 +79,11 @@ typedef struct flush_hooks {
 
 /* The writer's metrics the machine updates (borrowed, all required). */
 typedef struct flush_metrics {
-	st_counter *committed;      /* fresh events stored */
-	st_counter *rej_invalid;    /* requests refused with a data error */
-	st_counter *failures;       /* attempts that failed */
-	st_histogram *seconds;      /* duration of successful flushes */
-	st_gauge *pending;          /* accepted events not yet committed */
+	st_counter *committed;   /* fresh events stored */
+	st_counter *rej_invalid; /* requests refused with a data error */
+	st_counter *failures;    /* attempts that failed */
+	st_histogram *seconds;   /* duration of successful flushes */
+	st_gauge *pending;       /* accepted events not yet committed */
 } flush_metrics;
 
 typedef struct flush_config {
@@ -99,8 +99,8 @@ typedef struct flush_config {
  * outlive it; the writer forwards db's state callback to flush_db_state.
  * Returns ST_OK; a bad STUDIO_TEST_FLUSH_GIVE_UP_MS is logged and ignored.
  */
-st_err flush_new(struct event_base *base, const st_clock *clock, st_pgconn *db, publish *pub,
-                 const flush_config *cfg, const flush_metrics *m, const flush_hooks *hooks, flush **out);
+st_err flush_new(struct event_base *base, const st_clock *clock, st_pgconn *db, publish *pub, const flush_config *cfg,
+		 const flush_metrics *m, const flush_hooks *hooks, flush **out);
 /* NULL-safe.  Requests never answered are dropped with their batches (their producers resend). */
 void flush_free(flush *f);
 

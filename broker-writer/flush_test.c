@@ -70,7 +70,8 @@ t_back_to_idle(void)
 			grew = false;
 			for (int f = 0; f < FLUSH_STATE_COUNT; f++)
 				for (int t = 0; t < FLUSH_STATE_COUNT; t++)
-					if (seen[f] && !seen[t] && flush_state_can((enum flush_state)f, (enum flush_state)t))
+					if (seen[f] && !seen[t] &&
+					    flush_state_can((enum flush_state)f, (enum flush_state)t))
 						seen[t] = grew = true;
 		}
 		ST_CHECK(seen[FLUSH_IDLE]);
@@ -83,12 +84,15 @@ t_back_to_idle(void)
 static void
 t_refused_transition(void)
 {
-	static const enum flush_state walk[] = { FLUSH_TICK, FLUSH_IDLE, FLUSH_WAITING, FLUSH_SENT,
-		                                 FLUSH_WAITING, FLUSH_SENT, FLUSH_IDLE };
+	static const enum flush_state walk[] = { FLUSH_TICK,    FLUSH_IDLE, FLUSH_WAITING, FLUSH_SENT,
+						 FLUSH_WAITING, FLUSH_SENT, FLUSH_IDLE };
 	static const struct {
 		enum flush_state from, to;
-	} refused[] = { { FLUSH_IDLE, FLUSH_SENT }, { FLUSH_TICK, FLUSH_WAITING }, { FLUSH_WAITING, FLUSH_IDLE },
-		        { FLUSH_SENT, FLUSH_TICK }, { FLUSH_IDLE, FLUSH_IDLE } };
+	} refused[] = { { FLUSH_IDLE, FLUSH_SENT },
+			{ FLUSH_TICK, FLUSH_WAITING },
+			{ FLUSH_WAITING, FLUSH_IDLE },
+			{ FLUSH_SENT, FLUSH_TICK },
+			{ FLUSH_IDLE, FLUSH_IDLE } };
 	enum flush_state s = FLUSH_IDLE;
 
 	for (size_t i = 0; i < ST_ARRAY_LEN(walk); i++) {
@@ -109,7 +113,7 @@ t_refused_transition(void)
 		ST_CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
 		if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGABRT)
 			fprintf(stderr, "  %s -> %s: child status %d, want killed by SIGABRT\n",
-			        flush_state_name(refused[i].from), flush_state_name(refused[i].to), status);
+				flush_state_name(refused[i].from), flush_state_name(refused[i].to), status);
 		ST_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
 	}
 }
@@ -412,12 +416,18 @@ t_stopping(void)
 static int
 run_db(const char *dsn)
 {
-	static const st_pgconn_opts db_opts = { .name = "flush", .application_name = "flush_test",
-		                                .setup_sql = schema_session_sql, .query_deadline_ms = 60000,
-		                                .writes = true };
+	static const st_pgconn_opts db_opts = { .name = "flush",
+						.application_name = "flush_test",
+						.setup_sql = schema_session_sql,
+						.query_deadline_ms = 60000,
+						.writes = true };
 	static const double bounds[] = { 0.1, 1 };
-	const flush_hooks hooks = { .answer = on_answer, .refuse = on_refuse, .reachable = on_reachable,
-		                    .settled = on_settled, .fatal = on_fatal, .arg = NULL };
+	const flush_hooks hooks = { .answer = on_answer,
+				    .refuse = on_refuse,
+				    .reachable = on_reachable,
+				    .settled = on_settled,
+				    .fatal = on_fatal,
+				    .arg = NULL };
 	const flush_config cfg = { .instance = "flush_test", .lock_key = 4243, .give_up_ms = 5000 };
 	volatile sig_atomic_t stop = 0;
 	char schema[64], q[256];
@@ -433,17 +443,17 @@ run_db(const char *dsn)
 	}
 	snprintf(schema, sizeof(schema), "flush_test_%d", (int)getpid());
 	snprintf(q, sizeof(q), "SET client_min_messages = warning; DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s",
-	         schema, schema);
+		 schema, schema);
 	pdsn = st_test_pg_dsn_schema(dsn, schema);
 	made = st_test_pg_exec(admin, q) && schema_migrate_retry(pdsn, SCHEMA_ALL, 0, &stop) == 0;
 	ST_CHECK(made);
 	if (made) {
 		M = st_metrics_new();
 		FM = (flush_metrics){ .committed = st_metrics_counter(M, "t_committed_total", NULL, "-"),
-			              .rej_invalid = st_metrics_counter(M, "t_invalid_total", NULL, "-"),
-			              .failures = st_metrics_counter(M, "t_failures_total", NULL, "-"),
-			              .seconds = st_metrics_histogram(M, "t_seconds", NULL, "-", bounds, 2),
-			              .pending = st_metrics_gauge(M, "t_pending", NULL, "-") };
+				      .rej_invalid = st_metrics_counter(M, "t_invalid_total", NULL, "-"),
+				      .failures = st_metrics_counter(M, "t_failures_total", NULL, "-"),
+				      .seconds = st_metrics_histogram(M, "t_seconds", NULL, "-", bounds, 2),
+				      .pending = st_metrics_gauge(M, "t_pending", NULL, "-") };
 		st_clock_fake_init(&CLK, 1000000);
 		B = event_base_new();
 		tick = st_test_loop_tick(B);

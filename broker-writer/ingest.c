@@ -88,9 +88,9 @@ struct ingest_work {
 	ingest *in;
 	nng_aio *aio;
 	enum work_state st;
-	nng_msg *msg;        /* the request message (WAIT), keeps req's strings alive */
+	nng_msg *msg; /* the request message (WAIT), keeps req's strings alive */
 	proto_request *req;
-	size_t charge;       /* bytes charged to the budget */
+	size_t charge; /* bytes charged to the budget */
 	reqcache_key key;
 	unsigned char hdr[HDR_MAX]; /* under in->mu: where the reply goes (the latest copy's route) */
 	size_t hdr_len;
@@ -122,21 +122,21 @@ struct ingest {
 	void *arg;
 	const st_clock *clock;
 	atomic_bool closing;
-	pthread_mutex_t mu;          /* cache, free list, works' hdr */
+	pthread_mutex_t mu; /* cache, free list, works' hdr */
 	reqcache *cache;
 	ingest_work *free_works;
-	atomic_size_t budget;        /* bytes charged */
-	pthread_mutex_t pmu;         /* conns and the connection metrics below */
-	conntab *conns;              /* owned */
-	nng_aio *sweep;              /* owned: the idle-deadline sweep (a sleep loop) */
-	prepipe *pre;                /* owned: connections not yet pipes; NULL on ipc:// and port 0 */
+	atomic_size_t budget; /* bytes charged */
+	pthread_mutex_t pmu;  /* conns and the connection metrics below */
+	conntab *conns;       /* owned */
+	nng_aio *sweep;       /* owned: the idle-deadline sweep (a sleep loop) */
+	prepipe *pre;         /* owned: connections not yet pipes; NULL on ipc:// and port 0 */
 	uint64_t idle_ms;
 	bool warned_global, warned_addr;
 	st_counter *refused_global, *refused_addr, *closed_idle, *displaced, *closed_handshake; /* may be NULL */
-	st_gauge *open_conns;        /* may be NULL */
-	_Atomic(const char *) refuse; /* set by the loop: answer "unavailable" with this detail */
+	st_gauge *open_conns;                                                                   /* may be NULL */
+	_Atomic(const char *) refuse;          /* set by the loop: answer "unavailable" with this detail */
 	st_counter *refused, *refused_unavail; /* refusals answered by the receivers */
-	st_auth_store *auth;         /* NULL: no producer credentials checked; borrowed */
+	st_auth_store *auth;                   /* NULL: no producer credentials checked; borrowed */
 	st_counter *unauthorized, *forbidden;
 };
 
@@ -262,7 +262,7 @@ put_free(ingest *in, ingest_work *w)
  */
 static reqcache_state
 resend_locked(ingest *in, const reqcache_key *k, const unsigned char *hdr, size_t hdr_len, uint64_t now,
-              nng_msg **reply)
+	      nng_msg **reply)
 {
 	void *owner = NULL;
 	const void *stored = NULL;
@@ -302,7 +302,8 @@ auth_check(ingest *in, nng_msg *m, const unsigned char *hdr, size_t hdr_len, st_
 		return NULL;
 	count(in->unauthorized);
 	if (r == ST_AUTH_MISSING)
-		snprintf(detail, sizeof(detail), "%s", "a producer token is required: {\"token\": JWT, \"events\": [...]}");
+		snprintf(detail, sizeof(detail), "%s",
+			 "a producer token is required: {\"token\": JWT, \"events\": [...]}");
 	else
 		snprintf(detail, sizeof(detail), "token %s: %s", st_auth_result_name(r), why);
 	return reply_err_msg(hdr, hdr_len, "unauthorized", detail);
@@ -328,7 +329,7 @@ ingest_forbidden_detail(const proto_request *req, size_t i, char *detail, size_t
 	const proto_event *ev = proto_request_event(req, i);
 
 	snprintf(detail, cap, "event %zu: topic \"%.*s\" is not in the token's publish claim", i, (int)ev->topic.len,
-	         ev->topic.p);
+		 ev->topic.p);
 }
 
 /*
@@ -653,10 +654,12 @@ pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 	if (v != CONNTAB_ADMIT) {
 		if (warn && v == CONNTAB_REFUSE_GLOBAL)
 			st_warn("ingest: more than %u producer connections, each past its first request; "
-			        "closing the new ones (logged once)", INGEST_MAX_PIPES);
+				"closing the new ones (logged once)",
+				INGEST_MAX_PIPES);
 		else if (warn)
 			st_warn("ingest: more than %u producer connections from one address, each past its first "
-			        "request; closing the new ones (logged once)", INGEST_MAX_PIPES_PER_ADDR);
+				"request; closing the new ones (logged once)",
+				INGEST_MAX_PIPES_PER_ADDR);
 		nng_pipe_close(p); /* before the socket reads anything from it */
 		return;
 	}
@@ -739,7 +742,7 @@ url_port(const char *url)
 
 st_err
 ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter *invalid, const ingest_auth *auth,
-           ingest_request_fn fn, void *arg, ingest **out)
+	   ingest_request_fn fn, void *arg, ingest **out)
 {
 	ingest *in = st_xcalloc(1, sizeof(*in));
 	st_err err = ST_ESYS;
@@ -820,7 +823,8 @@ ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter 
 			in->pre = prepipe_new(port, in->idle_ms);
 		else if (strncmp(url, "tcp", 3) == 0 || strncmp(url, "tls", 3) == 0)
 			st_warn("ingest: %s: no fixed port, so connections that never finish their SP (or TLS) "
-			        "handshake are left to nng's own deadline", url);
+				"handshake are left to nng's own deadline",
+				url);
 	}
 	nng_sleep_aio(SWEEP_MS, in->sweep);
 	*out = in;
@@ -889,7 +893,7 @@ ingest_set_counters(ingest *in, st_counter *busy, st_counter *unavailable)
 
 void
 ingest_set_conn_metrics(ingest *in, st_counter *refused_global, st_counter *refused_addr, st_counter *closed_idle,
-                        st_counter *displaced, st_counter *closed_handshake, st_gauge *open_conns)
+			st_counter *displaced, st_counter *closed_handshake, st_gauge *open_conns)
 {
 	pthread_mutex_lock(&in->pmu);
 	in->closed_handshake = closed_handshake;

@@ -118,7 +118,7 @@ typedef struct ingest_auth {
  * ST_ESYS when it cannot listen (logged).
  */
 st_err ingest_new(struct event_base *base, const char *url, size_t n_works, st_counter *invalid,
-                  const ingest_auth *auth, ingest_request_fn fn, void *arg, ingest **out);
+		  const ingest_auth *auth, ingest_request_fn fn, void *arg, ingest **out);
 
 /*
  * Loop thread.  Stops the nng callbacks (nng_aio_stop, so none re-arms),
@@ -142,9 +142,8 @@ void ingest_set_counters(ingest *in, st_counter *busy, st_counter *unavailable);
  * for not finishing the SP/TLS handshake in time (prepipe.h), and the gauge
  * of open connections (pipes).  Loop thread, at start.
  */
-void ingest_set_conn_metrics(ingest *in, st_counter *refused_global, st_counter *refused_addr,
-                             st_counter *closed_idle, st_counter *displaced, st_counter *closed_handshake,
-                             st_gauge *open_conns);
+void ingest_set_conn_metrics(ingest *in, st_counter *refused_global, st_counter *refused_addr, st_counter *closed_idle,
+			     st_counter *displaced, st_counter *closed_handshake, st_gauge *open_conns);
 
 /* Bytes charged to the budget now (any thread; for stats and tests). */
 size_t ingest_inflight_bytes(const ingest *in);

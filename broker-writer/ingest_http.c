@@ -54,9 +54,9 @@ typedef struct hreq {
 	http_req *r;          /* NULL once the client is gone */
 	st_auth_grant *grant; /* --ingest-keys: the token's grant; owned */
 	size_t charge;
-	bool queued;          /* the loop holds it: freed by its answer */
+	bool queued;                 /* the loop holds it: freed by its answer */
 	char key[PROTO_MAX_KEY + 1]; /* the Idempotency-Key header, "" when none */
-	st_buf mp;            /* the request in its nng encoding; req points into it */
+	st_buf mp;                   /* the request in its nng encoding; req points into it */
 	proto_request *req;
 } hreq;
 
@@ -212,11 +212,13 @@ events_read(const st_json *j, proto_event *ev, size_t n, proto_str *pool, char *
 					return false;
 				}
 				if (na > PROTO_MAX_ABOUT) {
-					snprintf(detail, cap, "event %zu: about: more than %u entries", i, PROTO_MAX_ABOUT);
+					snprintf(detail, cap, "event %zu: about: more than %u entries", i,
+						 PROTO_MAX_ABOUT);
 					return false;
 				}
 				for (size_t a = 0; a < na; a++)
-					if (!member_str(j, st_json_at(j, v, a), i, "about entry", &pool[a], detail, cap))
+					if (!member_str(j, st_json_at(j, v, a), i, "about entry", &pool[a], detail,
+							cap))
 						return false;
 				ev[i].about = pool;
 				ev[i].n_about = (uint32_t)na;
@@ -416,7 +418,7 @@ on_request(http_req *r, void *arg)
 	if (len > PROTO_MAX_REQUEST) {
 		count(h->cfg.invalid);
 		snprintf(detail, sizeof(detail), "request too large (%llu bytes, max %u)", (unsigned long long)len,
-		         PROTO_MAX_REQUEST);
+			 PROTO_MAX_REQUEST);
 		answer_problem(q, 413, detail, NULL);
 		return;
 	}

@@ -36,10 +36,10 @@ struct st_auth_store;
 typedef struct ingest_http ingest_http;
 
 typedef struct ingest_http_config {
-	ingest *in;                   /* the nng ingest: budget and refusal state (borrowed) */
-	struct st_auth_store *auth;   /* NULL: no producer credentials; borrowed */
+	ingest *in;                 /* the nng ingest: budget and refusal state (borrowed) */
+	struct st_auth_store *auth; /* NULL: no producer credentials; borrowed */
 	st_counter *invalid, *busy, *unavailable, *unauthorized, *forbidden; /* each may be NULL */
-	ingest_request_fn fn;         /* the loop's handler, as given to ingest_new */
+	ingest_request_fn fn; /* the loop's handler, as given to ingest_new */
 	void *arg;
 } ingest_http_config;
 

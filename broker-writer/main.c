@@ -82,13 +82,16 @@
  * primary, now a standby, is not where they settle.
  */
 #define DB_STATEMENT_DEADLINE_MS 60000u
-static const st_pgconn_opts flush_db = {.name = "flush", .application_name = PROG, .setup_sql = schema_session_sql,
-                                        .query_deadline_ms = DB_STATEMENT_DEADLINE_MS,
-                                        .writes = true};
-static const st_pgconn_opts retention_db = {.name = "retention", .application_name = PROG,
-                                            .setup_sql = schema_session_sql,
-                                            .query_deadline_ms = DB_STATEMENT_DEADLINE_MS,
-                                            .writes = true};
+static const st_pgconn_opts flush_db = { .name = "flush",
+					 .application_name = PROG,
+					 .setup_sql = schema_session_sql,
+					 .query_deadline_ms = DB_STATEMENT_DEADLINE_MS,
+					 .writes = true };
+static const st_pgconn_opts retention_db = { .name = "retention",
+					     .application_name = PROG,
+					     .setup_sql = schema_session_sql,
+					     .query_deadline_ms = DB_STATEMENT_DEADLINE_MS,
+					     .writes = true };
 
 /* A flush or retention key equal to the migration's session lock would wait on it. */
 #define MIGRATION_LOCK_KEY ((int64_t)SCHEMA_MIGRATE_LOCK_KEY)
@@ -133,22 +136,49 @@ enum {
 
 static st_opt opts[W_N] = {
 	[W_PG_DSN] = ST_OPT_PG_DSN,
-	[W_INGEST] = { .name = "ingest", .kind = ST_OPT_STR, .def = "tcp://0.0.0.0:7450", .help = "nng rep0 URL to listen on for producers",
-	  .required = true, .check = st_preflight_listen_url },
-	[W_PUBLISH] = { .name = "publish", .kind = ST_OPT_STR, .def = "tcp://0.0.0.0:7451", .help = "nng pub0 URL to listen on for edges",
-	  .required = true, .check = st_preflight_listen_url },
-	[W_CONTROL] = { .name = "control", .kind = ST_OPT_STR, .def = "", .help = "nng rep0 URL of the ops socket (stats, drain); empty = none",
-	  .check = st_preflight_listen_url },
-	[W_HTTP] = { .name = "http", .kind = ST_OPT_STR, .def = "0.0.0.0:9450", .help = "ADDR:PORT for /metrics, /healthz, /readyz; empty = none",
-	  .check = st_preflight_http_addr },
-	[W_FLUSH_INTERVAL_MS] = { .name = "flush-interval-ms", .kind = ST_OPT_INT, .def = "1000", .help = "milliseconds between flushes",
-	  .min = 10, .max = 60000 },
-	[W_LOCK_KEY] = { .name = "lock-key", .kind = ST_OPT_INT, .def = DEFAULT_LOCK_KEY,
-	  .help = "advisory lock key of the flush (retention uses key + 1); same on every replica",
-	  .min = 1, .max = INT64_MAX - 1, .allowed = "1..9223372036854775806 and not 7450000000/7450000001",
-	  .check = lock_key_check },
-	[W_RETENTION] = { .name = "retention", .kind = ST_OPT_DURATION, .def = "7d", .help = "delete events older than this; 0 keeps all",
-	  .min = 0, .max = RETENTION_MAX_MS, .allowed = "0 (keep everything) or a duration up to 36500d (250ms, 30s, 15m, 12h, 7d)" },
+	[W_INGEST] = { .name = "ingest",
+		       .kind = ST_OPT_STR,
+		       .def = "tcp://0.0.0.0:7450",
+		       .help = "nng rep0 URL to listen on for producers",
+		       .required = true,
+		       .check = st_preflight_listen_url },
+	[W_PUBLISH] = { .name = "publish",
+			.kind = ST_OPT_STR,
+			.def = "tcp://0.0.0.0:7451",
+			.help = "nng pub0 URL to listen on for edges",
+			.required = true,
+			.check = st_preflight_listen_url },
+	[W_CONTROL] = { .name = "control",
+			.kind = ST_OPT_STR,
+			.def = "",
+			.help = "nng rep0 URL of the ops socket (stats, drain); empty = none",
+			.check = st_preflight_listen_url },
+	[W_HTTP] = { .name = "http",
+		     .kind = ST_OPT_STR,
+		     .def = "0.0.0.0:9450",
+		     .help = "ADDR:PORT for /metrics, /healthz, /readyz; empty = none",
+		     .check = st_preflight_http_addr },
+	[W_FLUSH_INTERVAL_MS] = { .name = "flush-interval-ms",
+				  .kind = ST_OPT_INT,
+				  .def = "1000",
+				  .help = "milliseconds between flushes",
+				  .min = 10,
+				  .max = 60000 },
+	[W_LOCK_KEY] = { .name = "lock-key",
+			 .kind = ST_OPT_INT,
+			 .def = DEFAULT_LOCK_KEY,
+			 .help = "advisory lock key of the flush (retention uses key + 1); same on every replica",
+			 .min = 1,
+			 .max = INT64_MAX - 1,
+			 .allowed = "1..9223372036854775806 and not 7450000000/7450000001",
+			 .check = lock_key_check },
+	[W_RETENTION] = { .name = "retention",
+			  .kind = ST_OPT_DURATION,
+			  .def = "7d",
+			  .help = "delete events older than this; 0 keeps all",
+			  .min = 0,
+			  .max = RETENTION_MAX_MS,
+			  .allowed = "0 (keep everything) or a duration up to 36500d (250ms, 30s, 15m, 12h, 7d)" },
 	/* Mutual TLS on tls+tcp:// links (docs/security.md). */
 	[W_TLS_CERT] = ST_OPT_TLS_CERT,
 	[W_TLS_KEY] = ST_OPT_TLS_KEY,
@@ -159,17 +189,33 @@ static st_opt opts[W_N] = {
 	[W_PUBLISH_TLS_CA] = ST_OPT_ROLE_TLS_CA("publish", "edges"),
 	[W_CONTROL_TLS_CA] = ST_OPT_ROLE_TLS_CA("control", "operators"),
 	/* Producer credentials (docs/security.md): the edge's JWKS rules, claim "publish". */
-	[W_INGEST_KEYS] = { .name = "ingest-keys", .kind = ST_OPT_STR, .def = "",
-	  .help = "JWKS file of the producers' token keys; empty = no producer credentials (reload: SIGHUP, reload)" },
-	[W_INGEST_KEYS_WATCH] = { .name = "ingest-keys-watch", .kind = ST_OPT_DURATION, .def = "10s",
-	  .help = "how often the --ingest-keys file is looked at; a changed file (a rotated Secret) is reloaded",
-	  .min = 0, .max = 3600000, .allowed = "0 (only SIGHUP and reload) or a duration up to 1h" },
+	[W_INGEST_KEYS] = { .name = "ingest-keys",
+			    .kind = ST_OPT_STR,
+			    .def = "",
+			    .help = "JWKS file of the producers' token keys; empty = no producer credentials (reload: "
+				    "SIGHUP, reload)" },
+	[W_INGEST_KEYS_WATCH] = { .name = "ingest-keys-watch",
+				  .kind = ST_OPT_DURATION,
+				  .def = "10s",
+				  .help = "how often the --ingest-keys file is looked at; a changed file (a rotated "
+					  "Secret) is reloaded",
+				  .min = 0,
+				  .max = 3600000,
+				  .allowed = "0 (only SIGHUP and reload) or a duration up to 1h" },
 	[W_INGEST_MAX_LIFETIME] = ST_OPT_MAX_LIFETIME("ingest-max-lifetime", "producer"),
-	[W_MIGRATE_WAIT] = { .name = "migrate-wait", .kind = ST_OPT_DURATION, .def = "60s",
-	  .help = "`migrate`: how long a database that cannot be reached (down, starting, not resolvable) is waited for",
-	  .min = 0, .max = 3600000, .allowed = "0 (fail at once) or a duration up to 1h" },
-	[W_INGEST_HTTP] = { .name = "ingest-http", .kind = ST_OPT_STR, .def = "",
-	  .help = "ADDR:PORT for publishing over HTTP (POST /v1/events); empty = none", .check = st_preflight_http_addr },
+	[W_MIGRATE_WAIT] = { .name = "migrate-wait",
+			     .kind = ST_OPT_DURATION,
+			     .def = "60s",
+			     .help = "`migrate`: how long a database that cannot be reached (down, starting, not "
+				     "resolvable) is waited for",
+			     .min = 0,
+			     .max = 3600000,
+			     .allowed = "0 (fail at once) or a duration up to 1h" },
+	[W_INGEST_HTTP] = { .name = "ingest-http",
+			    .kind = ST_OPT_STR,
+			    .def = "",
+			    .help = "ADDR:PORT for publishing over HTTP (POST /v1/events); empty = none",
+			    .check = st_preflight_http_addr },
 };
 
 /* Ordered: each state refuses what the ones before it refuse. */
@@ -197,10 +243,10 @@ typedef struct writer {
 	enum writer_life life; /* see DESIGN */
 	int exit_code;
 	struct event *flush_timer, *give_up_timer, *exit_timer, *sig_term, *sig_int, *sig_hup;
-	st_auth_store *auth;       /* NULL: --ingest-keys not set; read by the ingest receivers */
+	st_auth_store *auth; /* NULL: --ingest-keys not set; read by the ingest receivers */
 	const char *keys_path;
 	uint64_t keys_watch_ms;
-	st_keywatch *keys;         /* owned; NULL: no --ingest-keys */
+	st_keywatch *keys; /* owned; NULL: no --ingest-keys */
 	/* metrics */
 	st_metrics *m;
 	st_counter *committed, *rej_invalid, *rej_busy, *rej_unavail, *rej_unauth, *rej_forbidden, *flush_failures;
@@ -374,7 +420,7 @@ on_give_up(evutil_socket_t fd, short what, void *arg)
 		return;
 	flush_stats_get(w->flush, &fs);
 	st_error("shutdown: the database stayed unavailable for %d s; giving up with %zu accepted events not stored",
-	         STOP_GIVE_UP_MS / 1000, fs.unstored_events);
+		 STOP_GIVE_UP_MS / 1000, fs.unstored_events);
 	w->exit_code = 1;
 	event_base_loopbreak(w->base);
 }
@@ -438,14 +484,14 @@ put_stats(writer *w, st_buf *out)
 	flush_stats fs;
 
 	flush_stats_get(w->flush, &fs);
-	st_buf_printf(out,
-	              "\"pending_events\":%zu,\"inflight_flush\":%s,\"inflight_events\":%zu,\"committed_total\":%" PRIu64
-	              ",\"db_up\":%s,\"last_flush_ms\":%" PRIu64 ",\"draining\":%s,\"stopping\":%s,\"instance\":\"%s\""
-	              ",\"ingest_inflight_bytes\":%zu",
-	              fs.pending_events, fs.inflight ? "true" : "false", fs.inflight_events,
-	              st_counter_get(w->committed), st_pgconn_up(w->db) ? "true" : "false", fs.last_flush_ms,
-	              w->life != W_RUNNING ? "true" : "false", w->life >= W_STOPPING ? "true" : "false", w->instance,
-	              ingest_inflight_bytes(w->in));
+	st_buf_printf(
+		out,
+		"\"pending_events\":%zu,\"inflight_flush\":%s,\"inflight_events\":%zu,\"committed_total\":%" PRIu64
+		",\"db_up\":%s,\"last_flush_ms\":%" PRIu64 ",\"draining\":%s,\"stopping\":%s,\"instance\":\"%s\""
+		",\"ingest_inflight_bytes\":%zu",
+		fs.pending_events, fs.inflight ? "true" : "false", fs.inflight_events, st_counter_get(w->committed),
+		st_pgconn_up(w->db) ? "true" : "false", fs.last_flush_ms, w->life != W_RUNNING ? "true" : "false",
+		w->life >= W_STOPPING ? "true" : "false", w->instance, ingest_inflight_bytes(w->in));
 }
 
 /* Reloads --ingest-keys (st_keywatch); requests being checked on the receivers keep the set they took. */
@@ -549,11 +595,12 @@ open_warning(const char *ingest_url, const char *publish_url)
 
 	if (!in && !pub)
 		return;
-	st_warn("no producer credentials (--ingest-keys) and plain tcp:// or ws:// on a non-loopback address:%s%s%s%s%s%s%s; "
-	        "set --ingest-keys, use tls+tcp:// (mutual TLS) or listen on loopback (docs/security.md)",
-	        in ? " anyone who reaches --ingest " : "", in ? ingest_url : "", in ? " can publish to any topic" : "",
-	        in && pub ? ", and" : "", pub ? " anyone who reaches --publish " : "", pub ? publish_url : "",
-	        pub ? " reads every topic, including those the edges guard with tokens" : "");
+	st_warn("no producer credentials (--ingest-keys) and plain tcp:// or ws:// on a non-loopback "
+		"address:%s%s%s%s%s%s%s; "
+		"set --ingest-keys, use tls+tcp:// (mutual TLS) or listen on loopback (docs/security.md)",
+		in ? " anyone who reaches --ingest " : "", in ? ingest_url : "", in ? " can publish to any topic" : "",
+		in && pub ? ", and" : "", pub ? " anyone who reaches --publish " : "", pub ? publish_url : "",
+		pub ? " reads every topic, including those the edges guard with tokens" : "");
 }
 
 static void
@@ -579,45 +626,43 @@ metrics_init(writer *w)
 
 	w->m = st_metrics_new();
 	w->committed = st_metrics_counter(w->m, "studio_writer_events_committed_total", NULL,
-	                                  "Events stored by this writer (fresh, not already stored by key)");
+					  "Events stored by this writer (fresh, not already stored by key)");
 	w->rej_invalid = st_metrics_counter(w->m, "studio_writer_rejected_total", "error=\"invalid\"",
-	                                    "Requests refused, by error code");
+					    "Requests refused, by error code");
 	w->rej_busy = st_metrics_counter(w->m, "studio_writer_rejected_total", "error=\"busy\"",
-	                                 "Requests refused, by error code");
+					 "Requests refused, by error code");
 	w->rej_unavail = st_metrics_counter(w->m, "studio_writer_rejected_total", "error=\"unavailable\"",
-	                                    "Requests refused, by error code");
+					    "Requests refused, by error code");
 	w->rej_unauth = st_metrics_counter(w->m, "studio_writer_rejected_total", "error=\"unauthorized\"",
-	                                   "Requests refused, by error code");
+					   "Requests refused, by error code");
 	w->rej_forbidden = st_metrics_counter(w->m, "studio_writer_rejected_total", "error=\"forbidden\"",
-	                                      "Requests refused, by error code");
-	w->flush_seconds = st_metrics_histogram(w->m, "studio_writer_flush_seconds", NULL,
-	                                        "Duration of successful flush transactions", bounds,
-	                                        ST_ARRAY_LEN(bounds));
+					      "Requests refused, by error code");
+	w->flush_seconds =
+		st_metrics_histogram(w->m, "studio_writer_flush_seconds", NULL,
+				     "Duration of successful flush transactions", bounds, ST_ARRAY_LEN(bounds));
 	w->flush_failures = st_metrics_counter(w->m, "studio_writer_flush_failures_total", NULL,
-	                                       "Flush attempts that failed and were retried");
+					       "Flush attempts that failed and were retried");
 	w->db_up = st_metrics_gauge(w->m, "studio_database_up", NULL, "1 when the flush connection is up, else 0.");
-	w->pending = st_metrics_gauge(w->m, "studio_writer_pending_events", NULL,
-	                              "Accepted events not yet committed");
-	w->conn_refused_global = st_metrics_counter(w->m, "studio_writer_ingest_conns_refused_total",
-	                                            "reason=\"global_cap\"",
-	                                            "Ingest connections closed as they arrived, by the cap they met");
-	w->conn_refused_addr = st_metrics_counter(w->m, "studio_writer_ingest_conns_refused_total",
-	                                          "reason=\"address_cap\"",
-	                                          "Ingest connections closed as they arrived, by the cap they met");
+	w->pending = st_metrics_gauge(w->m, "studio_writer_pending_events", NULL, "Accepted events not yet committed");
+	w->conn_refused_global =
+		st_metrics_counter(w->m, "studio_writer_ingest_conns_refused_total", "reason=\"global_cap\"",
+				   "Ingest connections closed as they arrived, by the cap they met");
+	w->conn_refused_addr =
+		st_metrics_counter(w->m, "studio_writer_ingest_conns_refused_total", "reason=\"address_cap\"",
+				   "Ingest connections closed as they arrived, by the cap they met");
 	w->conn_closed_idle = st_metrics_counter(w->m, "studio_writer_ingest_conns_closed_total", "reason=\"idle\"",
-	                                         "Ingest connections closed before their first request");
-	w->conn_displaced = st_metrics_counter(w->m, "studio_writer_ingest_conns_closed_total",
-	                                       "reason=\"displaced\"",
-	                                       "Ingest connections closed before their first request");
+						 "Ingest connections closed before their first request");
+	w->conn_displaced = st_metrics_counter(w->m, "studio_writer_ingest_conns_closed_total", "reason=\"displaced\"",
+					       "Ingest connections closed before their first request");
 	w->conn_closed_hs = st_metrics_counter(w->m, "studio_writer_ingest_conns_closed_total", "reason=\"handshake\"",
-	                                       "Ingest connections closed before their first request");
+					       "Ingest connections closed before their first request");
 	w->conns = st_metrics_gauge(w->m, "studio_writer_ingest_conns", NULL, "Open ingest connections (nng pipes)");
 	{
 		const char *const roles[] = { st_tls_role_name(ST_TLS_INGEST), st_tls_role_name(ST_TLS_PUBLISH),
-			                      st_tls_role_name(ST_TLS_CONTROL) };
+					      st_tls_role_name(ST_TLS_CONTROL) };
 
 		w->tlsstat = st_tlsstat_new(w->base, w->m, "studio_writer_tls_handshake_failures_total", roles,
-		                            ST_ARRAY_LEN(roles), ST_TLSSTAT_INTERVAL_MS);
+					    ST_ARRAY_LEN(roles), ST_TLSSTAT_INTERVAL_MS);
 	}
 }
 
@@ -631,8 +676,12 @@ run(writer *w)
 	const char *env = getenv("STUDIO_TEST_CRASH_AFTER_COMMIT");
 	flush_config fc = { .instance = w->instance, .lock_key = opts[W_LOCK_KEY].ival };
 	flush_metrics fm;
-	const flush_hooks fh = { .answer = on_answer, .refuse = on_refuse, .reachable = on_reachable,
-		                 .settled = on_settled, .fatal = on_fatal, .arg = w };
+	const flush_hooks fh = { .answer = on_answer,
+				 .refuse = on_refuse,
+				 .reachable = on_reachable,
+				 .settled = on_settled,
+				 .fatal = on_fatal,
+				 .arg = w };
 	struct timeval iv;
 	st_err rv;
 	int mig;
@@ -663,16 +712,18 @@ run(writer *w)
 		return 1;
 	}
 	metrics_init(w);
-	fm = (flush_metrics){ .committed = w->committed, .rej_invalid = w->rej_invalid, .failures = w->flush_failures,
-		              .seconds = w->flush_seconds, .pending = w->pending };
+	fm = (flush_metrics){ .committed = w->committed,
+			      .rej_invalid = w->rej_invalid,
+			      .failures = w->flush_failures,
+			      .seconds = w->flush_seconds,
+			      .pending = w->pending };
 	w->flush_timer = event_new(w->base, -1, EV_PERSIST, on_flush_timer, w);
 	w->give_up_timer = evtimer_new(w->base, on_give_up, w);
 	w->exit_timer = evtimer_new(w->base, on_exit_timer, w);
 	w->sig_term = evsignal_new(w->base, SIGTERM, on_signal, w);
 	w->sig_int = evsignal_new(w->base, SIGINT, on_signal, w);
 	w->sig_hup = evsignal_new(w->base, SIGHUP, on_hup, w);
-	ST_ASSERT(w->flush_timer && w->give_up_timer && w->exit_timer && w->sig_term && w->sig_int &&
-	          w->sig_hup);
+	ST_ASSERT(w->flush_timer && w->give_up_timer && w->exit_timer && w->sig_term && w->sig_int && w->sig_hup);
 	evsignal_add(w->sig_term, NULL);
 	evsignal_add(w->sig_int, NULL);
 	evsignal_add(w->sig_hup, NULL);
@@ -689,27 +740,32 @@ run(writer *w)
 		st_error("cannot create the database connections");
 		return 1;
 	}
-	if ((rv = publish_new(opts[W_PUBLISH].sval, w->instance, &w->pub)) !=
-	    ST_OK)
+	if ((rv = publish_new(opts[W_PUBLISH].sval, w->instance, &w->pub)) != ST_OK)
 		st_config_fail(PROG, "--publish: cannot listen (%s)", st_err_str(rv));
 	if (flush_new(w->base, w->clock, w->db, w->pub, &fc, &fm, &fh, &w->flush) != ST_OK) {
 		st_error("cannot create the flush");
 		return 1;
 	}
 	ingest_auth ia = { .store = w->auth, .unauthorized = w->rej_unauth, .forbidden = w->rej_forbidden };
-	if ((rv = ingest_new(w->base, opts[W_INGEST].sval, INGEST_CONTEXTS,
-	                     w->rej_invalid, w->auth ? &ia : NULL, on_request, w, &w->in)) != ST_OK)
+	if ((rv = ingest_new(w->base, opts[W_INGEST].sval, INGEST_CONTEXTS, w->rej_invalid, w->auth ? &ia : NULL,
+			     on_request, w, &w->in)) != ST_OK)
 		st_config_fail(PROG, "--ingest: cannot listen (%s)", st_err_str(rv));
 	ingest_set_counters(w->in, w->rej_busy, w->rej_unavail);
 	ingest_set_conn_metrics(w->in, w->conn_refused_global, w->conn_refused_addr, w->conn_closed_idle,
-	                        w->conn_displaced, w->conn_closed_hs, w->conns);
+				w->conn_displaced, w->conn_closed_hs, w->conns);
 	if (opts[W_INGEST_HTTP].sval[0] != '\0') {
-		ingest_http_config hc = { .in = w->in, .auth = w->auth, .invalid = w->rej_invalid, .busy = w->rej_busy,
-			                  .unavailable = w->rej_unavail, .unauthorized = w->rej_unauth,
-			                  .forbidden = w->rej_forbidden, .fn = on_request, .arg = w };
+		ingest_http_config hc = { .in = w->in,
+					  .auth = w->auth,
+					  .invalid = w->rej_invalid,
+					  .busy = w->rej_busy,
+					  .unavailable = w->rej_unavail,
+					  .unauthorized = w->rej_unauth,
+					  .forbidden = w->rej_forbidden,
+					  .fn = on_request,
+					  .arg = w };
 		if ((rv = ingest_http_new(w->base, opts[W_INGEST_HTTP].sval, &hc, &w->in_http)) != ST_OK)
 			st_config_fail(PROG, "--ingest-http: cannot listen on %s (%s)", opts[W_INGEST_HTTP].sval,
-			               st_err_str(rv));
+				       st_err_str(rv));
 	}
 	if (ctl_url != NULL && ctl_url[0] != '\0' &&
 	    (rv = st_control_new(w->base, ctl_url, on_control, w, &w->ctl)) != ST_OK)
@@ -717,15 +773,14 @@ run(writer *w)
 	if (http_addr != NULL && http_addr[0] != '\0' &&
 	    (rv = http_server_new(w->base, http_addr, NULL, on_http, w, &w->http)) != ST_OK)
 		st_config_fail(PROG, "--http: cannot listen on %s (%s)", http_addr, st_err_str(rv));
-	if (retention_new(w->base, w->db_ret, strtoll(w->lock_key, NULL, 10), retention_ms, w->m, &w->ret) !=
-	    ST_OK) {
+	if (retention_new(w->base, w->db_ret, strtoll(w->lock_key, NULL, 10), retention_ms, w->m, &w->ret) != ST_OK) {
 		st_error("cannot start retention");
 		return 1;
 	}
 	iv = st_timeval_ms((uint64_t)w->interval_ms);
 	evtimer_add(w->flush_timer, &iv);
 	st_info("writer %s: ingest, publish and flush every %d ms with lock key %s", w->instance, w->interval_ms,
-	        w->lock_key);
+		w->lock_key);
 	event_base_dispatch(w->base);
 	return w->exit_code;
 }
@@ -772,23 +827,26 @@ main(int argc, char **argv)
 	memset(&w, 0, sizeof(w));
 	st_log_init(PROG);
 	st_config_parse_or_exit(opts, W_N, argc, argv, PROG,
-	                "broker-writer [migrate] --pg-dsn DSN [--ingest URL] [--publish URL] [--control URL] "
-	                "[--http ADDR:PORT] [--ingest-http ADDR:PORT] [--flush-interval-ms 1000] [--lock-key N] [--retention DURATION]",
-	                &first);
+				"broker-writer [migrate] --pg-dsn DSN [--ingest URL] [--publish URL] [--control URL] "
+				"[--http ADDR:PORT] [--ingest-http ADDR:PORT] [--flush-interval-ms 1000] [--lock-key "
+				"N] [--retention DURATION]",
+				&first);
 	if (first < argc && strcmp(argv[first], "migrate") == 0) {
 		if (first + 1 < argc)
 			st_config_fail(PROG, "unexpected argument after migrate: %s", argv[first + 1]);
 		return schema_migrate_retry(opts[W_PG_DSN].sval, SCHEMA_ALL, (uint64_t)opts[W_MIGRATE_WAIT].ival,
-		                            &pre_loop_stop);
+					    &pre_loop_stop);
 	}
 	if (first < argc)
 		st_config_fail(PROG, "unknown command: %s (the only command is migrate)", argv[first]);
 	st_preflight_tls(PROG, opts, W_N,
-	                 &(st_preflight_tls_opts){ .cert = &opts[W_TLS_CERT], .key = &opts[W_TLS_KEY], .ca = &opts[W_TLS_CA],
-	                                           .crl = &opts[W_TLS_CRL],
-	                                           .role_ca = { [ST_TLS_INGEST] = &opts[W_INGEST_TLS_CA],
-	                                                        [ST_TLS_PUBLISH] = &opts[W_PUBLISH_TLS_CA],
-	                                                        [ST_TLS_CONTROL] = &opts[W_CONTROL_TLS_CA] } });
+			 &(st_preflight_tls_opts){ .cert = &opts[W_TLS_CERT],
+						   .key = &opts[W_TLS_KEY],
+						   .ca = &opts[W_TLS_CA],
+						   .crl = &opts[W_TLS_CRL],
+						   .role_ca = { [ST_TLS_INGEST] = &opts[W_INGEST_TLS_CA],
+								[ST_TLS_PUBLISH] = &opts[W_PUBLISH_TLS_CA],
+								[ST_TLS_CONTROL] = &opts[W_CONTROL_TLS_CA] } });
 	{
 		/* Before the database: an address that cannot listen is bad configuration, not an outage. */
 		const st_preflight_addr addrs[] = {
@@ -802,9 +860,11 @@ main(int argc, char **argv)
 	}
 	if (opts[W_INGEST_KEYS].sval[0] != '\0') {
 		/* Producer credentials: a local check, before the database (a bad file is bad configuration). */
-		st_auth_config acfg = { .policy = { .leeway_s = INGEST_KEYS_LEEWAY_S, .topics_claim = "publish",
-		                                    .max_lifetime_s = (uint32_t)(opts[W_INGEST_MAX_LIFETIME].ival / 1000) },
-		                        .wall = st_clock_realtime() };
+		st_auth_config acfg = { .policy = { .leeway_s = INGEST_KEYS_LEEWAY_S,
+						    .topics_claim = "publish",
+						    .max_lifetime_s =
+							    (uint32_t)(opts[W_INGEST_MAX_LIFETIME].ival / 1000) },
+					.wall = st_clock_realtime() };
 		st_auth_keys *ks = NULL;
 		char why[256];
 
@@ -814,7 +874,7 @@ main(int argc, char **argv)
 		w.keys_path = opts[W_INGEST_KEYS].sval;
 		w.keys_watch_ms = (uint64_t)opts[W_INGEST_KEYS_WATCH].ival;
 		st_info("--ingest-keys %s: %zu keys; every request needs a producer token", w.keys_path,
-		        st_auth_keys_count(ks));
+			st_auth_keys_count(ks));
 	} else {
 		open_warning(opts[W_INGEST].sval, opts[W_PUBLISH].sval);
 	}

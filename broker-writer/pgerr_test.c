@@ -18,7 +18,7 @@ t_transient(void)
 	/* unique violation (seq collision), connection, lock timeout, statement timeout, admin shutdown,
 	 * serialisation, deadlock, out of memory, disk full, internal error, undefined function */
 	const char *codes[] = { "23505", "08006", "55P03", "57014", "57P01", "40001",
-		                "40P01", "53200", "53100", "XX000", "42883" };
+				"40P01", "53200", "53100", "XX000", "42883" };
 
 	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
 		ST_CHECK(!pgerr_permanent(codes[i]));

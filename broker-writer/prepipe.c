@@ -31,7 +31,7 @@ typedef struct seen {
 struct prepipe {
 	uint16_t port;
 	uint64_t deadline_ms;
-	seen *cur, *next;   /* owned, PREPIPE_TRACK each: the last sweep's list, the one being built */
+	seen *cur, *next; /* owned, PREPIPE_TRACK each: the last sweep's list, the one being built */
 	size_t n_cur;
 };
 

@@ -98,11 +98,11 @@ t_shut_after_deadline_unless_pipe(void)
 	ST_CHECK(connect(c, (struct sockaddr *)&sa, sizeof(sa)) == 0);
 	ST_CHECK((a = accept(l, NULL, NULL)) >= 0);
 	p = prepipe_new(ntohs(sa.sin_port), 10000);
-	ST_CHECK_EQ_U64(prepipe_sweep(p, 1000, never, NULL), 0);  /* first seen */
+	ST_CHECK_EQ_U64(prepipe_sweep(p, 1000, never, NULL), 0); /* first seen */
 	ST_CHECK_EQ_U64(prepipe_sweep(p, 10999, never, NULL), 0);
 	ST_CHECK_EQ_U64(prepipe_sweep(p, 11000, never, NULL), 1);
-	ST_CHECK(recv(c, &b, 1, 0) == 0);                           /* the client sees EOF */
-	close(a);                                                   /* as nng does on EOF */
+	ST_CHECK(recv(c, &b, 1, 0) == 0); /* the client sees EOF */
+	close(a);                         /* as nng does on EOF */
 	ST_CHECK_EQ_U64(prepipe_sweep(p, 12000, never, NULL), 0);
 	prepipe_free(p);
 	close(c);

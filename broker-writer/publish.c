@@ -43,7 +43,7 @@ pipe_cb(nng_pipe pipe, nng_pipe_ev ev, void *arg)
 	if (atomic_fetch_add(&p->pipes, 1) >= PUBLISH_MAX_SUBSCRIBERS) {
 		if (!atomic_exchange(&p->pipes_warned, true))
 			st_warn("publish: more than %u subscriber connections; closing the new ones (logged once)",
-			        PUBLISH_MAX_SUBSCRIBERS);
+				PUBLISH_MAX_SUBSCRIBERS);
 		nng_pipe_close(pipe);
 	}
 }
@@ -165,4 +165,4 @@ publish_tick(publish *p, uint64_t head)
 
 /* Every message the writer publishes must fit an edge's receive limit. */
 _Static_assert(PUBLISH_MAX_BYTES + 4096 <= PROTO_MAX_PUB && PROTO_MAX_PUB_EVENT + 4096 <= PROTO_MAX_PUB,
-               "a published message could exceed PROTO_MAX_PUB");
+	       "a published message could exceed PROTO_MAX_PUB");

@@ -13,11 +13,11 @@
 #include "st_util.h"
 
 typedef struct ent {
-	struct ent *next;            /* bucket chain */
-	struct ent *older, *newer;   /* answered FIFO */
+	struct ent *next;          /* bucket chain */
+	struct ent *older, *newer; /* answered FIFO */
 	reqcache_key k;
-	void *owner;                 /* pending: non-NULL */
-	unsigned char *reply;        /* answered */
+	void *owner;          /* pending: non-NULL */
+	unsigned char *reply; /* answered */
 	size_t reply_len;
 	uint64_t at;
 } ent;

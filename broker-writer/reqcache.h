@@ -59,7 +59,7 @@ bool reqcache_maybe(reqcache *c, uint32_t id, size_t len, uint64_t now);
  * that changes the cache (copy it before unlocking).  Expires old answers.
  */
 reqcache_state reqcache_find(reqcache *c, const reqcache_key *k, uint64_t now, void **owner, const void **reply,
-                             size_t *reply_len);
+			     size_t *reply_len);
 
 /* Adds a pending entry for owner (non-NULL); k must not be in the cache (reqcache_find said NEW). */
 void reqcache_add(reqcache *c, const reqcache_key *k, void *owner);
@@ -71,7 +71,7 @@ void reqcache_add(reqcache *c, const reqcache_key *k, void *owner);
  * NULL (a refusal) the entry goes.  No-op when owner has no pending entry.
  */
 void reqcache_answer(reqcache *c, const reqcache_key *k, void *owner, const void *reply, size_t reply_len,
-                     uint64_t now);
+		     uint64_t now);
 
 size_t reqcache_pending(const reqcache *c);
 size_t reqcache_answered(const reqcache *c);

@@ -44,10 +44,10 @@ struct retention {
 static const char retain_sql[] = "SELECT broker_retain4($1::bigint, $2::interval, $3::int)";
 /* No row: nothing is deletable (empty, or only the newest event left): no lag. */
 static const char lag_sql[] =
-    "SELECT greatest(0, floor(extract(epoch FROM now() - $1::interval - o.created_at)))::bigint"
-    " FROM (SELECT e.created_at FROM broker_event e"
-    " WHERE e.seq > (SELECT m.horizon FROM broker_meta m WHERE m.id = 1)"
-    " AND e.seq < (SELECT max(x.seq) FROM broker_event x) ORDER BY e.seq LIMIT 1) o";
+	"SELECT greatest(0, floor(extract(epoch FROM now() - $1::interval - o.created_at)))::bigint"
+	" FROM (SELECT e.created_at FROM broker_event e"
+	" WHERE e.seq > (SELECT m.horizon FROM broker_meta m WHERE m.id = 1)"
+	" AND e.seq < (SELECT max(x.seq) FROM broker_event x) ORDER BY e.seq LIMIT 1) o";
 
 static void
 arm(retention *r, int ms)
@@ -86,7 +86,8 @@ round_end(retention *r)
 		st_info("retention: deleted %" PRIu64 " events", r->round_deleted);
 	r->round_deleted = 0;
 	/* keep-all has no lag; down or busy: measured after the next round */
-	if (r->interval[0] == '\0' || st_pgconn_send(r->sink, lag_sql, 1, NULL, vals, NULL, NULL, 0, on_lag, r) != ST_OK)
+	if (r->interval[0] == '\0' ||
+	    st_pgconn_send(r->sink, lag_sql, 1, NULL, vals, NULL, NULL, 0, on_lag, r) != ST_OK)
 		arm(r, RETENTION_PERIOD_MS);
 }
 
@@ -138,16 +139,17 @@ on_timer(evutil_socket_t fd, short what, void *arg)
 
 st_err
 retention_new(struct event_base *base, st_pgconn *sink, int64_t lock_key, int64_t retention_ms, st_metrics *m,
-              retention **out)
+	      retention **out)
 {
 	retention *r = st_xcalloc(1, sizeof(*r));
 
 	r->sink = sink;
 	r->deleted = st_metrics_counter(m, "studio_writer_retention_deleted_total", NULL,
-	                                "Events deleted by retention (by this replica)");
-	r->lag = st_metrics_gauge(m, "studio_writer_retention_lag_seconds", NULL,
-	                          "Seconds by which the oldest deletable event is older than --retention (0: caught up, "
-	                          "or keep-all)");
+					"Events deleted by retention (by this replica)");
+	r->lag =
+		st_metrics_gauge(m, "studio_writer_retention_lag_seconds", NULL,
+				 "Seconds by which the oldest deletable event is older than --retention (0: caught up, "
+				 "or keep-all)");
 	snprintf(r->lock_key, sizeof(r->lock_key), "%" PRId64, lock_key);
 	if (retention_ms > 0)
 		snprintf(r->interval, sizeof(r->interval), "%" PRId64 " milliseconds", retention_ms);

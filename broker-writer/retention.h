@@ -39,8 +39,8 @@ typedef struct retention retention;
  * studio_writer_retention_deleted_total and
  * studio_writer_retention_lag_seconds.  Main thread, at start.
  */
-st_err retention_new(struct event_base *base, st_pgconn *sink, int64_t lock_key, int64_t retention_ms,
-                     st_metrics *m, retention **out);
+st_err retention_new(struct event_base *base, st_pgconn *sink, int64_t lock_key, int64_t retention_ms, st_metrics *m,
+		     retention **out);
 /* Stops the timer.  A chunk in flight is abandoned with the sink (free the sink after this). NULL-safe. */
 void retention_free(retention *r);
 

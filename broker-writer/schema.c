@@ -149,40 +149,40 @@
 #define SESSION_STATEMENT_TIMEOUT "'30s'"
 
 const char schema_session_sql[] =
-    "SET lock_timeout = '5s'; SET statement_timeout = " SESSION_STATEMENT_TIMEOUT "; "
-    "SET idle_in_transaction_session_timeout = '10s'; SET client_encoding = 'UTF8'; "
-    "SET default_transaction_isolation = 'read committed'; SET default_transaction_read_only = off; "
-    "SELECT set_config('synchronous_commit', 'on', false) "
-    "WHERE current_setting('synchronous_commit') IN ('off', 'local')";
+	"SET lock_timeout = '5s'; SET statement_timeout = " SESSION_STATEMENT_TIMEOUT "; "
+	"SET idle_in_transaction_session_timeout = '10s'; SET client_encoding = 'UTF8'; "
+	"SET default_transaction_isolation = 'read committed'; SET default_transaction_read_only = off; "
+	"SELECT set_config('synchronous_commit', 'on', false) "
+	"WHERE current_setting('synchronous_commit') IN ('off', 'local')";
 
 static const char tables_sql[] =
-    "CREATE TABLE IF NOT EXISTS broker_event (\n"
-    "  seq bigint GENERATED ALWAYS AS IDENTITY (CACHE 1) PRIMARY KEY,\n"
-    "  topic text NOT NULL,\n"
-    "  about text[] NOT NULL DEFAULT '{}',\n"
-    "  data json,\n"
-    "  key text,\n"
-    "  created_at timestamptz NOT NULL DEFAULT now(),\n"
-    "  data_bytes int);\n"
-    "ALTER TABLE broker_event ADD COLUMN IF NOT EXISTS data_bytes int;\n"
-    "CREATE UNIQUE INDEX IF NOT EXISTS broker_event_topic_key ON broker_event (topic, key) WHERE key IS NOT NULL;\n"
-    /* IF NOT EXISTS skips an invalid index too: key_index_build replaced it, and this proves it */
-    "DO $chk$ BEGIN\n"
-    "  IF NOT (SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = 'broker_event_topic_key'::regclass) THEN\n"
-    "    RAISE EXCEPTION 'broker_event_topic_key is invalid (a failed concurrent build): run migrate again';\n"
-    "  END IF;\n"
-    "END $chk$;\n"
-    "DROP INDEX IF EXISTS broker_event_key;\n"
-    "CREATE INDEX IF NOT EXISTS broker_event_topic_seq ON broker_event (topic, seq);\n"
-    "CREATE TABLE IF NOT EXISTS broker_meta (id int PRIMARY KEY CHECK (id = 1),\n"
-    "  horizon bigint NOT NULL DEFAULT 0, schema_version int NOT NULL);\n"
-    "INSERT INTO broker_meta (id, horizon, schema_version) VALUES (1, 0, 0) ON CONFLICT (id) DO NOTHING;\n"
-    "CREATE TABLE IF NOT EXISTS broker_flush (id text PRIMARY KEY, prev bigint NOT NULL,\n"
-    "  seqs bigint[] NOT NULL DEFAULT '{}', created_at timestamptz NOT NULL DEFAULT now());\n"
-    "ALTER TABLE broker_flush ALTER COLUMN seqs SET DEFAULT '{}';\n"
-    "ALTER TABLE broker_flush ADD COLUMN IF NOT EXISTS dup_ords int[];\n"
-    "ALTER TABLE broker_flush ADD COLUMN IF NOT EXISTS dup_seqs bigint[];\n"
-    "CREATE INDEX IF NOT EXISTS broker_flush_created_at ON broker_flush (created_at);\n";
+	"CREATE TABLE IF NOT EXISTS broker_event (\n"
+	"  seq bigint GENERATED ALWAYS AS IDENTITY (CACHE 1) PRIMARY KEY,\n"
+	"  topic text NOT NULL,\n"
+	"  about text[] NOT NULL DEFAULT '{}',\n"
+	"  data json,\n"
+	"  key text,\n"
+	"  created_at timestamptz NOT NULL DEFAULT now(),\n"
+	"  data_bytes int);\n"
+	"ALTER TABLE broker_event ADD COLUMN IF NOT EXISTS data_bytes int;\n"
+	"CREATE UNIQUE INDEX IF NOT EXISTS broker_event_topic_key ON broker_event (topic, key) WHERE key IS NOT NULL;\n"
+	/* IF NOT EXISTS skips an invalid index too: key_index_build replaced it, and this proves it */
+	"DO $chk$ BEGIN\n"
+	"  IF NOT (SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = 'broker_event_topic_key'::regclass) THEN\n"
+	"    RAISE EXCEPTION 'broker_event_topic_key is invalid (a failed concurrent build): run migrate again';\n"
+	"  END IF;\n"
+	"END $chk$;\n"
+	"DROP INDEX IF EXISTS broker_event_key;\n"
+	"CREATE INDEX IF NOT EXISTS broker_event_topic_seq ON broker_event (topic, seq);\n"
+	"CREATE TABLE IF NOT EXISTS broker_meta (id int PRIMARY KEY CHECK (id = 1),\n"
+	"  horizon bigint NOT NULL DEFAULT 0, schema_version int NOT NULL);\n"
+	"INSERT INTO broker_meta (id, horizon, schema_version) VALUES (1, 0, 0) ON CONFLICT (id) DO NOTHING;\n"
+	"CREATE TABLE IF NOT EXISTS broker_flush (id text PRIMARY KEY, prev bigint NOT NULL,\n"
+	"  seqs bigint[] NOT NULL DEFAULT '{}', created_at timestamptz NOT NULL DEFAULT now());\n"
+	"ALTER TABLE broker_flush ALTER COLUMN seqs SET DEFAULT '{}';\n"
+	"ALTER TABLE broker_flush ADD COLUMN IF NOT EXISTS dup_ords int[];\n"
+	"ALTER TABLE broker_flush ADD COLUMN IF NOT EXISTS dup_seqs bigint[];\n"
+	"CREATE INDEX IF NOT EXISTS broker_flush_created_at ON broker_flush (created_at);\n";
 
 /*
  * functions_sql: CREATE OR REPLACE FUNCTION only.  It updates pg_proc rows
@@ -203,132 +203,145 @@ static const char tables_sql[] =
  * records, data_bytes recorded) until it restarts.
  */
 static const char functions_sql[] =
-    "CREATE OR REPLACE FUNCTION broker_append4(lock_key bigint, flush_id text, topics text[],\n"
-    "    abouts text[], datas text[], keys text[])\n"
-    "  RETURNS TABLE(prev bigint, first_seq bigint, n_fresh int, dup_ords int[], dup_seqs bigint[])\n"
-    "  LANGUAGE plpgsql SET jit = off SET work_mem = '64MB' AS $fn$\n"
-    "DECLARE\n"
-    "  v_prev bigint;\n"
-    "  v_first bigint := 0;\n"
-    "  v_n int;\n"
-    "  v_do int[] := '{}';\n"
-    "  v_ds bigint[] := '{}';\n"
-    "  v_seq regclass;\n"
-    "  v_ins bigint;\n"
-    "  v_now timestamptz;\n"
-    "  r record;\n"
-    "BEGIN\n"
-    "  PERFORM pg_advisory_xact_lock(lock_key);\n"
-    "  v_now := clock_timestamp();\n"
-    "  SELECT f.prev, f.seqs, f.dup_ords, f.dup_seqs INTO r FROM broker_flush f WHERE f.id = flush_id;\n"
-    "  IF FOUND THEN\n"
-    "    RETURN QUERY SELECT r.prev, coalesce(r.seqs[1], 0), coalesce(r.seqs[2] - r.seqs[1] + 1, 0)::int,\n"
-    "      coalesce(r.dup_ords, '{}'), coalesce(r.dup_seqs, '{}');\n"
-    "    RETURN;\n"
-    "  END IF;\n"
-    "  SELECT coalesce(max(e.seq), 0) INTO v_prev FROM broker_event e;\n"
-    "  IF keys IS NOT NULL THEN\n"
-    "    SELECT coalesce(array_agg(i.o::int ORDER BY i.o), '{}'), coalesce(array_agg(e.seq ORDER BY i.o), '{}')\n"
-    "      INTO v_do, v_ds\n"
-    "      FROM unnest(topics, keys) WITH ORDINALITY AS i(t, k, o)\n"
-    "      CROSS JOIN LATERAL (SELECT e.seq FROM broker_event e WHERE e.topic = i.t AND e.key = i.k LIMIT 1) e;\n"
-    "  END IF;\n"
-    "  v_n := coalesce(cardinality(topics), 0) - cardinality(v_do);\n"
-    "  IF v_n > 0 THEN\n"
-    "    v_seq := pg_get_serial_sequence('broker_event', 'seq')::regclass;\n"
-    "    v_first := nextval(v_seq);\n"
-    "    IF v_n > 1 THEN\n"
-    "      PERFORM setval(v_seq, v_first + v_n - 1);\n"
-    "    END IF;\n"
-    "    IF cardinality(v_do) = 0 THEN\n"
-    "      INSERT INTO broker_event (seq, topic, about, data, key, created_at, data_bytes) OVERRIDING SYSTEM VALUE\n"
-    "      SELECT v_first - 1 + i.o, i.t, i.a::text[], i.d::json, i.k, v_now, octet_length(i.d)\n"
-    "        FROM unnest(topics, abouts, datas, keys) WITH ORDINALITY AS i(t, a, d, k, o);\n"
-    "    ELSE\n"
-    "      INSERT INTO broker_event (seq, topic, about, data, key, created_at, data_bytes) OVERRIDING SYSTEM VALUE\n"
-    "      SELECT v_first - 1 + row_number() OVER (ORDER BY i.o), i.t, i.a::text[], i.d::json, i.k, v_now,\n"
-    "             octet_length(i.d)\n"
-    "        FROM unnest(topics, abouts, datas, keys) WITH ORDINALITY AS i(t, a, d, k, o)\n"
-    "       WHERE NOT EXISTS (SELECT 1 FROM unnest(v_do) AS s(o) WHERE s.o = i.o);\n"
-    "    END IF;\n"
-    "    GET DIAGNOSTICS v_ins = ROW_COUNT;\n"
-    "    IF v_ins <> v_n THEN\n"
-    "      RAISE EXCEPTION 'broker_append4: % rows inserted, % expected (a topic and key repeated in one call?)',\n"
-    "        v_ins, v_n;\n"
-    "    END IF;\n"
-    "  END IF;\n"
-    "  INSERT INTO broker_flush (id, prev, seqs, dup_ords, dup_seqs, created_at)\n"
-    "    VALUES (flush_id, v_prev, CASE WHEN v_n > 0 THEN ARRAY[v_first, v_first + v_n - 1] ELSE '{}' END,\n"
-    "            v_do, v_ds, v_now);\n"
-    "  RETURN QUERY SELECT v_prev, v_first, v_n, v_do, v_ds;\n"
-    "END\n"
-    "$fn$;\n"
-    "\n"
-    "CREATE OR REPLACE FUNCTION broker_retain4(lock_key bigint, older_than interval, chunk int)\n"
-    "  RETURNS int LANGUAGE plpgsql AS $fn$\n"
-    "DECLARE\n"
-    "  v_horizon bigint;\n"
-    "  v_lo bigint;\n"
-    "  v_hi bigint;\n"
-    "  v_newest bigint;\n"
-    "  v_keep bigint;\n"
-    "  v_cut bigint;\n"
-    "  v_n int := 0;\n"
-    "BEGIN\n"
-    "  IF NOT pg_try_advisory_xact_lock(lock_key + 1) THEN\n"
-    "    RETURN 0;\n"
-    "  END IF;\n"
-    "  IF older_than IS NOT NULL AND chunk > 0 THEN\n"
-    "    SELECT m.horizon INTO v_horizon FROM broker_meta m WHERE m.id = 1;\n"
-    "    SELECT e.seq INTO v_lo FROM broker_event e WHERE e.seq > coalesce(v_horizon, 0) ORDER BY e.seq LIMIT 1;\n"
-    "    SELECT e.seq INTO v_newest FROM broker_event e ORDER BY e.seq DESC LIMIT 1;\n"
-    "    v_hi := least(v_lo + chunk - 1, v_newest - 1);\n"
-    "    IF v_hi >= v_lo THEN\n"
-    "      SELECT e.seq INTO v_keep FROM broker_event e\n"
-    "       WHERE e.seq BETWEEN v_lo AND v_hi AND e.created_at >= now() - older_than ORDER BY e.seq LIMIT 1;\n"
-    "      v_cut := coalesce(v_keep - 1, v_hi);\n"
-    "      IF v_cut >= v_lo THEN\n"
-    "        UPDATE broker_meta SET horizon = greatest(horizon, v_cut) WHERE id = 1;\n"
-    "        DELETE FROM broker_event e WHERE e.seq BETWEEN v_lo AND v_cut;\n"
-    "        GET DIAGNOSTICS v_n = ROW_COUNT;\n"
-    "      END IF;\n"
-    "    END IF;\n"
-    "  END IF;\n"
-    "  IF v_n = 0 THEN\n"
-    "    DELETE FROM broker_flush WHERE ctid = ANY(ARRAY(SELECT f.ctid FROM broker_flush f\n"
-    "      WHERE f.created_at < now() - interval '" STR(SCHEMA_FLUSH_KEEP_HOURS) " hours'\n"
-    "      ORDER BY f.created_at LIMIT greatest(chunk, 1)));\n"
-    "  END IF;\n"
-    "  RETURN v_n;\n"
-    "END\n"
-    "$fn$;\n"
-    "\n"
-    "CREATE OR REPLACE FUNCTION broker_append3(lock_key bigint, flush_id text, topics text[],\n"
-    "    abouts text[], datas text[], keys text[])\n"
-    "  RETURNS TABLE(prev bigint, first_seq bigint, n_fresh int, dup_ords int[], dup_seqs bigint[])\n"
-    "  LANGUAGE sql AS $fn$ SELECT * FROM broker_append4(lock_key, flush_id, topics, abouts, datas, keys) $fn$;\n"
-    "\n"
-    "CREATE OR REPLACE FUNCTION broker_retain3(lock_key bigint, older_than interval, chunk int)\n"
-    "  RETURNS int LANGUAGE sql AS $fn$ SELECT broker_retain4(lock_key, older_than, chunk) $fn$;\n"
-    "\n"
-    "CREATE OR REPLACE FUNCTION broker_append2(lock_key bigint, flush_id text, topics text[],\n"
-    "    abouts text[], datas text[], keys text[])\n"
-    "  RETURNS TABLE(prev bigint, first_seq bigint, n_fresh int, dup_ords int[], dup_seqs bigint[])\n"
-    "  LANGUAGE sql AS $fn$ SELECT * FROM broker_append4(lock_key, flush_id, topics, abouts, datas, keys) $fn$;\n"
-    "\n"
-    "CREATE OR REPLACE FUNCTION broker_retain(lock_key bigint, older_than interval, chunk int)\n"
-    "  RETURNS int LANGUAGE sql AS $fn$ SELECT broker_retain4(lock_key, older_than, chunk) $fn$;\n";
+	"CREATE OR REPLACE FUNCTION broker_append4(lock_key bigint, flush_id text, topics text[],\n"
+	"    abouts text[], datas text[], keys text[])\n"
+	"  RETURNS TABLE(prev bigint, first_seq bigint, n_fresh int, dup_ords int[], dup_seqs bigint[])\n"
+	"  LANGUAGE plpgsql SET jit = off SET work_mem = '64MB' AS $fn$\n"
+	"DECLARE\n"
+	"  v_prev bigint;\n"
+	"  v_first bigint := 0;\n"
+	"  v_n int;\n"
+	"  v_do int[] := '{}';\n"
+	"  v_ds bigint[] := '{}';\n"
+	"  v_seq regclass;\n"
+	"  v_ins bigint;\n"
+	"  v_now timestamptz;\n"
+	"  r record;\n"
+	"BEGIN\n"
+	"  PERFORM pg_advisory_xact_lock(lock_key);\n"
+	"  v_now := clock_timestamp();\n"
+	"  SELECT f.prev, f.seqs, f.dup_ords, f.dup_seqs INTO r FROM broker_flush f WHERE f.id = flush_id;\n"
+	"  IF FOUND THEN\n"
+	"    RETURN QUERY SELECT r.prev, coalesce(r.seqs[1], 0), coalesce(r.seqs[2] - r.seqs[1] + 1, 0)::int,\n"
+	"      coalesce(r.dup_ords, '{}'), coalesce(r.dup_seqs, '{}');\n"
+	"    RETURN;\n"
+	"  END IF;\n"
+	"  SELECT coalesce(max(e.seq), 0) INTO v_prev FROM broker_event e;\n"
+	"  IF keys IS NOT NULL THEN\n"
+	"    SELECT coalesce(array_agg(i.o::int ORDER BY i.o), '{}'), coalesce(array_agg(e.seq ORDER BY i.o), '{}')\n"
+	"      INTO v_do, v_ds\n"
+	"      FROM unnest(topics, keys) WITH ORDINALITY AS i(t, k, o)\n"
+	"      CROSS JOIN LATERAL (SELECT e.seq FROM broker_event e WHERE e.topic = i.t AND e.key = i.k LIMIT 1) e;\n"
+	"  END IF;\n"
+	"  v_n := coalesce(cardinality(topics), 0) - cardinality(v_do);\n"
+	"  IF v_n > 0 THEN\n"
+	"    v_seq := pg_get_serial_sequence('broker_event', 'seq')::regclass;\n"
+	"    v_first := nextval(v_seq);\n"
+	"    IF v_n > 1 THEN\n"
+	"      PERFORM setval(v_seq, v_first + v_n - 1);\n"
+	"    END IF;\n"
+	"    IF cardinality(v_do) = 0 THEN\n"
+	"      INSERT INTO broker_event (seq, topic, about, data, key, created_at, data_bytes) OVERRIDING SYSTEM "
+	"VALUE\n"
+	"      SELECT v_first - 1 + i.o, i.t, i.a::text[], i.d::json, i.k, v_now, octet_length(i.d)\n"
+	"        FROM unnest(topics, abouts, datas, keys) WITH ORDINALITY AS i(t, a, d, k, o);\n"
+	"    ELSE\n"
+	"      INSERT INTO broker_event (seq, topic, about, data, key, created_at, data_bytes) OVERRIDING SYSTEM "
+	"VALUE\n"
+	"      SELECT v_first - 1 + row_number() OVER (ORDER BY i.o), i.t, i.a::text[], i.d::json, i.k, v_now,\n"
+	"             octet_length(i.d)\n"
+	"        FROM unnest(topics, abouts, datas, keys) WITH ORDINALITY AS i(t, a, d, k, o)\n"
+	"       WHERE NOT EXISTS (SELECT 1 FROM unnest(v_do) AS s(o) WHERE s.o = i.o);\n"
+	"    END IF;\n"
+	"    GET DIAGNOSTICS v_ins = ROW_COUNT;\n"
+	"    IF v_ins <> v_n THEN\n"
+	"      RAISE EXCEPTION 'broker_append4: % rows inserted, % expected (a topic and key repeated in one call?)',\n"
+	"        v_ins, v_n;\n"
+	"    END IF;\n"
+	"  END IF;\n"
+	"  INSERT INTO broker_flush (id, prev, seqs, dup_ords, dup_seqs, created_at)\n"
+	"    VALUES (flush_id, v_prev, CASE WHEN v_n > 0 THEN ARRAY[v_first, v_first + v_n - 1] ELSE '{}' END,\n"
+	"            v_do, v_ds, v_now);\n"
+	"  RETURN QUERY SELECT v_prev, v_first, v_n, v_do, v_ds;\n"
+	"END\n"
+	"$fn$;\n"
+	"\n"
+	"CREATE OR REPLACE FUNCTION broker_retain4(lock_key bigint, older_than interval, chunk int)\n"
+	"  RETURNS int LANGUAGE plpgsql AS $fn$\n"
+	"DECLARE\n"
+	"  v_horizon bigint;\n"
+	"  v_lo bigint;\n"
+	"  v_hi bigint;\n"
+	"  v_newest bigint;\n"
+	"  v_keep bigint;\n"
+	"  v_cut bigint;\n"
+	"  v_n int := 0;\n"
+	"BEGIN\n"
+	"  IF NOT pg_try_advisory_xact_lock(lock_key + 1) THEN\n"
+	"    RETURN 0;\n"
+	"  END IF;\n"
+	"  IF older_than IS NOT NULL AND chunk > 0 THEN\n"
+	"    SELECT m.horizon INTO v_horizon FROM broker_meta m WHERE m.id = 1;\n"
+	"    SELECT e.seq INTO v_lo FROM broker_event e WHERE e.seq > coalesce(v_horizon, 0) ORDER BY e.seq LIMIT 1;\n"
+	"    SELECT e.seq INTO v_newest FROM broker_event e ORDER BY e.seq DESC LIMIT 1;\n"
+	"    v_hi := least(v_lo + chunk - 1, v_newest - 1);\n"
+	"    IF v_hi >= v_lo THEN\n"
+	"      SELECT e.seq INTO v_keep FROM broker_event e\n"
+	"       WHERE e.seq BETWEEN v_lo AND v_hi AND e.created_at >= now() - older_than ORDER BY e.seq LIMIT 1;\n"
+	"      v_cut := coalesce(v_keep - 1, v_hi);\n"
+	"      IF v_cut >= v_lo THEN\n"
+	"        UPDATE broker_meta SET horizon = greatest(horizon, v_cut) WHERE id = 1;\n"
+	"        DELETE FROM broker_event e WHERE e.seq BETWEEN v_lo AND v_cut;\n"
+	"        GET DIAGNOSTICS v_n = ROW_COUNT;\n"
+	"      END IF;\n"
+	"    END IF;\n"
+	"  END IF;\n"
+	"  IF v_n = 0 THEN\n"
+	"    DELETE FROM broker_flush WHERE ctid = ANY(ARRAY(SELECT f.ctid FROM broker_flush f\n"
+	"      WHERE f.created_at < now() - interval '" STR(
+		SCHEMA_FLUSH_KEEP_HOURS) " hours'\n"
+					 "      ORDER BY f.created_at LIMIT greatest(chunk, 1)));\n"
+					 "  END IF;\n"
+					 "  RETURN v_n;\n"
+					 "END\n"
+					 "$fn$;\n"
+					 "\n"
+					 "CREATE OR REPLACE FUNCTION broker_append3(lock_key bigint, flush_id text, "
+					 "topics text[],\n"
+					 "    abouts text[], datas text[], keys text[])\n"
+					 "  RETURNS TABLE(prev bigint, first_seq bigint, n_fresh int, dup_ords int[], "
+					 "dup_seqs bigint[])\n"
+					 "  LANGUAGE sql AS $fn$ SELECT * FROM broker_append4(lock_key, flush_id, "
+					 "topics, abouts, datas, keys) $fn$;\n"
+					 "\n"
+					 "CREATE OR REPLACE FUNCTION broker_retain3(lock_key bigint, older_than "
+					 "interval, chunk int)\n"
+					 "  RETURNS int LANGUAGE sql AS $fn$ SELECT broker_retain4(lock_key, "
+					 "older_than, chunk) $fn$;\n"
+					 "\n"
+					 "CREATE OR REPLACE FUNCTION broker_append2(lock_key bigint, flush_id text, "
+					 "topics text[],\n"
+					 "    abouts text[], datas text[], keys text[])\n"
+					 "  RETURNS TABLE(prev bigint, first_seq bigint, n_fresh int, dup_ords int[], "
+					 "dup_seqs bigint[])\n"
+					 "  LANGUAGE sql AS $fn$ SELECT * FROM broker_append4(lock_key, flush_id, "
+					 "topics, abouts, datas, keys) $fn$;\n"
+					 "\n"
+					 "CREATE OR REPLACE FUNCTION broker_retain(lock_key bigint, older_than "
+					 "interval, chunk int)\n"
+					 "  RETURNS int LANGUAGE sql AS $fn$ SELECT broker_retain4(lock_key, "
+					 "older_than, chunk) $fn$;\n";
 
 /* Takes a row lock on broker_meta's one row; never lowers the version. */
 static const char version_sql[] =
-    "UPDATE broker_meta SET schema_version = greatest(schema_version, " STR(SCHEMA_VERSION) ") WHERE id = 1";
+	"UPDATE broker_meta SET schema_version = greatest(schema_version, " STR(SCHEMA_VERSION) ") WHERE id = 1";
 
 /* The signatures this program calls: a newer schema must still have them. */
 static const char functions_present_sql[] =
-    "SELECT to_regprocedure('broker_append4(bigint,text,text[],text[],text[],text[])') IS NOT NULL"
-    " AND to_regprocedure('broker_retain4(bigint,interval,integer)') IS NOT NULL"
-    " AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'broker_event'::regclass"
-    "             AND attname = 'data_bytes' AND NOT attisdropped)";
+	"SELECT to_regprocedure('broker_append4(bigint,text,text[],text[],text[],text[])') IS NOT NULL"
+	" AND to_regprocedure('broker_retain4(bigint,interval,integer)') IS NOT NULL"
+	" AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'broker_event'::regclass"
+	"             AND attname = 'data_bytes' AND NOT attisdropped)";
 
 static void
 set_err(char *err, size_t errlen, const char *what, const char *msg)
@@ -400,7 +413,7 @@ read_version(PGconn *conn, int *version, char *err, size_t errlen)
 		return ST_OK;
 	}
 	if ((rv = query_value(conn, "SELECT coalesce((SELECT schema_version FROM broker_meta WHERE id = 1), 0)", v,
-	                      sizeof(v), err, errlen)) != ST_OK)
+			      sizeof(v), err, errlen)) != ST_OK)
 		return rv;
 	*version = (int)strtol(v, NULL, 10);
 	return ST_OK;
@@ -427,9 +440,10 @@ judge(PGconn *conn, schema_mode mode, int version, bool *done, char *err, size_t
 			return rv;
 		if (strcmp(v, "t") != 0) {
 			snprintf(err, errlen,
-			         "schema version %d is newer than this program's %d and no longer has the functions "
-			         "this program calls (broker_append4, broker_retain4, broker_event.data_bytes): upgrade this program",
-			         version, SCHEMA_VERSION);
+				 "schema version %d is newer than this program's %d and no longer has the functions "
+				 "this program calls (broker_append4, broker_retain4, broker_event.data_bytes): "
+				 "upgrade this program",
+				 version, SCHEMA_VERSION);
 			return ST_EINVAL;
 		}
 		*done = true;
@@ -437,9 +451,10 @@ judge(PGconn *conn, schema_mode mode, int version, bool *done, char *err, size_t
 	}
 	if (mode == SCHEMA_ONLINE && version > 0 && version < SCHEMA_ONLINE_FROM) {
 		snprintf(err, errlen,
-		         "schema version %d needs exclusive table locks to reach version %d: run `broker-writer migrate` "
-		         "before starting this writer",
-		         version, SCHEMA_VERSION);
+			 "schema version %d needs exclusive table locks to reach version %d: run `broker-writer "
+			 "migrate` "
+			 "before starting this writer",
+			 version, SCHEMA_VERSION);
 		return ST_EINVAL;
 	}
 	return ST_OK;
@@ -453,9 +468,9 @@ schema_check_encoding(PGconn *conn, char *err, size_t errlen)
 	if (enc != NULL && strcmp(enc, "UTF8") == 0)
 		return ST_OK;
 	snprintf(err, errlen,
-	         "the database's encoding is %s, not UTF8: it cannot store every event this writer accepts "
-	         "(create the database with ENCODING 'UTF8')",
-	         enc != NULL ? enc : "unknown");
+		 "the database's encoding is %s, not UTF8: it cannot store every event this writer accepts "
+		 "(create the database with ENCODING 'UTF8')",
+		 enc != NULL ? enc : "unknown");
 	return ST_EINVAL;
 }
 
@@ -482,12 +497,12 @@ key_index_build(PGconn *conn, char *err, size_t errlen)
 	st_err rv;
 
 	if ((rv = query_value(conn,
-	                      "SELECT CASE WHEN to_regclass('broker_event') IS NULL THEN 'none'"
-	                      " WHEN to_regclass('broker_event_topic_key') IS NULL THEN 'missing'"
-	                      " WHEN (SELECT i.indisvalid FROM pg_index i"
-	                      "       WHERE i.indexrelid = to_regclass('broker_event_topic_key')) THEN 'valid'"
-	                      " ELSE 'invalid' END",
-	                      state, sizeof(state), err, errlen)) != ST_OK)
+			      "SELECT CASE WHEN to_regclass('broker_event') IS NULL THEN 'none'"
+			      " WHEN to_regclass('broker_event_topic_key') IS NULL THEN 'missing'"
+			      " WHEN (SELECT i.indisvalid FROM pg_index i"
+			      "       WHERE i.indexrelid = to_regclass('broker_event_topic_key')) THEN 'valid'"
+			      " ELSE 'invalid' END",
+			      state, sizeof(state), err, errlen)) != ST_OK)
 		return rv;
 	if (strcmp(state, "none") == 0 || strcmp(state, "valid") == 0)
 		return ST_OK; /* a fresh table gets it in tables_sql; a valid one was built by an earlier attempt */
@@ -496,15 +511,16 @@ key_index_build(PGconn *conn, char *err, size_t errlen)
 	if (strcmp(state, "invalid") == 0) {
 		st_warn("migrate: dropping the invalid index broker_event_topic_key left by a failed build");
 		rv = exec_ok(conn, "DROP INDEX CONCURRENTLY IF EXISTS broker_event_topic_key", "migrate key index drop",
-		             err, errlen);
+			     err, errlen);
 	}
 	if (rv == ST_OK)
 		rv = exec_ok(conn,
-		             "CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS broker_event_topic_key"
-		             " ON broker_event (topic, key) WHERE key IS NOT NULL",
-		             "migrate key index", err, errlen);
+			     "CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS broker_event_topic_key"
+			     " ON broker_event (topic, key) WHERE key IS NOT NULL",
+			     "migrate key index", err, errlen);
 	/* back to the session's bound for the rest (schema_session_sql) */
-	if (exec_ok(conn, "SET statement_timeout = " SESSION_STATEMENT_TIMEOUT, "migrate", NULL, 0) != ST_OK && rv == ST_OK) {
+	if (exec_ok(conn, "SET statement_timeout = " SESSION_STATEMENT_TIMEOUT, "migrate", NULL, 0) != ST_OK &&
+	    rv == ST_OK) {
 		set_err(err, errlen, "migrate", PQerrorMessage(conn));
 		rv = ST_EDB;
 	}
@@ -535,7 +551,7 @@ schema_migrate(PGconn *conn, schema_mode mode, int *found, char *err, size_t err
 	if ((rv = judge(conn, mode, version, &done, err, errlen)) != ST_OK || done)
 		return rv;
 	if ((rv = exec_ok(conn, "SELECT pg_advisory_lock(" STR(SCHEMA_MIGRATE_LOCK_KEY) ")", "migrate lock", err,
-	                  errlen)) != ST_OK)
+			  errlen)) != ST_OK)
 		return rv;
 	/* another replica may have migrated while this one waited */
 	if ((rv = read_version(conn, &version, err, errlen)) != ST_OK ||
@@ -546,7 +562,8 @@ schema_migrate(PGconn *conn, schema_mode mode, int *found, char *err, size_t err
 		goto unlock;
 	if ((rv = exec_ok(conn, "BEGIN", "migrate", err, errlen)) != ST_OK)
 		goto unlock;
-	if ((version < SCHEMA_ONLINE_FROM && (rv = exec_ok(conn, tables_sql, "migrate tables", err, errlen)) != ST_OK) ||
+	if ((version < SCHEMA_ONLINE_FROM &&
+	     (rv = exec_ok(conn, tables_sql, "migrate tables", err, errlen)) != ST_OK) ||
 	    (rv = exec_ok(conn, functions_sql, "migrate functions", err, errlen)) != ST_OK ||
 	    (rv = exec_ok(conn, version_sql, "migrate version", err, errlen)) != ST_OK) {
 		(void)exec_ok(conn, "ROLLBACK", "rollback", NULL, 0);
@@ -555,8 +572,7 @@ schema_migrate(PGconn *conn, schema_mode mode, int *found, char *err, size_t err
 	rv = exec_ok(conn, "COMMIT", "migrate commit", err, errlen);
 unlock:
 	/* a lost connection releases the session lock by itself */
-	(void)exec_ok(conn, "SELECT pg_advisory_unlock(" STR(SCHEMA_MIGRATE_LOCK_KEY) ")", "migrate unlock", NULL,
-	              0);
+	(void)exec_ok(conn, "SELECT pg_advisory_unlock(" STR(SCHEMA_MIGRATE_LOCK_KEY) ")", "migrate unlock", NULL, 0);
 	return rv;
 }
 
@@ -594,7 +610,6 @@ connect_blocking(const char *dsn)
 	return PQconnectdbParams(keys, vals, 1);
 }
 
-
 static void
 quiet_notice(void *arg, const char *msg)
 {
@@ -612,9 +627,10 @@ log_schema(int found)
 	else if (found < SCHEMA_VERSION)
 		st_info("upgraded schema version %d to %d", found, SCHEMA_VERSION);
 	else
-		st_info("schema version %d is newer than this program's %d and keeps the functions it calls; left as it "
-		        "is",
-		        found, SCHEMA_VERSION);
+		st_info("schema version %d is newer than this program's %d and keeps the functions it calls; left as "
+			"it "
+			"is",
+			found, SCHEMA_VERSION);
 }
 
 bool
@@ -622,11 +638,20 @@ schema_connect_transient(const char *msg)
 {
 	/* libpq 15's texts (fe-connect.c) and the server's start/stop refusals (SQLSTATE 57P03). */
 	static const char *const transient[] = {
-		"Connection refused", "timeout expired", "Connection timed out", "No route to host",
-		"Network is unreachable", "could not translate host name", "Temporary failure in name resolution",
-		"the database system is starting up", "the database system is shutting down",
-		"the database system is in recovery mode", "the database system is not yet accepting connections",
-		"server closed the connection unexpectedly", "Connection reset by peer", "No such file or directory",
+		"Connection refused",
+		"timeout expired",
+		"Connection timed out",
+		"No route to host",
+		"Network is unreachable",
+		"could not translate host name",
+		"Temporary failure in name resolution",
+		"the database system is starting up",
+		"the database system is shutting down",
+		"the database system is in recovery mode",
+		"the database system is not yet accepting connections",
+		"server closed the connection unexpectedly",
+		"Connection reset by peer",
+		"No such file or directory",
 	};
 
 	for (size_t i = 0; i < sizeof(transient) / sizeof(transient[0]); i++)
@@ -672,14 +697,15 @@ schema_migrate_retry(const char *dsn, schema_mode mode, uint64_t wait_ms, volati
 		attempts++;
 		if (!daemon && unreached && st_clock_now(st_clock_system()) - start >= wait_ms) {
 			st_error("migrate: %s (waited %llu ms for the database: --migrate-wait)", err,
-			         (unsigned long long)(st_clock_now(st_clock_system()) - start));
+				 (unsigned long long)(st_clock_now(st_clock_system()) - start));
 			return 1;
 		}
 		if (!daemon && !unreached && (rv != ST_EAGAIN || attempts >= SCHEMA_MIGRATE_LOCK_ATTEMPTS)) {
 			if (rv == ST_EAGAIN)
-				st_error("migrate: no lock in %d attempts of %d ms (%s); a long transaction holds a table "
-				         "or an old snapshot (see pg_stat_activity): run migrate again when it ends",
-				         attempts, SCHEMA_LOCK_TIMEOUT_MS, err);
+				st_error("migrate: no lock in %d attempts of %d ms (%s); a long transaction holds a "
+					 "table "
+					 "or an old snapshot (see pg_stat_activity): run migrate again when it ends",
+					 attempts, SCHEMA_LOCK_TIMEOUT_MS, err);
 			else
 				st_error("migrate: %s", err);
 			return 1;

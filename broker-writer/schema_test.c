@@ -43,7 +43,7 @@ t_transient(void)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 		if (schema_connect_transient(cases[i].msg) != cases[i].transient) {
 			fprintf(stderr, "schema_connect_transient(\"%s\"): got %d, want %d\n", cases[i].msg,
-			        !cases[i].transient, cases[i].transient);
+				!cases[i].transient, cases[i].transient);
 			ST_CHECK(false);
 		}
 }
@@ -68,7 +68,7 @@ private_schema(PGconn *admin, const char *tag)
 
 	snprintf(schema, sizeof(schema), "schema_test_%s_%d", tag, (int)getpid());
 	snprintf(q, sizeof(q), "SET client_min_messages = warning; DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s",
-	         schema, schema);
+		 schema, schema);
 	if (!st_test_pg_exec(admin, q))
 		return NULL;
 	dsn = st_test_pg_dsn_schema(DSN, schema);

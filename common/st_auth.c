@@ -82,18 +82,18 @@ struct st_auth_keys {
 struct st_auth_grant {
 	uint64_t exp_ms;
 	uint64_t key_id; /* the verifying key's id (st_auth_grant_key) */
-	bool all; /* "*" */
+	bool all;        /* "*" */
 	size_t n;
 	char **patterns; /* owned copies, n */
 	size_t *lens;
 };
 
 struct st_auth_store {
-	pthread_mutex_t mu; /* guards cur only */
-	st_auth_keys *cur;     /* one reference */
+	pthread_mutex_t mu;              /* guards cur only */
+	st_auth_keys *cur;               /* one reference */
 	atomic_uint_fast64_t generation; /* swaps so far (st_auth_store_generation) */
-	st_auth_policy policy; /* strings owned */
-	char *cookie;       /* owned */
+	st_auth_policy policy;           /* strings owned */
+	char *cookie;                    /* owned */
 	bool query_token;
 	const st_clock *wall; /* borrowed */
 };
@@ -379,7 +379,8 @@ key_parse(const st_json *j, int obj, st_auth_key *k, const char **why)
 	if (strcmp(kty, "oct") != 0) {
 		for (size_t i = 0; i < ST_ARRAY_LEN(private_members); i++)
 			if (st_json_get(j, obj, private_members[i]) != -1)
-				return *why = "holds a private key (remove d, p, q...: only verification keys belong here)",
+				return *why = "holds a private key (remove d, p, q...: only verification keys belong "
+					      "here)",
 				       ST_EINVAL;
 	}
 	if (strcmp(kty, "oct") == 0)
@@ -414,7 +415,7 @@ key_id(const st_auth_key *k)
 {
 	uint64_t h = 1469598103934665603ull;
 	const unsigned char *parts[3] = { (const unsigned char *)alg_names[k->alg], (const unsigned char *)k->kid,
-		                          k->material };
+					  k->material };
 	size_t lens[3] = { strlen(alg_names[k->alg]) + 1, strlen(k->kid) + 1, k->material_len };
 
 	for (size_t p = 0; p < 3; p++) {
@@ -527,7 +528,7 @@ st_auth_keys_load(const char *path, st_auth_keys **out, char *why, size_t cap)
 	 */
 	if ((stbuf.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
 		snprintf(why, cap, "writable by %s (mode %04o): whoever can write it grants any access; chmod go-w",
-		         (stbuf.st_mode & S_IWOTH) ? "others" : "its group", (unsigned)(stbuf.st_mode & 07777));
+			 (stbuf.st_mode & S_IWOTH) ? "others" : "its group", (unsigned)(stbuf.st_mode & 07777));
 		goto done;
 	}
 	buf = st_xmalloc((size_t)stbuf.st_size + 1);
@@ -769,7 +770,7 @@ key_find(const st_auth_keys *ks, const char *kid)
 
 enum st_auth_result
 st_auth_verify(const st_auth_keys *ks, const char *token, size_t len, uint64_t now_ms, const st_auth_policy *pol,
-	    st_auth_grant **out, const char **why)
+	       st_auth_grant **out, const char **why)
 {
 	const char *dummy, *dot1, *dot2, *kid, *alg;
 	unsigned char hdr[ST_AUTH_HEADER_B64_MAX];
@@ -874,7 +875,7 @@ is_space(char c)
 
 enum st_auth_source
 st_auth_token_extract(const char *authorization, const char *cookie, const char *cookie_name, const char *query_token,
-		   bool allow_query, const char **tok, size_t *len)
+		      bool allow_query, const char **tok, size_t *len)
 {
 	*tok = NULL;
 	*len = 0;
@@ -1075,11 +1076,10 @@ st_auth_store_verify(st_auth_store *st, const char *token, size_t len, st_auth_g
 	return r;
 }
 
-
 enum st_auth_result
 st_auth_store_check(st_auth_store *st, const char *authorization, const char *cookie, const char *query_token,
-		 const char *const *topics, const size_t *lens, size_t n, uint64_t *exp_ms, uint64_t *key_id,
-		 const char **why)
+		    const char *const *topics, const size_t *lens, size_t n, uint64_t *exp_ms, uint64_t *key_id,
+		    const char **why)
 {
 	const char *tok;
 	size_t len;

@@ -122,7 +122,7 @@ uint64_t st_auth_grant_key(const st_auth_grant *g);
  * ST_AUTH_MISSING.  Any thread; ks must stay referenced during the call.
  */
 enum st_auth_result st_auth_verify(const st_auth_keys *ks, const char *token, size_t len, uint64_t now_ms,
-			     const st_auth_policy *pol, st_auth_grant **out, const char **why);
+				   const st_auth_policy *pol, st_auth_grant **out, const char **why);
 
 /* ---- extraction -------------------------------------------------------- */
 
@@ -139,15 +139,15 @@ enum st_auth_source { ST_AUTH_SRC_NONE = 0, ST_AUTH_SRC_HEADER, ST_AUTH_SRC_COOK
  * Pure, no allocation, bounded by its inputs.
  */
 enum st_auth_source st_auth_token_extract(const char *authorization, const char *cookie, const char *cookie_name,
-				    const char *query_token, bool allow_query, const char **tok, size_t *len);
+					  const char *query_token, bool allow_query, const char **tok, size_t *len);
 
 /* ---- the shared store --------------------------------------------------- */
 
 typedef struct st_auth_config {
-	st_auth_policy policy;   /* strings copied */
-	const char *cookie;   /* cookie name; NULL = "studio_token"; copied */
-	bool query_token;     /* access_token= in the query is accepted */
-	const st_clock *wall; /* ms since the epoch (st_clock_realtime(), or a fake); borrowed */
+	st_auth_policy policy; /* strings copied */
+	const char *cookie;    /* cookie name; NULL = "studio_token"; copied */
+	bool query_token;      /* access_token= in the query is accepted */
+	const st_clock *wall;  /* ms since the epoch (st_clock_realtime(), or a fake); borrowed */
 } st_auth_config;
 
 typedef struct st_auth_store st_auth_store;
@@ -178,8 +178,8 @@ const char *st_auth_store_cookie_name(const st_auth_store *st);
  * *why: a static reason for debug logs (never the token).  Any thread.
  */
 enum st_auth_result st_auth_store_check(st_auth_store *st, const char *authorization, const char *cookie,
-				  const char *query_token, const char *const *topics, const size_t *lens, size_t n,
-				  uint64_t *exp_ms, uint64_t *key_id, const char **why);
+					const char *query_token, const char *const *topics, const size_t *lens,
+					size_t n, uint64_t *exp_ms, uint64_t *key_id, const char **why);
 /*
  * One token as it came (the writer's ingest: no header to extract it from),
  * verified with the current keys at the store's wall clock.  NULL token:

@@ -319,7 +319,8 @@ t_verify_table(void)
 		{ "HS256", sign("HS256", "hs1", GOOD_CLAIMS), &pol, ST_AUTH_OK },
 		{ "RS256", sign("RS256", "rsa1", GOOD_CLAIMS), &pol, ST_AUTH_OK },
 		{ "ES256", sign("ES256", "ec1", GOOD_CLAIMS), &pol, ST_AUTH_OK },
-		{ "alg none", forge("{\"alg\":\"none\",\"kid\":\"hs1\"}", GOOD_CLAIMS, NULL, 0), &pol, ST_AUTH_INVALID },
+		{ "alg none", forge("{\"alg\":\"none\",\"kid\":\"hs1\"}", GOOD_CLAIMS, NULL, 0), &pol,
+		  ST_AUTH_INVALID },
 		{ "alg none, no kid", forge("{\"alg\":\"none\"}", GOOD_CLAIMS, NULL, 0), &pol, ST_AUTH_INVALID },
 		{ "HS256 keyed with the RSA public key",
 		  forge("{\"alg\":\"HS256\",\"kid\":\"rsa1\"}", GOOD_CLAIMS, rsa_pub_pem, strlen(rsa_pub_pem)), &pol,
@@ -347,18 +348,22 @@ t_verify_table(void)
 		{ "exp far away", sign("HS256", "hs1", "{\"exp\":1000000000000000}"), &pol, ST_AUTH_OK },
 		{ "exp past the bound", sign("HS256", "hs1", "{\"exp\":1000000000000001}"), &pol, ST_AUTH_INVALID },
 		/* libjwt's JSON parser refuses to encode an integer past int64: signed by hand. */
-		{ "exp huge", forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}", "{\"exp\":99999999999999999999999}", hs_secret, 32),
+		{ "exp huge",
+		  forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}", "{\"exp\":99999999999999999999999}", hs_secret, 32),
 		  &pol, ST_AUTH_INVALID },
 		{ "exp negative", sign("HS256", "hs1", "{\"exp\":-1}"), &pol, ST_AUTH_INVALID },
 		/* libjwt would re-encode 1.9e9 as 1900000000.0: signed by hand to keep the exponent. */
-		{ "exp with an exponent", forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}", "{\"exp\":1.9e9}", hs_secret, 32),
-		  &pol, ST_AUTH_INVALID },
+		{ "exp with an exponent",
+		  forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}", "{\"exp\":1.9e9}", hs_secret, 32), &pol,
+		  ST_AUTH_INVALID },
 		{ "nbf in the future", sign("HS256", "hs1", "{\"exp\":1900000600,\"nbf\":1900000300}"), &pol,
 		  ST_AUTH_INVALID },
-		{ "nbf within leeway", sign("HS256", "hs1", "{\"exp\":1900000600,\"nbf\":1900000020}"), &pol, ST_AUTH_OK },
+		{ "nbf within leeway", sign("HS256", "hs1", "{\"exp\":1900000600,\"nbf\":1900000020}"), &pol,
+		  ST_AUTH_OK },
 		{ "iat in the future", sign("HS256", "hs1", "{\"exp\":1900000600,\"iat\":1900000300}"), &pol,
 		  ST_AUTH_INVALID },
-		{ "iat in the past", sign("HS256", "hs1", "{\"exp\":1900000600,\"iat\":1899999000}"), &pol, ST_AUTH_OK },
+		{ "iat in the past", sign("HS256", "hs1", "{\"exp\":1900000600,\"iat\":1899999000}"), &pol,
+		  ST_AUTH_OK },
 		{ "aud and iss right",
 		  sign("HS256", "hs1", "{\"exp\":1900000600,\"aud\":\"studio\",\"iss\":\"https://idp.example\"}"), &aud,
 		  ST_AUTH_OK },
@@ -386,14 +391,15 @@ t_verify_table(void)
 		/* A repeated claim: the first would be read here, the last by many other parsers. */
 		{ "repeated claim",
 		  forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}",
-		        "{\"exp\":1900000600,\"topics\":[\"orders/*\"],\"topics\":[\"*\"]}", hs_secret, 32),
+			"{\"exp\":1900000600,\"topics\":[\"orders/*\"],\"topics\":[\"*\"]}", hs_secret, 32),
 		  &pol, ST_AUTH_INVALID },
 		{ "repeated exp",
-		  forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}", "{\"exp\":1900000600,\"exp\":1999999999}", hs_secret, 32),
+		  forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}", "{\"exp\":1900000600,\"exp\":1999999999}", hs_secret,
+			32),
 		  &pol, ST_AUTH_INVALID },
 		{ "repeated member in a nested object",
 		  forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}", "{\"exp\":1900000600,\"x\":[{\"a\":1,\"a\":2}]}",
-		        hs_secret, 32),
+			hs_secret, 32),
 		  &pol, ST_AUTH_INVALID },
 		{ "same name in two objects",
 		  forge("{\"alg\":\"HS256\",\"kid\":\"hs1\"}", "{\"exp\":1900000600,\"x\":{\"exp\":1}}", hs_secret, 32),
@@ -402,7 +408,8 @@ t_verify_table(void)
 		{ "30-day token, 24 h lifetime", sign("HS256", "hs1", "{\"exp\":1902592000}"), &day, ST_AUTH_INVALID },
 		{ "exp a day away, 24 h lifetime", sign("HS256", "hs1", "{\"exp\":1900086400}"), &day, ST_AUTH_OK },
 		{ "exp a day and the leeway away", sign("HS256", "hs1", "{\"exp\":1900086430}"), &day, ST_AUTH_OK },
-		{ "exp past a day and the leeway", sign("HS256", "hs1", "{\"exp\":1900086431}"), &day, ST_AUTH_INVALID },
+		{ "exp past a day and the leeway", sign("HS256", "hs1", "{\"exp\":1900086431}"), &day,
+		  ST_AUTH_INVALID },
 		{ "30-day token, no bound", sign("HS256", "hs1", "{\"exp\":1902592000}"), &pol, ST_AUTH_OK },
 		{ "empty", st_xstrdup(""), &pol, ST_AUTH_INVALID },
 		{ "one segment", st_xstrdup("abc"), &pol, ST_AUTH_INVALID },
@@ -597,7 +604,7 @@ t_extract_table(void)
 		const char *tok = NULL;
 		size_t len = 0;
 		enum st_auth_source src = st_auth_token_extract(cases[i].authz, cases[i].cookie, NULL, cases[i].query,
-							  cases[i].allow_query, &tok, &len);
+								cases[i].allow_query, &tok, &len);
 
 		if (src != cases[i].src)
 			fprintf(stderr, "case %zu: source %d, want %d\n", i, (int)src, (int)cases[i].src);

@@ -18,14 +18,14 @@
 #include "st_err.h"
 
 typedef struct st_buf {
-	char *p;     /* NUL-terminated after every append (p[len] == 0) once non-empty */
+	char *p; /* NUL-terminated after every append (p[len] == 0) once non-empty */
 	size_t len;
 	size_t cap;
 } st_buf;
 
 void st_buf_init(st_buf *b);
-void st_buf_fini(st_buf *b);                 /* frees; b is empty and reusable */
-void st_buf_reset(st_buf *b);                /* len = 0, keeps the memory */
+void st_buf_fini(st_buf *b);  /* frees; b is empty and reusable */
+void st_buf_reset(st_buf *b); /* len = 0, keeps the memory */
 /* Room for extra more bytes (and the NUL): ST_OK, or ST_ENOMEM with b unchanged. */
 st_err st_buf_try_reserve(st_buf *b, size_t extra);
 /* Appends data[0..len): ST_OK, or ST_ENOMEM with b unchanged. */

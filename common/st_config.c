@@ -160,16 +160,11 @@ static const char *
 kind_meta(enum st_opt_kind k)
 {
 	switch (k) {
-	case ST_OPT_STR:
-		return " VALUE";
-	case ST_OPT_INT:
-		return " N";
-	case ST_OPT_DURATION:
-		return " DURATION";
-	case ST_OPT_BOOL:
-		return "";
-	case ST_OPT_LIST:
-		return " A[,B...]";
+	case ST_OPT_STR: return " VALUE";
+	case ST_OPT_INT: return " N";
+	case ST_OPT_DURATION: return " DURATION";
+	case ST_OPT_BOOL: return "";
+	case ST_OPT_LIST: return " A[,B...]";
 	}
 	return "";
 }
@@ -224,13 +219,9 @@ allowed_text(const st_opt *o, char *buf, size_t cap)
 			snprintf(buf, cap, "a duration (0, 250ms, 30s, 15m, 12h, 7d)");
 		}
 		return;
-	case ST_OPT_BOOL:
-		snprintf(buf, cap, "true, false, 1 or 0");
-		return;
+	case ST_OPT_BOOL: snprintf(buf, cap, "true, false, 1 or 0"); return;
 	case ST_OPT_STR:
-	case ST_OPT_LIST:
-		buf[0] = '\0';
-		return;
+	case ST_OPT_LIST: buf[0] = '\0'; return;
 	}
 }
 
@@ -239,10 +230,12 @@ st_config_help(const st_opt *opts, size_t n, const char *prog, const char *usage
 {
 	char env[128], allowed[256];
 
-	fprintf(out, "usage: %s\n\noptions (each also as the environment variable shown; a flag wins):\n", usage ? usage : prog);
+	fprintf(out, "usage: %s\n\noptions (each also as the environment variable shown; a flag wins):\n",
+		usage ? usage : prog);
 	for (size_t i = 0; i < n; i++) {
 		env_name(env, sizeof(env), opts[i].name);
-		fprintf(out, "  --%s%s\n      %s", opts[i].name, kind_meta(opts[i].kind), opts[i].help ? opts[i].help : "");
+		fprintf(out, "  --%s%s\n      %s", opts[i].name, kind_meta(opts[i].kind),
+			opts[i].help ? opts[i].help : "");
 		if (opts[i].def)
 			fprintf(out, " (default: %s)", opts[i].def[0] ? opts[i].def : "\"\"");
 		else if (opts[i].required)
@@ -320,8 +313,7 @@ convert(st_opt *o, const char *src, char *line, size_t cap)
 	snprintf(why, sizeof(why), "must be %s", allowed);
 	switch (o->kind) {
 	case ST_OPT_STR:
-	case ST_OPT_LIST:
-		break;
+	case ST_OPT_LIST: break;
 	case ST_OPT_BOOL:
 		if (parse_bool(o->sval, &o->ival) != ST_OK)
 			return refuse(o, src, why, line, cap);
@@ -367,7 +359,7 @@ name_exact(const char *tok, const char *name)
  */
 static st_err
 parse_flags(st_opt *opts, size_t n, int argc, char **argv, unsigned char *src, int *first_positional, char *line,
-            size_t cap)
+	    size_t cap)
 {
 	struct option *lo = st_xcalloc(n + 1, sizeof(*lo)); /* n entries and the zero terminator */
 	st_err rv = ST_OK;
@@ -392,7 +384,7 @@ parse_flags(st_opt *opts, size_t n, int argc, char **argv, unsigned char *src, i
 				snprintf(line, cap, "unknown option \"-%c\" (see --help)", optopt);
 			else
 				snprintf(line, cap, "unknown option \"%.*s\" (see --help)",
-				         (int)strcspn(argv[optind - 1], "="), argv[optind - 1]);
+					 (int)strcspn(argv[optind - 1], "="), argv[optind - 1]);
 			rv = ST_EINVAL;
 			goto out;
 		}
@@ -408,7 +400,7 @@ parse_flags(st_opt *opts, size_t n, int argc, char **argv, unsigned char *src, i
 		tok = optarg != NULL && optind >= 2 && optarg == argv[optind - 1] ? argv[optind - 2] : argv[optind - 1];
 		if (!name_exact(tok, o->name)) {
 			snprintf(line, cap, "unknown option \"%.*s\" (see --help; did you mean --%s?)",
-			         (int)strcspn(tok, "="), tok, o->name);
+				 (int)strcspn(tok, "="), tok, o->name);
 			rv = ST_EINVAL;
 			goto out;
 		}
@@ -430,7 +422,7 @@ out:
 
 st_err
 st_config_parse(st_opt *opts, size_t n, int argc, char **argv, int *first_positional, bool *help, char *line,
-                size_t cap)
+		size_t cap)
 {
 	/* src[i]: 1 = flag, 2 = environment, 3 = default, for error lines. */
 	unsigned char *src = NULL;
@@ -490,7 +482,7 @@ st_config_parse(st_opt *opts, size_t n, int argc, char **argv, int *first_positi
 			snprintf(what, sizeof(what), "default of --%s", o->name);
 		if (o->required && (o->sval == NULL || o->sval[0] == '\0')) {
 			snprintf(line, cap, "--%s (or %s) is required%s%s", o->name, env, o->help ? ": " : "",
-			         o->help ? o->help : "");
+				 o->help ? o->help : "");
 			rv = ST_EINVAL;
 			goto out;
 		}
@@ -504,7 +496,7 @@ out:
 
 void
 st_config_parse_or_exit(st_opt *opts, size_t n, int argc, char **argv, const char *prog, const char *usage,
-                        int *first_positional)
+			int *first_positional)
 {
 	char line[1024];
 	bool help;

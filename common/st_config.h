@@ -47,22 +47,22 @@ typedef struct st_opt st_opt;
 typedef bool (*st_opt_check_fn)(const st_opt *o, char *why, size_t cap);
 
 struct st_opt {
-	const char *name;    /* "pg-dsn" (no leading dashes) */
+	const char *name; /* "pg-dsn" (no leading dashes) */
 	enum st_opt_kind kind;
-	const char *def;     /* default as text, NULL = no default */
+	const char *def; /* default as text, NULL = no default */
 	const char *help;
-	int64_t min, max;    /* for INT and DURATION (ms); ignored when min == max == 0 */
-	bool required;       /* exit 2 when still empty after parsing */
+	int64_t min, max; /* for INT and DURATION (ms); ignored when min == max == 0 */
+	bool required;    /* exit 2 when still empty after parsing */
 	/* What is allowed, for --help and error lines ("1..100 and not 7");
 	 * NULL: derived from kind, min and max. */
 	const char *allowed;
 	st_opt_check_fn check; /* NULL: kind and range only */
-	bool secret;         /* never echo the value (a DSN may hold a password) */
+	bool secret;           /* never echo the value (a DSN may hold a password) */
 	/* Filled by st_config_parse.  sval points into argv, environ, def, or
 	 * a buffer owned by the config module that lives until exit. */
 	const char *sval;
-	int64_t ival;        /* INT and DURATION (ms); BOOL as 0/1 */
-	bool set;            /* given by flag or environment */
+	int64_t ival; /* INT and DURATION (ms); BOOL as 0/1 */
+	bool set;     /* given by flag or environment */
 };
 
 /*
@@ -76,7 +76,7 @@ struct st_opt {
  * Thread: main thread, at start.
  */
 st_err st_config_parse(st_opt *opts, size_t n, int argc, char **argv, int *first_positional, bool *help, char *line,
-                       size_t cap);
+		       size_t cap);
 
 /* The --help text: usage is the one-line synopsis ("broker-writer [migrate] --pg-dsn DSN [options]"). */
 void st_config_help(const st_opt *opts, size_t n, const char *prog, const char *usage, FILE *out);
@@ -86,7 +86,7 @@ void st_config_help(const st_opt *opts, size_t n, const char *prog, const char *
  * exit 0, or "PROG: LINE" on stderr and exit 2.
  */
 void st_config_parse_or_exit(st_opt *opts, size_t n, int argc, char **argv, const char *prog, const char *usage,
-                             int *first_positional);
+			     int *first_positional);
 
 /* Exits 2 with "PROG: MESSAGE" (for checks that span options). */
 void st_config_fail(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));

@@ -32,16 +32,33 @@ static void
 opts_init(st_opt *o)
 {
 	memset(o, 0, sizeof(st_opt) * O_N);
-	o[O_DSN] = (st_opt){ .name = "pg-dsn", .kind = ST_OPT_STR, .help = "PostgreSQL DSN", .required = true,
-		             .check = dsn_check, .secret = true };
-	o[O_IVAL] = (st_opt){ .name = "flush-interval-ms", .kind = ST_OPT_INT, .def = "1000",
-		              .help = "flush interval", .min = 10, .max = 60000 };
-	o[O_RET] = (st_opt){ .name = "retention", .kind = ST_OPT_DURATION, .def = "7d", .help = "retention",
-		             .max = 36500LL * 86400000 };
+	o[O_DSN] = (st_opt){ .name = "pg-dsn",
+			     .kind = ST_OPT_STR,
+			     .help = "PostgreSQL DSN",
+			     .required = true,
+			     .check = dsn_check,
+			     .secret = true };
+	o[O_IVAL] = (st_opt){ .name = "flush-interval-ms",
+			      .kind = ST_OPT_INT,
+			      .def = "1000",
+			      .help = "flush interval",
+			      .min = 10,
+			      .max = 60000 };
+	o[O_RET] = (st_opt){ .name = "retention",
+			     .kind = ST_OPT_DURATION,
+			     .def = "7d",
+			     .help = "retention",
+			     .max = 36500LL * 86400000 };
 	o[O_VERBOSE] = (st_opt){ .name = "verbose", .kind = ST_OPT_BOOL, .def = "false", .help = "verbose" };
 	o[O_WRITERS] = (st_opt){ .name = "writers", .kind = ST_OPT_LIST, .help = "writer URLs" };
-	o[O_KEY] = (st_opt){ .name = "lock-key", .kind = ST_OPT_INT, .def = "5", .help = "a key", .min = 1, .max = 100,
-		             .allowed = "1..100 and not 7", .check = key_check };
+	o[O_KEY] = (st_opt){ .name = "lock-key",
+			     .kind = ST_OPT_INT,
+			     .def = "5",
+			     .help = "a key",
+			     .min = 1,
+			     .max = 100,
+			     .allowed = "1..100 and not 7",
+			     .check = key_check };
 }
 
 static void
@@ -78,12 +95,23 @@ t_duration(void)
 		st_err rv;
 		int64_t ms;
 	} cases[] = {
-		{ "0", ST_OK, 0 },          { "250ms", ST_OK, 250 },       { "30s", ST_OK, 30000 },
-		{ "15m", ST_OK, 900000 },   { "12h", ST_OK, 43200000 },    { "7d", ST_OK, 604800000 },
-		{ "0s", ST_OK, 0 },         { "", ST_EINVAL, 0 },          { "5", ST_EINVAL, 0 },
-		{ "s", ST_EINVAL, 0 },      { "-1s", ST_EINVAL, 0 },       { "1.5s", ST_EINVAL, 0 },
-		{ "10x", ST_EINVAL, 0 },    { "10 s", ST_EINVAL, 0 },      { "10S", ST_EINVAL, 0 },
-		{ "1msx", ST_EINVAL, 0 },   { "99999999999999999999d", ST_ERANGE, 0 },
+		{ "0", ST_OK, 0 },
+		{ "250ms", ST_OK, 250 },
+		{ "30s", ST_OK, 30000 },
+		{ "15m", ST_OK, 900000 },
+		{ "12h", ST_OK, 43200000 },
+		{ "7d", ST_OK, 604800000 },
+		{ "0s", ST_OK, 0 },
+		{ "", ST_EINVAL, 0 },
+		{ "5", ST_EINVAL, 0 },
+		{ "s", ST_EINVAL, 0 },
+		{ "-1s", ST_EINVAL, 0 },
+		{ "1.5s", ST_EINVAL, 0 },
+		{ "10x", ST_EINVAL, 0 },
+		{ "10 s", ST_EINVAL, 0 },
+		{ "10S", ST_EINVAL, 0 },
+		{ "1msx", ST_EINVAL, 0 },
+		{ "99999999999999999999d", ST_ERANGE, 0 },
 		{ "9999999999999999d", ST_ERANGE, 0 },
 	};
 
@@ -114,11 +142,15 @@ t_parse_ok(void)
 		{ "p --pg-dsn a", NULL, NULL, NULL, "a", 1000, 604800000, 0, NULL, false, "" },
 		{ "p --pg-dsn=a=b --flush-interval-ms 50", NULL, NULL, NULL, "a=b", 50, 604800000, 0, NULL, true, "" },
 		{ "p", "envdsn", "200", NULL, "envdsn", 200, 604800000, 0, NULL, true, "" },
-		{ "p --pg-dsn flag --flush-interval-ms=300", "envdsn", "200", NULL, "flag", 300, 604800000, 0, NULL, true, "" },
-		{ "p migrate --pg-dsn a extra", NULL, NULL, NULL, "a", 1000, 604800000, 0, NULL, false, "migrate extra" },
+		{ "p --pg-dsn flag --flush-interval-ms=300", "envdsn", "200", NULL, "flag", 300, 604800000, 0, NULL,
+		  true, "" },
+		{ "p migrate --pg-dsn a extra", NULL, NULL, NULL, "a", 1000, 604800000, 0, NULL, false,
+		  "migrate extra" },
 		{ "p --pg-dsn a --verbose --retention 0", NULL, NULL, NULL, "a", 1000, 0, 1, NULL, false, "" },
-		{ "p --pg-dsn a --verbose=false --retention=12h", NULL, NULL, NULL, "a", 1000, 43200000, 0, NULL, false, "" },
-		{ "p --pg-dsn a --writers x --writers y,z", NULL, NULL, NULL, "a", 1000, 604800000, 0, "x,y,z", false, "" },
+		{ "p --pg-dsn a --verbose=false --retention=12h", NULL, NULL, NULL, "a", 1000, 43200000, 0, NULL, false,
+		  "" },
+		{ "p --pg-dsn a --writers x --writers y,z", NULL, NULL, NULL, "a", 1000, 604800000, 0, "x,y,z", false,
+		  "" },
 		{ "p --pg-dsn a", NULL, NULL, "e1,e2", "a", 1000, 604800000, 0, "e1,e2", false, "" },
 		{ "p --pg-dsn a --writers f", NULL, NULL, "e1,e2", "a", 1000, 604800000, 0, "f", false, "" },
 		{ "p --pg-dsn a -- --writers", NULL, NULL, NULL, "a", 1000, 604800000, 0, NULL, false, "--writers" },
@@ -215,19 +247,24 @@ t_exit2(void)
 		{ "p --pg-dsn a --nope 1", NULL, "unknown option \"--nope\"" },
 		{ "p --pg-dsn a -x", NULL, "unknown option \"-x\"" },
 		{ "p --pg-dsn a --flush-interval-ms", NULL, "--flush-interval-ms needs a value" },
-		{ "p --pg-dsn a --flush-interval-ms abc", NULL, "prog: --flush-interval-ms abc: must be an integer in 10..60000\n" },
-		{ "p --pg-dsn a --flush-interval-ms 5", NULL, "prog: --flush-interval-ms 5: must be an integer in 10..60000\n" },
+		{ "p --pg-dsn a --flush-interval-ms abc", NULL,
+		  "prog: --flush-interval-ms abc: must be an integer in 10..60000\n" },
+		{ "p --pg-dsn a --flush-interval-ms 5", NULL,
+		  "prog: --flush-interval-ms 5: must be an integer in 10..60000\n" },
 		{ "p --pg-dsn a --flush-interval-ms 99999999999999999999", NULL,
 		  "prog: --flush-interval-ms 99999999999999999999: must be an integer in 10..60000\n" },
 		{ "p --pg-dsn a", "70000", "prog: STUDIO_FLUSH_INTERVAL_MS 70000: must be an integer in 10..60000\n" },
-		{ "p --pg-dsn a --retention 10", NULL, "prog: --retention 10: must be a duration in 0..36500d (0, 250ms" },
-		{ "p --pg-dsn a --retention 36501d", NULL, "prog: --retention 36501d: must be a duration in 0..36500d" },
+		{ "p --pg-dsn a --retention 10", NULL,
+		  "prog: --retention 10: must be a duration in 0..36500d (0, 250ms" },
+		{ "p --pg-dsn a --retention 36501d", NULL,
+		  "prog: --retention 36501d: must be a duration in 0..36500d" },
 		{ "p --pg-dsn a --verbose=maybe", NULL, "prog: --verbose maybe: must be true, false, 1 or 0\n" },
 		{ "p --pg-dsn=", NULL, "is required" },
 		{ "p --pg-dsn a --lock-key 7", NULL, "prog: --lock-key 7: must be 1..100 and not 7\n" },
 		{ "p --pg-dsn a --lock-key 0", NULL, "prog: --lock-key 0: must be 1..100 and not 7\n" },
 		{ "p --pg-dsn a --lock-key=", NULL, "prog: --lock-key \"\": must be 1..100 and not 7\n" },
-		{ "p --pg-dsn=x\001y --lock-key=1\ty", NULL, "prog: --lock-key \"1\\x09y\": must be 1..100 and not 7\n" },
+		{ "p --pg-dsn=x\001y --lock-key=1\ty", NULL,
+		  "prog: --lock-key \"1\\x09y\": must be 1..100 and not 7\n" },
 		/* secret: the check's reason, never the value */
 		{ "p --pg-dsn=password=s3cret_bad", NULL, "prog: --pg-dsn: holds \"bad\"\n" },
 	};

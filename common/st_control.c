@@ -241,22 +241,17 @@ static st_err
 map_nng(int rv)
 {
 	switch (rv) {
-	case NNG_ETIMEDOUT:
-		return ST_ETIMEDOUT;
+	case NNG_ETIMEDOUT: return ST_ETIMEDOUT;
 	case NNG_EADDRINVAL:
 	case NNG_ENOTSUP:
-	case NNG_EINVAL:
-		return ST_EINVAL;
-	case NNG_EMSGSIZE:
-		return ST_EPROTO;
+	case NNG_EINVAL: return ST_EINVAL;
+	case NNG_EMSGSIZE: return ST_EPROTO;
 	case NNG_ECONNREFUSED:
 	case NNG_ECONNSHUT:
 	case NNG_ECONNRESET:
 	case NNG_ENOENT:
-	case NNG_EUNREACHABLE:
-		return ST_EUNAVAIL;
-	default:
-		return ST_ESYS;
+	case NNG_EUNREACHABLE: return ST_EUNAVAIL;
+	default: return ST_ESYS;
 	}
 }
 

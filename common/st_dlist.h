@@ -25,7 +25,7 @@ typedef struct st_dlink {
 } st_dlink;
 
 /* The element of type `type` whose member `member` is at p. */
-#define ST_CONTAINER_OF(p, type, member) ((type *)(void *)((char *)(p) - offsetof(type, member)))
+#define ST_CONTAINER_OF(p, type, member) ((type *)(void *)((char *)(p)-offsetof(type, member)))
 
 static inline void
 st_dlist_init(st_dlink *l)

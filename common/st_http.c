@@ -117,18 +117,18 @@ enum { L_ALL, L_Q, L_KICK, L_OUT, L_NKINDS };
 struct http_stream {
 	http_server *srv;
 	struct bufferevent *bev;
-	st_dlink lk[L_NKINDS];   /* L_ALL: srv->all; L_Q: headwait, endwait or reap; L_KICK: kick; L_OUT: outq */
-	http_req *req;           /* ST_HANDLER: the unanswered request */
-	uint64_t deadline_ms;    /* for the FIFO this is on */
-	uint64_t progress_ms;    /* streams: output became non-empty or shrank */
-	uint64_t origin_ns;      /* streams: origin of the oldest unwritten bytes, 0 = none (http_ref.origin_ns) */
+	st_dlink lk[L_NKINDS]; /* L_ALL: srv->all; L_Q: headwait, endwait or reap; L_KICK: kick; L_OUT: outq */
+	http_req *req;         /* ST_HANDLER: the unanswered request */
+	uint64_t deadline_ms;  /* for the FIFO this is on */
+	uint64_t progress_ms;  /* streams: output became non-empty or shrank */
+	uint64_t origin_ns;    /* streams: origin of the oldest unwritten bytes, 0 = none (http_ref.origin_ns) */
 	void (*on_writable)(void *arg);
 	void (*on_close)(void *arg, bool abrupt);
 	void *arg;
 	uint32_t scanned; /* bytes of input already searched for the end of head */
 	uint8_t state;
-	bool closing : 1, in_parse : 1, wait_drain : 1, is_stream : 1, head_only : 1,
-	    end_called : 1, aborted : 1, shut : 1, peer_eof : 1, out_cb : 1;
+	bool closing : 1, in_parse : 1, wait_drain : 1, is_stream : 1, head_only : 1, end_called : 1, aborted : 1,
+		shut : 1, peer_eof : 1, out_cb : 1;
 	/* Streams: direct is set while the bufferevent's EV_WRITE is off
 	 * (output empty after our own write); lk[L_OUT] is linked while on the
 	 * server's outq, to be written at the end of this loop turn. */
@@ -137,24 +137,24 @@ struct http_stream {
 	 * input after the request is dropped, so reading goes on and EOF is seen. */
 	bool watch_gone : 1;
 	char peer[56];
-	uint8_t peer_ip[16];     /* the peer's address, IPv4 as ::ffff:a.b.c.d (http_req_peer_ip) */
-	struct event *body_ev;   /* ST_BODY: the body's deadline; made on the first body read */
+	uint8_t peer_ip[16];   /* the peer's address, IPv4 as ::ffff:a.b.c.d (http_req_peer_ip) */
+	struct event *body_ev; /* ST_BODY: the body's deadline; made on the first body read */
 };
 
 struct http_req {
 	http_stream *c;
 	void (*gone)(void *arg);
 	void *gone_arg;
-	const char *cors;     /* the Origin header when it matches cors_origins (on cors_path), else NULL */
-	bool head, options;   /* the method is HEAD / OPTIONS */
-	bool keep_alive;      /* from the head; cleared when the handler watches for the client going away */
-	bool body_read;       /* http_req_read_body took the declared body (else it is unread: close after the answer) */
-	char *body;           /* ST_BODY: parsed.content_length bytes being filled; handed to body_fn */
+	const char *cors;   /* the Origin header when it matches cors_origins (on cors_path), else NULL */
+	bool head, options; /* the method is HEAD / OPTIONS */
+	bool keep_alive;    /* from the head; cleared when the handler watches for the client going away */
+	bool body_read;     /* http_req_read_body took the declared body (else it is unread: close after the answer) */
+	char *body;         /* ST_BODY: parsed.content_length bytes being filled; handed to body_fn */
 	size_t body_got;
 	http_body_fn body_fn;
 	void *body_arg;
-	st_http_head parsed;  /* points into buf */
-	char buf[];           /* the head, NUL-split in place by st_http_parse_head */
+	st_http_head parsed; /* points into buf */
+	char buf[];          /* the head, NUL-split in place by st_http_parse_head */
 };
 
 struct http_server {
@@ -163,20 +163,20 @@ struct http_server {
 	http_handler_fn fn;
 	void *arg;
 	char *cors;
-	char *cors_path;          /* NULL: CORS on every path; else only on this one */
-	bool cors_credentials;    /* Access-Control-Allow-Credentials: true with every CORS answer */
+	char *cors_path;       /* NULL: CORS on every path; else only on this one */
+	bool cors_credentials; /* Access-Control-Allow-Credentials: true with every CORS answer */
 	size_t max_head;
-	size_t max_body;          /* 0: request bodies refused by the parser */
+	size_t max_body; /* 0: request bodies refused by the parser */
 	uint32_t head_timeout_ms;
 	uint32_t body_grace_ms;
-	http_conn_limit *limit;   /* cfg's (borrowed) or own_limit */
+	http_conn_limit *limit; /* cfg's (borrowed) or own_limit */
 	http_conn_limit *own_limit;
 	uint32_t nconns;
 	int port;
 	int cb_depth; /* > 0 while a user callback of this server runs */
 	bool freeing;
 	st_dlink all, headwait, endwait, reap, kick; /* sentinels of the lists above */
-	st_dlink outq; /* streams with bytes to write this loop turn (lk[L_OUT]) */
+	st_dlink outq;                               /* streams with bytes to write this loop turn (lk[L_OUT]) */
 	struct event *defer_ev, *head_ev, *end_ev, *retry_ev;
 	struct evbuffer *trash; /* write_refs to dropped streams, released from defer_ev */
 	st_histogram *delivery; /* borrowed, NULL = not measured */
@@ -456,8 +456,7 @@ fifo_expire(st_dlink *l, struct event *ev, bool stream_grace)
 	http_stream *c;
 
 	while ((c = list_first(l, L_Q)) != NULL && c->deadline_ms <= now) {
-		if (stream_grace && c->is_stream && c->bev &&
-		    evbuffer_get_length(bufferevent_get_output(c->bev)) > 0 &&
+		if (stream_grace && c->is_stream && c->bev && evbuffer_get_length(bufferevent_get_output(c->bev)) > 0 &&
 		    now - c->progress_ms < HTTP_STREAM_STALL_MS) {
 			fifo_push(c, l, ev, HTTP_DRAIN_CAP_MS);
 			continue;
@@ -552,7 +551,7 @@ enum head_kind { HEAD_PLAIN, HEAD_STREAM };
  */
 static void
 conn_put_head(http_stream *c, int status, const char *ctype, enum head_kind kind, size_t clen, bool keep,
-              const char *cors, const char *internal, const char *extra)
+	      const char *cors, const char *internal, const char *extra)
 {
 	st_buf b;
 
@@ -571,9 +570,9 @@ conn_put_head(http_stream *c, int status, const char *ctype, enum head_kind kind
 	 * to wait, or the bound its until=head resolved to. */
 	if (cors)
 		st_buf_printf(&b,
-		              "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n"
-		              "Access-Control-Expose-Headers: Retry-After, Studio-Until\r\n",
-		              cors);
+			      "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n"
+			      "Access-Control-Expose-Headers: Retry-After, Studio-Until\r\n",
+			      cors);
 	/* Only ever beside an echoed origin: never with a wildcard (Fetch standard, CORS protocol). */
 	if (cors && c->srv->cors_credentials)
 		st_buf_puts(&b, "Access-Control-Allow-Credentials: true\r\n");
@@ -642,7 +641,7 @@ conn_fail(http_stream *c, int status, const char *detail)
 	problem_render(&b, status, NULL, NULL, detail);
 	/* RFC 9110: a 405 names the methods that are allowed. */
 	conn_put_head(c, status, "application/problem+json", HEAD_PLAIN, b.len, false, NULL,
-	              status == 405 ? "Allow: GET, HEAD, OPTIONS\r\n" : NULL, NULL);
+		      status == 405 ? "Allow: GET, HEAD, OPTIONS\r\n" : NULL, NULL);
 	evbuffer_add(bufferevent_get_output(c->bev), b.p, b.len);
 	st_buf_fini(&b);
 	conn_drain(c);
@@ -689,15 +688,16 @@ http_cors_origins_check(const char *list, char *why, size_t cap)
 		if (n == 1 && *o == '*')
 			continue;
 		if (n == 4 && strncasecmp(o, "null", 4) == 0) {
-			snprintf(why, cap, "origin null is refused: sandboxed iframes, data: and file: pages all send it, "
-			                   "so any site could read");
+			snprintf(why, cap,
+				 "origin null is refused: sandboxed iframes, data: and file: pages all send it, "
+				 "so any site could read");
 			return false;
 		}
 		if (n > 8 && strncasecmp(o, "https://", 8) == 0)
 			continue;
 		if (n <= 7 || strncasecmp(o, "http://", 7) != 0) {
 			snprintf(why, cap, "origin %.*s: must be https://HOST[:PORT] (or http:// on loopback)",
-			         (int)ST_MIN(n, 200), o);
+				 (int)ST_MIN(n, 200), o);
 			return false;
 		}
 		/* http://HOST[:PORT], HOST a name, an IPv4 address or [IPv6]. */
@@ -715,9 +715,10 @@ http_cors_origins_check(const char *list, char *why, size_t cap)
 			port_ok = *q >= '0' && *q <= '9';
 		if (!port_ok || !origin_host_loopback(host, (size_t)(colon - host))) {
 			snprintf(why, cap,
-			         "origin %.*s: plain http:// is refused except on loopback (localhost, 127.0.0.1, [::1]): "
-			         "anyone on the network can pose as it; use https://",
-			         (int)ST_MIN(n, 200), o);
+				 "origin %.*s: plain http:// is refused except on loopback (localhost, 127.0.0.1, "
+				 "[::1]): "
+				 "anyone on the network can pose as it; use https://",
+				 (int)ST_MIN(n, 200), o);
 			return false;
 		}
 	}
@@ -758,10 +759,10 @@ conn_preflight(http_stream *c, http_req *r)
 
 	if (r->cors)
 		conn_put_head(c, 204, NULL, HEAD_PLAIN, 0, keep, r->cors,
-		              "Access-Control-Allow-Methods: GET, HEAD, OPTIONS\r\n"
-		              "Access-Control-Allow-Headers: Last-Event-ID, Accept, Cache-Control, Authorization\r\n"
-		              "Access-Control-Max-Age: 600\r\n",
-		              NULL);
+			      "Access-Control-Allow-Methods: GET, HEAD, OPTIONS\r\n"
+			      "Access-Control-Allow-Headers: Last-Event-ID, Accept, Cache-Control, Authorization\r\n"
+			      "Access-Control-Max-Age: 600\r\n",
+			      NULL);
 	else
 		conn_put_head(c, 204, NULL, HEAD_PLAIN, 0, keep, NULL, "Allow: GET, HEAD, OPTIONS\r\n", NULL);
 	req_free(r);
@@ -819,7 +820,7 @@ conn_parse(http_stream *c)
 		evbuffer_remove(in, r->buf, hl);
 		r->buf[hl] = '\0';
 		if ((s->max_body ? st_http_parse_head_bodies(&r->parsed, r->buf, hl)
-		                 : st_http_parse_head(&r->parsed, r->buf, hl)) != ST_OK) {
+				 : st_http_parse_head(&r->parsed, r->buf, hl)) != ST_OK) {
 			int status = r->parsed.status;
 			const char *detail = r->parsed.detail; /* static text */
 
@@ -976,12 +977,8 @@ read_cb(struct bufferevent *bev, void *arg)
 	struct evbuffer *in = bufferevent_get_input(bev);
 
 	switch (c->state) {
-	case ST_HEAD:
-		conn_parse(c);
-		break;
-	case ST_BODY:
-		body_take(c);
-		break;
+	case ST_HEAD: conn_parse(c); break;
+	case ST_BODY: body_take(c); break;
 	case ST_HANDLER:
 		/*
 		 * Pipelined bytes wait, bounded by the read high watermark - which
@@ -1032,8 +1029,7 @@ write_cb(struct bufferevent *bev, void *arg)
 			conn_parse(c);
 		}
 		break;
-	default:
-		break;
+	default: break;
 	}
 }
 
@@ -1116,7 +1112,7 @@ limit_take(http_conn_limit *l)
 		if (v >= l->max)
 			return false;
 	} while (!atomic_compare_exchange_weak_explicit(&l->open, &v, v + 1, memory_order_relaxed,
-	                                                memory_order_relaxed));
+							memory_order_relaxed));
 	return true;
 }
 
@@ -1247,7 +1243,7 @@ http_listen_parse(const char *listen, struct sockaddr_storage *ss, int *sslen)
 /* reuse_port: SO_REUSEPORT, so several servers (one per loop thread) share the address. */
 static st_err
 server_create(struct event_base *base, const char *listen, const http_server_config *cfg, bool reuse_port,
-              http_conn_limit *limit, http_handler_fn fn, void *arg, http_server **out)
+	      http_conn_limit *limit, http_handler_fn fn, void *arg, http_server **out)
 {
 	struct sockaddr_storage ss;
 	int sslen = (int)sizeof(ss);
@@ -1292,9 +1288,9 @@ server_create(struct event_base *base, const char *listen, const http_server_con
 		goto fail;
 	}
 	s->lis = evconnlistener_new_bind(base, accept_cb, s,
-	                                 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC |
-	                                     (reuse_port ? LEV_OPT_REUSEABLE_PORT : 0),
-	                                 1024, (struct sockaddr *)&ss, sslen);
+					 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC |
+						 (reuse_port ? LEV_OPT_REUSEABLE_PORT : 0),
+					 1024, (struct sockaddr *)&ss, sslen);
 	if (!s->lis) {
 		st_error("http: listen %s: %s", listen, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
 		rv = ST_ESYS;
@@ -1307,7 +1303,7 @@ server_create(struct event_base *base, const char *listen, const http_server_con
 
 		if (getsockname(evconnlistener_get_fd(s->lis), (struct sockaddr *)&b, &blen) == 0)
 			s->port = b.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&b)->sin6_port)
-			                                  : ntohs(((struct sockaddr_in *)&b)->sin_port);
+							  : ntohs(((struct sockaddr_in *)&b)->sin_port);
 	}
 	*out = s;
 	return ST_OK;
@@ -1318,14 +1314,14 @@ fail:
 
 st_err
 http_server_new(struct event_base *base, const char *listen, const http_server_config *cfg, http_handler_fn fn,
-                void *arg, http_server **out)
+		void *arg, http_server **out)
 {
 	return server_create(base, listen, cfg, false, NULL, fn, arg, out);
 }
 
 st_err
 http_server_new_shared(struct event_base *base, const char *listen, const http_server_config *cfg,
-                       http_conn_limit *limit, http_handler_fn fn, void *arg, http_server **out)
+		       http_conn_limit *limit, http_handler_fn fn, void *arg, http_server **out)
 {
 	return server_create(base, listen, cfg, true, limit, fn, arg, out);
 }
@@ -1420,8 +1416,7 @@ http_req_set_gone_cb(http_req *r, void (*gone)(void *arg), void *arg)
 /* ------------------------------------------------------------ responses */
 
 void
-http_reply(http_req *r, int status, const char *content_type, const void *body, size_t len,
-           const char *extra_headers)
+http_reply(http_req *r, int status, const char *content_type, const void *body, size_t len, const char *extra_headers)
 {
 	http_stream *c = r->c;
 	/* a declared body never read is still on the wire: the connection cannot carry another request */
@@ -1440,7 +1435,7 @@ http_reply(http_req *r, int status, const char *content_type, const void *body, 
 
 void
 http_reply_problem(http_req *r, int status, const char *type, const char *title, const char *detail,
-                   const char *extra_headers)
+		   const char *extra_headers)
 {
 	st_buf b;
 
@@ -1454,7 +1449,7 @@ http_reply_problem(http_req *r, int status, const char *type, const char *title,
 
 http_stream *
 http_stream_start(http_req *r, int status, const char *content_type, const char *extra_headers,
-                  const http_stream_cbs *cbs, void *arg)
+		  const http_stream_cbs *cbs, void *arg)
 {
 	http_stream *c = r->c;
 
@@ -1507,7 +1502,7 @@ http_stream_write(http_stream *s, const void *data, size_t len)
 /* http_stream_write_ref, the bytes stamped with origin_ns when they start the output (0: not timed). */
 static void
 stream_write_ref_at(http_stream *s, const void *data, size_t len,
-                    void (*cleanup)(const void *data, size_t len, void *arg), void *arg, uint64_t origin_ns)
+		    void (*cleanup)(const void *data, size_t len, void *arg), void *arg, uint64_t origin_ns)
 {
 	struct evbuffer *to = stream_drops(s) ? s->srv->trash : bufferevent_get_output(s->bev);
 
@@ -1526,7 +1521,7 @@ stream_write_ref_at(http_stream *s, const void *data, size_t len,
 
 void
 http_stream_write_ref(http_stream *s, const void *data, size_t len,
-                      void (*cleanup)(const void *data, size_t len, void *arg), void *arg)
+		      void (*cleanup)(const void *data, size_t len, void *arg), void *arg)
 {
 	stream_write_ref_at(s, data, len, cleanup, arg, 0);
 }
@@ -1543,7 +1538,8 @@ http_stream_write_refs(http_stream *s, const http_ref *refs, size_t n)
 		return;
 	for (size_t j = 0; j < n && origin_ns == 0; j++)
 		origin_ns = refs[j].origin_ns;
-	if (!stream_drops(s) && s->direct && !st_dlink_linked(&s->lk[L_OUT]) && evbuffer_get_length(bufferevent_get_output(s->bev)) == 0) {
+	if (!stream_drops(s) && s->direct && !st_dlink_linked(&s->lk[L_OUT]) &&
+	    evbuffer_get_length(bufferevent_get_output(s->bev)) == 0) {
 		for (size_t j = 0; j < k; j++) {
 			iov[j].iov_base = (void *)refs[j].data;
 			iov[j].iov_len = refs[j].len;
@@ -1578,7 +1574,7 @@ http_stream_write_refs(http_stream *s, const http_ref *refs, size_t n)
 	}
 	for (; i < n; i++, off = 0)
 		stream_write_ref_at(s, (const char *)refs[i].data + off, refs[i].len - off, refs[i].cleanup,
-		                    refs[i].arg, origin_ns);
+				    refs[i].arg, origin_ns);
 	/* The kernel refused bytes (or an error: the bufferevent meets it too
 	 * and reports it): wait for room instead of trying again this turn. */
 	if (refused)

@@ -69,13 +69,13 @@ void http_conn_limit_free(http_conn_limit *l); /* NULL-safe */
 uint32_t http_conn_limit_open(const http_conn_limit *l);
 
 typedef struct http_server_config {
-	size_t max_header_bytes;     /* 0 = 8192 */
-	uint32_t header_timeout_ms;  /* 0 = 10000 */
-	uint32_t max_conns;          /* 0 = 100000; a shared server's limit replaces it */
-	const char *cors_origins;    /* NULL/"" = no CORS headers; copied */
-	const char *cors_path;       /* NULL/"" = CORS on every path; else only this path gets it (preflights too); copied */
-	size_t max_body_bytes;       /* 0 = request bodies refused; else the most http_req_read_body reads */
-	uint32_t body_grace_ms;      /* 0 = 10000: a body's deadline is this plus 1 s per 64 KiB */
+	size_t max_header_bytes;    /* 0 = 8192 */
+	uint32_t header_timeout_ms; /* 0 = 10000 */
+	uint32_t max_conns;         /* 0 = 100000; a shared server's limit replaces it */
+	const char *cors_origins;   /* NULL/"" = no CORS headers; copied */
+	const char *cors_path;  /* NULL/"" = CORS on every path; else only this path gets it (preflights too); copied */
+	size_t max_body_bytes;  /* 0 = request bodies refused; else the most http_req_read_body reads */
+	uint32_t body_grace_ms; /* 0 = 10000: a body's deadline is this plus 1 s per 64 KiB */
 } http_server_config;
 
 /*
@@ -89,8 +89,8 @@ typedef void (*http_handler_fn)(http_req *req, void *arg);
 
 /* Listens on "ADDR:PORT" (ADDR may be "0.0.0.0", "127.0.0.1", "[::1]").
  * ST_EINVAL for a bad address, ST_ESYS when bind/listen fails (logged). */
-st_err http_server_new(struct event_base *base, const char *listen, const http_server_config *cfg,
-                       http_handler_fn fn, void *arg, http_server **out);
+st_err http_server_new(struct event_base *base, const char *listen, const http_server_config *cfg, http_handler_fn fn,
+		       void *arg, http_server **out);
 /*
  * The same, with SO_REUSEPORT on the listener: several servers, each on its
  * own loop thread, may listen on one address and the kernel spreads new
@@ -103,7 +103,7 @@ st_err http_server_new(struct event_base *base, const char *listen, const http_s
  * existing positional initializers stay complete.
  */
 st_err http_server_new_shared(struct event_base *base, const char *listen, const http_server_config *cfg,
-                              http_conn_limit *limit, http_handler_fn fn, void *arg, http_server **out);
+			      http_conn_limit *limit, http_handler_fn fn, void *arg, http_server **out);
 /*
  * CORS with credentials (cookies, Authorization): every answer that echoes
  * an allowed Origin also says Access-Control-Allow-Credentials: true.  The
@@ -151,9 +151,9 @@ struct sockaddr_storage;
 st_err http_listen_parse(const char *listen, struct sockaddr_storage *ss, int *sslen);
 
 /* ---- the request (valid until answered or gone) ---- */
-const char *http_req_method(const http_req *r);   /* "GET", "HEAD", ... */
-const char *http_req_path(const http_req *r);     /* path only, undecoded, e.g. "/v1/stream" */
-const char *http_req_query(const http_req *r);    /* after '?', undecoded, "" when none */
+const char *http_req_method(const http_req *r); /* "GET", "HEAD", ... */
+const char *http_req_path(const http_req *r);   /* path only, undecoded, e.g. "/v1/stream" */
+const char *http_req_query(const http_req *r);  /* after '?', undecoded, "" when none */
 /* The peer's address: 16 bytes, IPv4 as ::ffff:a.b.c.d (RFC 4291 2.5.5.2); zeros for other families. */
 void http_req_peer_ip(const http_req *r, uint8_t out[16]);
 /* True when the request's Origin is one cors_origins allows (on the server's cors_path). */
@@ -206,11 +206,11 @@ void http_req_read_body(http_req *r, http_body_fn fn, void *arg);
  * Every response carries Cache-Control: no-store.
  */
 void http_reply(http_req *r, int status, const char *content_type, const void *body, size_t len,
-                const char *extra_headers);
+		const char *extra_headers);
 /* An RFC 9457 application/problem+json document {"type","title","status","detail"}; type is
  * "about:blank" unless given.  Frees r. */
 void http_reply_problem(http_req *r, int status, const char *type, const char *title, const char *detail,
-                        const char *extra_headers);
+			const char *extra_headers);
 
 /* ---- streaming responses ---- */
 typedef struct http_stream_cbs {
@@ -231,14 +231,14 @@ typedef struct http_stream_cbs {
  * stream ends right after the headers (on_close follows, abrupt = false).
  */
 http_stream *http_stream_start(http_req *r, int status, const char *content_type, const char *extra_headers,
-                               const http_stream_cbs *cbs, void *arg);
+			       const http_stream_cbs *cbs, void *arg);
 
 /* Copies bytes to the output. */
 void http_stream_write(http_stream *s, const void *data, size_t len);
 /* Zero-copy: data must stay valid until cleanup(data, len, arg) runs
  * (after the bytes were sent or the connection freed). */
 void http_stream_write_ref(http_stream *s, const void *data, size_t len,
-                           void (*cleanup)(const void *data, size_t len, void *arg), void *arg);
+			   void (*cleanup)(const void *data, size_t len, void *arg), void *arg);
 /* One zero-copy buffer for http_stream_write_refs. */
 typedef struct http_ref {
 	const void *data;

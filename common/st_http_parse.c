@@ -122,8 +122,9 @@ target_parse(st_http_head *h, char *t)
 
 		/* RFC 9110 4.2.1: an http(s) URI has a non-empty host; 4.2.4: userinfo is an error. */
 		if (sl == 0 || ae == a || *a == ':' || memchr(a, '@', (size_t)(ae - a)) != NULL)
-			return refuse(h, 400,
-			              "the request target must be a path ('/...'), an absolute http URI, or '*' for OPTIONS");
+			return refuse(
+				h, 400,
+				"the request target must be a path ('/...'), an absolute http URI, or '*' for OPTIONS");
 		if (*ae == '/') {
 			t = ae;
 		} else {
@@ -157,8 +158,8 @@ target_parse(st_http_head *h, char *t)
 static st_err
 body_check(st_http_head *h, bool bodies)
 {
-	bool served = strcmp(h->method, "GET") == 0 || strcmp(h->method, "HEAD") == 0 ||
-	              strcmp(h->method, "OPTIONS") == 0;
+	bool served =
+		strcmp(h->method, "GET") == 0 || strcmp(h->method, "HEAD") == 0 || strcmp(h->method, "OPTIONS") == 0;
 	bool post = bodies && strcmp(h->method, "POST") == 0;
 	const char *why = served ? "request bodies are not accepted" : "this server serves GET, HEAD and OPTIONS";
 	bool seen_len = false;
@@ -169,7 +170,7 @@ body_check(st_http_head *h, bool bodies)
 
 		if (strcasecmp(name, "Transfer-Encoding") == 0)
 			return post ? refuse(h, 411, "a request body needs a Content-Length (no Transfer-Encoding)")
-			            : refuse(h, served ? 413 : 405, why);
+				    : refuse(h, served ? 413 : 405, why);
 		if (strcasecmp(name, "Content-Length") == 0) {
 			if (st_parse_u64(val, strlen(val), &n) != ST_OK)
 				return refuse(h, 400, "malformed Content-Length");
@@ -238,7 +239,7 @@ head_parse(st_http_head *h, char *buf, size_t len, bool bodies)
 	else if (strcmp(v, "HTTP/1.0") == 0)
 		http10 = true;
 	else if (strncmp(v, "HTTP/", 5) == 0 && v[5] >= '0' && v[5] <= '9' && v[6] == '.' && v[7] >= '0' &&
-	         v[7] <= '9' && v[8] == '\0')
+		 v[7] <= '9' && v[8] == '\0')
 		return refuse(h, 505, "only HTTP/1.0 and HTTP/1.1 are served");
 	else
 		goto bad_line;

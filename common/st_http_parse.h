@@ -54,11 +54,11 @@ typedef struct st_http_field {
  * static string), so the head is valid exactly as long as that buffer.
  */
 typedef struct st_http_head {
-	const char *buf;    /* the parsed buffer (field offsets are into it) */
-	const char *method; /* 1..32 token characters, e.g. "GET" */
-	const char *path;   /* starts with '/' (or is "*" for OPTIONS), undecoded */
-	const char *query;  /* after '?', undecoded; "" when none */
-	bool keep_alive;    /* HTTP/1.1 without "Connection: close" */
+	const char *buf;         /* the parsed buffer (field offsets are into it) */
+	const char *method;      /* 1..32 token characters, e.g. "GET" */
+	const char *path;        /* starts with '/' (or is "*" for OPTIONS), undecoded */
+	const char *query;       /* after '?', undecoded; "" when none */
+	bool keep_alive;         /* HTTP/1.1 without "Connection: close" */
 	uint64_t content_length; /* st_http_parse_head_bodies: a POST's declared body length; else 0 */
 	uint16_t nfields;
 	st_http_field fields[ST_HTTP_HEAD_FIELDS_MAX];

@@ -66,8 +66,8 @@ t_accepted(void)
 		{ "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n", "OPTIONS", "*", "", true, 1 },
 		/* a method is any token of up to 32 characters; bodies of 0 bytes are no body */
 		{ "POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n", "POST", "/", "", true, 1 },
-		{ "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345 / HTTP/1.1\r\n\r\n", "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345", "/",
-		  "", true, 0 },
+		{ "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345 / HTTP/1.1\r\n\r\n", "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345", "/", "",
+		  true, 0 },
 		{ "M!#$%&'*+-.^_`|~ / HTTP/1.1\r\n\r\n", "M!#$%&'*+-.^_`|~", "/", "", true, 0 },
 		/* values may hold tabs and bytes >= 0x80; empty values are fine */
 		{ "GET / HTTP/1.1\r\nX: a\tb \xc3\xa9\r\nY:\r\n\r\n", "GET", "/", "", true, 2 },
@@ -101,8 +101,8 @@ t_bodies(void)
 {
 	static const struct {
 		const char *in;
-		int status;       /* 0: accepted */
-		uint64_t length;  /* accepted: content_length */
+		int status;      /* 0: accepted */
+		uint64_t length; /* accepted: content_length */
 	} tab[] = {
 		{ "POST /v1/events HTTP/1.1\r\nContent-Length: 17\r\n\r\n", 0, 17 },
 		{ "POST /v1/events HTTP/1.1\r\nContent-Length: 17825792\r\n\r\n", 0, 17825792 },
@@ -202,7 +202,7 @@ t_refused(void)
 			continue;
 		if (rv != ST_EPROTO || h.status != tab[i].status)
 			fprintf(stderr, "  head %zu \"%.40s\": %s, status %d, want %d\n", i, tab[i].in, st_err_str(rv),
-			        rv == ST_EPROTO ? h.status : 0, tab[i].status);
+				rv == ST_EPROTO ? h.status : 0, tab[i].status);
 		ST_CHECK(rv == ST_EPROTO);
 		if (rv == ST_EPROTO) {
 			ST_CHECK_EQ_U64(h.status, tab[i].status);
@@ -250,21 +250,18 @@ t_fields(void)
 	static const struct {
 		const char *name, *want; /* want NULL: absent */
 	} tab[] = {
-		{ "Host", "a.example" },    /* trimmed of spaces and tabs on both sides */
-		{ "HOST", "a.example" },    /* case-insensitive, the first one wins */
-		{ "X-Empty", "" },
-		{ "X-Inner", "a  b\tc" },   /* inner whitespace stays */
-		{ "Last-Event-ID", "42" },
-		{ "X-Absent", NULL },
-		{ "Hos", NULL },            /* whole names only */
+		{ "Host", "a.example" },                             /* trimmed of spaces and tabs on both sides */
+		{ "HOST", "a.example" },                             /* case-insensitive, the first one wins */
+		{ "X-Empty", "" },         { "X-Inner", "a  b\tc" }, /* inner whitespace stays */
+		{ "Last-Event-ID", "42" }, { "X-Absent", NULL },     { "Hos", NULL }, /* whole names only */
 	};
 	char *buf;
 	st_http_head h;
 	st_err rv;
 
 	buf = head_parse("GET / HTTP/1.1\r\nHost: \t a.example \t\r\nX-Empty:   \r\nhost: second\r\n"
-	                 "X-Inner:a  b\tc\r\nlast-event-id: 42\r\n\r\n",
-	                 &h, &rv);
+			 "X-Inner:a  b\tc\r\nlast-event-id: 42\r\n\r\n",
+			 &h, &rv);
 	if (!buf)
 		return;
 	ST_CHECK(rv == ST_OK);
@@ -308,14 +305,14 @@ t_head_end(void)
 		{ "GET / HTTP/1.1\r\nA: b\r\n\r\n", 0, 24 },
 		{ "GET / HTTP/1.1\r\n\r", 0, 0 },
 		{ "GET / HTTP/1.1\r\nA: b\r\n", 0, 0 },
-		{ "GET / HTTP/1.1\r\r\n", 0, 0 },           /* CR CR LF is no empty line */
+		{ "GET / HTTP/1.1\r\r\n", 0, 0 }, /* CR CR LF is no empty line */
 		{ "GET / HTTP/1.1", 0, 0 },
 		{ "", 0, 0 },
 		/* resuming: the caller passes the previous length minus 2 */
 		{ "GET /\r\n\r\n", 5, 9 },
 		{ "GET /\r\n\r\n", 6, 9 },
 		{ "GET /\n\n", 4, 7 },
-		{ "GET /\r\n\r\n", 9, 0 },                  /* from == n: nothing to search */
+		{ "GET /\r\n\r\n", 9, 0 }, /* from == n: nothing to search */
 	};
 
 	for (size_t i = 0; i < ST_ARRAY_LEN(tab); i++) {
@@ -338,17 +335,12 @@ t_empty_lines(void)
 		const char *in;
 		size_t want;
 	} tab[] = {
-		{ "", 0 },
-		{ "GET", 0 },
-		{ "\r\nGET", 2 },
-		{ "\n\n\r\r\nG", 5 },
-		{ "\r\n\r\n", 4 },
-		{ " \r\nGET", 0 },
+		{ "", 0 }, { "GET", 0 }, { "\r\nGET", 2 }, { "\n\n\r\r\nG", 5 }, { "\r\n\r\n", 4 }, { " \r\nGET", 0 },
 	};
 
 	for (size_t i = 0; i < ST_ARRAY_LEN(tab); i++)
 		ST_CHECK_EQ_U64(st_http_parse_empty_lines((const unsigned char *)tab[i].in, strlen(tab[i].in)),
-		                tab[i].want);
+				tab[i].want);
 }
 
 typedef struct qrec {

@@ -103,11 +103,11 @@ pump_ms(int ms)
 		event_base_loop(base, EVLOOP_ONCE);
 }
 
-#define PUMP_UNTIL(cond, ms)                                         \
-	do {                                                         \
-		uint64_t end_ = now() + (ms);                        \
-		while (!(cond) && now() < end_)                      \
-			event_base_loop(base, EVLOOP_ONCE);          \
+#define PUMP_UNTIL(cond, ms)                                \
+	do {                                                \
+		uint64_t end_ = now() + (ms);               \
+		while (!(cond) && now() < end_)             \
+			event_base_loop(base, EVLOOP_ONCE); \
 	} while (0)
 
 /* ---- raw clients ---- */
@@ -343,7 +343,7 @@ big_fill(void *arg)
 	r->writable++;
 	while (r->next < BIG_N && http_stream_backlog(r->s) <= http_stream_low_watermark(r->s)) {
 		http_stream_write_ref(r->s, bigdata + (size_t)r->next * BIG_CHUNK, BIG_CHUNK, big_cleanup,
-		                      (void *)(uintptr_t)r->next);
+				      (void *)(uintptr_t)r->next);
 		r->next++;
 	}
 	if (r->next == BIG_N)
@@ -443,7 +443,7 @@ t_bad_listen(void)
 	ST_CHECK(http_server_new(base, "127.0.0.1:x", NULL, handler, NULL, &s) == ST_EINVAL);
 	ST_CHECK(s == NULL);
 	ST_CHECK(http_server_new(base, "[::1]:0", NULL, handler, NULL, &s) == ST_OK ||
-	         s == NULL); /* no IPv6 loopback in some containers */
+		 s == NULL); /* no IPv6 loopback in some containers */
 	http_server_free(s);
 	http_server_free(NULL);
 }
@@ -478,12 +478,13 @@ t_get_plain(void)
 	ST_CHECK_STR(hdr(&r, "Content-Type", v, sizeof(v)), "application/problem+json");
 	ST_CHECK_STR(hdr(&r, "Retry-After", v, sizeof(v)), "5");
 	ST_CHECK_MEM(r.body, r.blen,
-	             "{\"type\":\"about:blank\",\"title\":\"No \\\"such\\\" thing\",\"status\":404,"
-	             "\"detail\":\"a\\nb\\u0001\\\\ \xc3\xa9 \\ufffd\"}");
+		     "{\"type\":\"about:blank\",\"title\":\"No \\\"such\\\" thing\",\"status\":404,"
+		     "\"detail\":\"a\\nb\\u0001\\\\ \xc3\xa9 \\ufffd\"}");
 	st_buf_reset(&b);
 	cl_puts(fd, "GET /nope HTTP/1.1\r\n\r\n");
 	ST_CHECK(cl_read_resps(fd, &b, &r, 1, 3000) == 1);
-	ST_CHECK_MEM(r.body, r.blen, "{\"type\":\"about:blank\",\"title\":\"Not Found\",\"status\":404,\"detail\":\"no such path\"}");
+	ST_CHECK_MEM(r.body, r.blen,
+		     "{\"type\":\"about:blank\",\"title\":\"Not Found\",\"status\":404,\"detail\":\"no such path\"}");
 	close(fd);
 	st_buf_fini(&b);
 	http_server_free(s);
@@ -602,13 +603,14 @@ t_options_cors(void)
 
 	st_buf_init(&b);
 	cl_puts(fd, "OPTIONS /v1/stream HTTP/1.1\r\nOrigin: https://b.example\r\n"
-	            "Access-Control-Request-Method: GET\r\n\r\n");
+		    "Access-Control-Request-Method: GET\r\n\r\n");
 	ST_CHECK(cl_read_resps(fd, &b, &r, 1, 3000) == 1);
 	ST_CHECK(strncmp(r.head, "HTTP/1.1 204 No Content\r\n", 25) == 0);
 	ST_CHECK_STR(hdr(&r, "Access-Control-Allow-Origin", v, sizeof(v)), "https://b.example");
 	ST_CHECK_STR(hdr(&r, "Vary", v, sizeof(v)), "Origin");
 	ST_CHECK_STR(hdr(&r, "Access-Control-Allow-Methods", v, sizeof(v)), "GET, HEAD, OPTIONS");
-	ST_CHECK_STR(hdr(&r, "Access-Control-Allow-Headers", v, sizeof(v)), "Last-Event-ID, Accept, Cache-Control, Authorization");
+	ST_CHECK_STR(hdr(&r, "Access-Control-Allow-Headers", v, sizeof(v)),
+		     "Last-Event-ID, Accept, Cache-Control, Authorization");
 	ST_CHECK_STR(hdr(&r, "Access-Control-Max-Age", v, sizeof(v)), "600");
 	ST_CHECK(hdr(&r, "Content-Length", v, sizeof(v)) == NULL);
 	ST_CHECK(hdr(&r, "Allow", v, sizeof(v)) == NULL);
@@ -707,7 +709,7 @@ t_cors_origins_check(void)
 
 		if (ok != cases[i].ok || (cases[i].why && strstr(why, cases[i].why) == NULL))
 			fprintf(stderr, "%s: got %d (%s), want %d (%s)\n", cases[i].list, ok, why, cases[i].ok,
-			        cases[i].why ? cases[i].why : "");
+				cases[i].why ? cases[i].why : "");
 		ST_CHECK(ok == cases[i].ok);
 		ST_CHECK(cases[i].why == NULL || strstr(why, cases[i].why) != NULL);
 	}
@@ -762,7 +764,7 @@ t_target_forms(void)
 
 	st_buf_init(&b);
 	snprintf(req, sizeof(req), "GET http://127.0.0.1:%d/hdr?a=1 HTTP/1.1\r\nHost: other\r\nX-Test: abs\r\n\r\n",
-	         http_server_port(s));
+		 http_server_port(s));
 	cl_puts(fd, req);
 	ST_CHECK(cl_read_resps(fd, &b, &r, 1, 3000) == 1);
 	ST_CHECK(r.status == 200);
@@ -1045,7 +1047,7 @@ t_stream_delivery(void)
 	{
 		uint64_t now = st_clock_mono_ns();
 		const http_ref refs[2] = { { "data: 2\n\n", 9, NULL, NULL, now - 5000000u },
-			                   { "data: 3\n\n", 9, NULL, NULL, now } };
+					   { "data: 3\n\n", 9, NULL, NULL, now } };
 
 		http_stream_write_refs(T.rec.s, refs, 2);
 	}
@@ -1295,7 +1297,7 @@ t_memory_per_stream(void)
 	per = (after - before) / N;
 	total = per + http_stream_struct_size_();
 	fprintf(stderr, "  idle stream: struct http_stream %zu B + libevent %zu B = %zu B\n",
-	        http_stream_struct_size_(), per, total);
+		http_stream_struct_size_(), per, total);
 	ST_CHECK(total < 4096);
 	for (int i = 0; i < N; i++) {
 		if (ss[i])

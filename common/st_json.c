@@ -146,13 +146,16 @@ scan_string(const unsigned char *p, size_t len, size_t *ip)
 		if (++i >= len)
 			return "unterminated string";
 		switch (p[i]) {
-		case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
-			i++;
-			continue;
-		case 'u':
-			break;
-		default:
-			return "bad escape";
+		case '"':
+		case '\\':
+		case '/':
+		case 'b':
+		case 'f':
+		case 'n':
+		case 'r':
+		case 't': i++; continue;
+		case 'u': break;
+		default: return "bad escape";
 		}
 		long u = hex4(p, i + 1, len);
 		if (u < 0)
@@ -333,8 +336,8 @@ scan(const unsigned char *p, size_t len, unsigned char *out, size_t *out_len)
 				return e;
 			/* "truex", "1x", "nullnull": a word must end at a delimiter */
 			if (st == AFTER && c != '"' && i < len &&
-			    ((p[i] >= 'a' && p[i] <= 'z') || (p[i] >= 'A' && p[i] <= 'Z') ||
-			     is_digit(p[i]) || p[i] == '_' || p[i] >= 0x80))
+			    ((p[i] >= 'a' && p[i] <= 'z') || (p[i] >= 'A' && p[i] <= 'Z') || is_digit(p[i]) ||
+			     p[i] == '_' || p[i] >= 0x80))
 				return "invalid token";
 			break;
 		}
@@ -468,15 +471,15 @@ typedef struct node {
 	enum st_json_type type;
 	int parent;
 	size_t raw_off, raw_len;
-	size_t kid_off, count; /* containers: slice of st_json.kids */
+	size_t kid_off, count;   /* containers: slice of st_json.kids */
 	size_t str_off, str_len; /* strings: decoded text in st_json.strs */
 	size_t key_off;          /* object members: decoded key in strs; SIZE_MAX otherwise */
 } node;
 
 struct st_json {
-	char *text;  /* copy of the input */
+	char *text; /* copy of the input */
 	size_t len;
-	char *strs;  /* decoded strings and keys, each NUL-terminated */
+	char *strs; /* decoded strings and keys, each NUL-terminated */
 	size_t strs_len;
 	node *nodes;
 	size_t n_nodes, cap_nodes, max_nodes;
@@ -656,9 +659,7 @@ build_value(builder *b, int parent, size_t key_off)
 	case ST_JSON_TRUE: b->i += 4; break;
 	case ST_JSON_FALSE: b->i += 5; break;
 	case ST_JSON_NULL: b->i += 4; break;
-	case ST_JSON_NUMBER:
-		(void)scan_number((const unsigned char *)j->text, j->len, &b->i);
-		break;
+	case ST_JSON_NUMBER: (void)scan_number((const unsigned char *)j->text, j->len, &b->i); break;
 	case ST_JSON_ARRAY:
 	case ST_JSON_OBJECT: {
 		char close = t == ST_JSON_ARRAY ? ']' : '}';

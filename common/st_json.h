@@ -58,8 +58,15 @@ void st_json_problem(st_buf *b, const char *type, const char *title, int status,
 
 typedef struct st_json st_json;
 
-enum st_json_type { ST_JSON_NULL, ST_JSON_FALSE, ST_JSON_TRUE, ST_JSON_NUMBER,
-	            ST_JSON_STRING, ST_JSON_ARRAY, ST_JSON_OBJECT };
+enum st_json_type {
+	ST_JSON_NULL,
+	ST_JSON_FALSE,
+	ST_JSON_TRUE,
+	ST_JSON_NUMBER,
+	ST_JSON_STRING,
+	ST_JSON_ARRAY,
+	ST_JSON_OBJECT
+};
 
 /*
  * Parses one JSON text.  At most max_nodes values (ST_EINVAL beyond), depth

@@ -26,133 +26,214 @@ struct verdict {
 };
 
 static const struct verdict corpus[] = {
-	{"0", 1, true, true},
-	{"-0", 2, true, true},
-	{"1", 1, true, true},
-	{"-1", 2, true, true},
-	{"01", 2, false, false},
-	{"-01", 3, false, false},
-	{"00", 2, false, false},
-	{"1.5", 3, true, true},
-	{"1.", 2, false, false},
-	{".5", 2, false, false},
-	{"-.5", 3, false, false},
-	{"+1", 2, false, false},
-	{"1e5", 3, true, true},
-	{"1E+5", 4, true, true},
-	{"1e-5", 4, true, true},
-	{"1e", 2, false, false},
-	{"1e+", 3, false, false},
-	{"1.5e3", 5, true, true},
-	{"0.0", 3, true, true},
-	{"-", 1, false, false},
-	{"1x", 2, false, false},
-	{"1 2", 3, false, false},
-	{"0x10", 4, false, false},
-	{"NaN", 3, false, false},
-	{"Infinity", 8, false, false},
-	{"-Infinity", 9, false, false},
-	{"1.0e", 4, false, false},
-	{"12345678901234567890123456789", 29, true, true},
-	{"true", 4, true, true},
-	{"false", 5, true, true},
-	{"null", 4, true, true},
-	{"True", 4, false, false},
-	{"nul", 3, false, false},
-	{"truex", 5, false, false},
-	{"nullnull", 8, false, false},
-	{"tru", 3, false, false},
-	{"\"\"", 2, true, true},
-	{"\"a\"", 3, true, true},
-	{"\"\\\"", 3, false, false},
-	{"\"\\\\\"", 4, true, true},
-	{"\"\\/\"", 4, true, true},
-	{"\"\\b\\f\\n\\r\\t\"", 12, true, true},
-	{"\"\\x\"", 4, false, false},
-	{"\"\\a\"", 4, false, false},
-	{"\"\\u0041\"", 8, true, true},
-	{"\"\\u00e9\"", 8, true, true},
-	{"\"\\u00E9\"", 8, true, true},
-	{"\"\\u004\"", 7, false, false},
-	{"\"\\u00G1\"", 8, false, false},
-	{"\"\\u0000\"", 8, true, true},
-	{"\"a\\u0000b\"", 10, true, true},
-	{"\"\\ud83d\\ude00\"", 14, true, true},
-	{"\"\\uD83D\\uDE00\"", 14, true, true},
-	{"\"\\ud83d\"", 8, true, false},
-	{"\"\\ud83dx\"", 9, true, false},
-	{"\"\\ude00\"", 8, true, false},
-	{"\"\\ud83d\\u0041\"", 14, true, false},
-	{"\"\\ud83d\\ud83d\"", 14, true, false},
-	{"\"\\ud83d\\n\"", 10, true, false},
-	{"\"\\uDBFF\\uDFFF\"", 14, true, true},
-	{"\"\\uFFFF\"", 8, true, true},
-	{"\"\\uFFFE\"", 8, true, true},
-	{"\"a\x0a""b\"", 5, false, false},
-	{"\"a\x09""b\"", 5, false, false},
-	{"\"a\x01""b\"", 5, false, false},
-	{"\"a\x1f""b\"", 5, false, false},
-	{"\"a\x7f""b\"", 5, true, true},
-	{"\"\xc3""\xa9""\"", 4, true, true},
-	{"\"\xe2""\x82""\xac""\"", 5, true, true},
-	{"\"\xf0""\x9f""\x98""\x80""\"", 6, true, true},
-	{"\"\xc0""\xaf""\"", 4, false, false},
-	{"\"\xc1""\xbf""\"", 4, false, false},
-	{"\"\xe0""\x80""\xaf""\"", 5, false, false},
-	{"\"\xed""\xa0""\x80""\"", 5, false, false},
-	{"\"\xf4""\x90""\x80""\x80""\"", 6, false, false},
-	{"\"\xf5""\x80""\x80""\x80""\"", 6, false, false},
-	{"\"\xff""\"", 3, false, false},
-	{"\"\xc3""\"", 3, false, false},
-	{"\"\x80""\"", 3, false, false},
-	{"\"\xef""\xbf""\xbf""\"", 5, true, true},
-	{"\"a", 2, false, false},
-	{"\"", 1, false, false},
-	{"\"\\", 2, false, false},
-	{"\"\\u12", 5, false, false},
-	{"[]", 2, true, true},
-	{"{}", 2, true, true},
-	{"[1,2]", 5, true, true},
-	{"[1,]", 4, false, false},
-	{"[,1]", 4, false, false},
-	{"[1 2]", 5, false, false},
-	{"[", 1, false, false},
-	{"]", 1, false, false},
-	{"[[]]", 4, true, true},
-	{"{\"a\":1}", 7, true, true},
-	{"{\"a\":1,}", 8, false, false},
-	{"{\"a\"}", 5, false, false},
-	{"{\"a\":}", 6, false, false},
-	{"{a:1}", 5, false, false},
-	{"{'a':1}", 7, false, false},
-	{"{\"a\":1 \"b\":2}", 13, false, false},
-	{"{\"a\":1,\"a\":2}", 13, true, true},
-	{"{1:1}", 5, false, false},
-	{"{\"a\" : 1 , \"b\" : [ true , null ] }", 34, true, true},
-	{"[}", 2, false, false},
-	{"{]", 2, false, false},
-	{"[1]]", 4, false, false},
-	{"{\"a\":{\"b\":{}}}", 14, true, true},
-	{" 1 ", 3, true, true},
-	{"\x09""\x0a""\x0d"" 1\x0d""\x0a""", 7, true, true},
-	{"", 0, false, false},
-	{" ", 1, false, false},
-	{"\x0c""1", 2, false, false},
-	{"1\x0c""", 2, false, false},
-	{"\xc2""\xa0""1", 3, false, false},
-	{"1\x00""", 2, false, false},
-	{"\x00""", 1, false, false},
-	{"[1]x", 4, false, false},
-	{"[1],", 4, false, false},
-	{"/*c*/1", 6, false, false},
-	{"1//c", 4, false, false},
-	{"\xef""\xbb""\xbf""1", 4, false, false},
-	{"\"\xe2""\x80""\xa8""\"", 5, true, true},
-	{"[-]", 3, false, false},
-	{"[1e1.5]", 7, false, false},
-	{"-1.5E-07", 8, true, true},
-	{"[0e0]", 5, true, true},
-	{"2.", 2, false, false},
+	{ "0", 1, true, true },
+	{ "-0", 2, true, true },
+	{ "1", 1, true, true },
+	{ "-1", 2, true, true },
+	{ "01", 2, false, false },
+	{ "-01", 3, false, false },
+	{ "00", 2, false, false },
+	{ "1.5", 3, true, true },
+	{ "1.", 2, false, false },
+	{ ".5", 2, false, false },
+	{ "-.5", 3, false, false },
+	{ "+1", 2, false, false },
+	{ "1e5", 3, true, true },
+	{ "1E+5", 4, true, true },
+	{ "1e-5", 4, true, true },
+	{ "1e", 2, false, false },
+	{ "1e+", 3, false, false },
+	{ "1.5e3", 5, true, true },
+	{ "0.0", 3, true, true },
+	{ "-", 1, false, false },
+	{ "1x", 2, false, false },
+	{ "1 2", 3, false, false },
+	{ "0x10", 4, false, false },
+	{ "NaN", 3, false, false },
+	{ "Infinity", 8, false, false },
+	{ "-Infinity", 9, false, false },
+	{ "1.0e", 4, false, false },
+	{ "12345678901234567890123456789", 29, true, true },
+	{ "true", 4, true, true },
+	{ "false", 5, true, true },
+	{ "null", 4, true, true },
+	{ "True", 4, false, false },
+	{ "nul", 3, false, false },
+	{ "truex", 5, false, false },
+	{ "nullnull", 8, false, false },
+	{ "tru", 3, false, false },
+	{ "\"\"", 2, true, true },
+	{ "\"a\"", 3, true, true },
+	{ "\"\\\"", 3, false, false },
+	{ "\"\\\\\"", 4, true, true },
+	{ "\"\\/\"", 4, true, true },
+	{ "\"\\b\\f\\n\\r\\t\"", 12, true, true },
+	{ "\"\\x\"", 4, false, false },
+	{ "\"\\a\"", 4, false, false },
+	{ "\"\\u0041\"", 8, true, true },
+	{ "\"\\u00e9\"", 8, true, true },
+	{ "\"\\u00E9\"", 8, true, true },
+	{ "\"\\u004\"", 7, false, false },
+	{ "\"\\u00G1\"", 8, false, false },
+	{ "\"\\u0000\"", 8, true, true },
+	{ "\"a\\u0000b\"", 10, true, true },
+	{ "\"\\ud83d\\ude00\"", 14, true, true },
+	{ "\"\\uD83D\\uDE00\"", 14, true, true },
+	{ "\"\\ud83d\"", 8, true, false },
+	{ "\"\\ud83dx\"", 9, true, false },
+	{ "\"\\ude00\"", 8, true, false },
+	{ "\"\\ud83d\\u0041\"", 14, true, false },
+	{ "\"\\ud83d\\ud83d\"", 14, true, false },
+	{ "\"\\ud83d\\n\"", 10, true, false },
+	{ "\"\\uDBFF\\uDFFF\"", 14, true, true },
+	{ "\"\\uFFFF\"", 8, true, true },
+	{ "\"\\uFFFE\"", 8, true, true },
+	{ "\"a\x0a"
+	  "b\"",
+	  5, false, false },
+	{ "\"a\x09"
+	  "b\"",
+	  5, false, false },
+	{ "\"a\x01"
+	  "b\"",
+	  5, false, false },
+	{ "\"a\x1f"
+	  "b\"",
+	  5, false, false },
+	{ "\"a\x7f"
+	  "b\"",
+	  5, true, true },
+	{ "\"\xc3"
+	  "\xa9"
+	  "\"",
+	  4, true, true },
+	{ "\"\xe2"
+	  "\x82"
+	  "\xac"
+	  "\"",
+	  5, true, true },
+	{ "\"\xf0"
+	  "\x9f"
+	  "\x98"
+	  "\x80"
+	  "\"",
+	  6, true, true },
+	{ "\"\xc0"
+	  "\xaf"
+	  "\"",
+	  4, false, false },
+	{ "\"\xc1"
+	  "\xbf"
+	  "\"",
+	  4, false, false },
+	{ "\"\xe0"
+	  "\x80"
+	  "\xaf"
+	  "\"",
+	  5, false, false },
+	{ "\"\xed"
+	  "\xa0"
+	  "\x80"
+	  "\"",
+	  5, false, false },
+	{ "\"\xf4"
+	  "\x90"
+	  "\x80"
+	  "\x80"
+	  "\"",
+	  6, false, false },
+	{ "\"\xf5"
+	  "\x80"
+	  "\x80"
+	  "\x80"
+	  "\"",
+	  6, false, false },
+	{ "\"\xff"
+	  "\"",
+	  3, false, false },
+	{ "\"\xc3"
+	  "\"",
+	  3, false, false },
+	{ "\"\x80"
+	  "\"",
+	  3, false, false },
+	{ "\"\xef"
+	  "\xbf"
+	  "\xbf"
+	  "\"",
+	  5, true, true },
+	{ "\"a", 2, false, false },
+	{ "\"", 1, false, false },
+	{ "\"\\", 2, false, false },
+	{ "\"\\u12", 5, false, false },
+	{ "[]", 2, true, true },
+	{ "{}", 2, true, true },
+	{ "[1,2]", 5, true, true },
+	{ "[1,]", 4, false, false },
+	{ "[,1]", 4, false, false },
+	{ "[1 2]", 5, false, false },
+	{ "[", 1, false, false },
+	{ "]", 1, false, false },
+	{ "[[]]", 4, true, true },
+	{ "{\"a\":1}", 7, true, true },
+	{ "{\"a\":1,}", 8, false, false },
+	{ "{\"a\"}", 5, false, false },
+	{ "{\"a\":}", 6, false, false },
+	{ "{a:1}", 5, false, false },
+	{ "{'a':1}", 7, false, false },
+	{ "{\"a\":1 \"b\":2}", 13, false, false },
+	{ "{\"a\":1,\"a\":2}", 13, true, true },
+	{ "{1:1}", 5, false, false },
+	{ "{\"a\" : 1 , \"b\" : [ true , null ] }", 34, true, true },
+	{ "[}", 2, false, false },
+	{ "{]", 2, false, false },
+	{ "[1]]", 4, false, false },
+	{ "{\"a\":{\"b\":{}}}", 14, true, true },
+	{ " 1 ", 3, true, true },
+	{ "\x09"
+	  "\x0a"
+	  "\x0d"
+	  " 1\x0d"
+	  "\x0a"
+	  "",
+	  7, true, true },
+	{ "", 0, false, false },
+	{ " ", 1, false, false },
+	{ "\x0c"
+	  "1",
+	  2, false, false },
+	{ "1\x0c"
+	  "",
+	  2, false, false },
+	{ "\xc2"
+	  "\xa0"
+	  "1",
+	  3, false, false },
+	{ "1\x00"
+	  "",
+	  2, false, false },
+	{ "\x00"
+	  "",
+	  1, false, false },
+	{ "[1]x", 4, false, false },
+	{ "[1],", 4, false, false },
+	{ "/*c*/1", 6, false, false },
+	{ "1//c", 4, false, false },
+	{ "\xef"
+	  "\xbb"
+	  "\xbf"
+	  "1",
+	  4, false, false },
+	{ "\"\xe2"
+	  "\x80"
+	  "\xa8"
+	  "\"",
+	  5, true, true },
+	{ "[-]", 3, false, false },
+	{ "[1e1.5]", 7, false, false },
+	{ "-1.5E-07", 8, true, true },
+	{ "[0e0]", 5, true, true },
+	{ "2.", 2, false, false },
 };
 
 static void
@@ -170,7 +251,7 @@ t_corpus(void)
 		rv = st_json_compact(v->in, v->len, out, &n, &err);
 		if ((rv == ST_OK) != v->ours)
 			fprintf(stderr, "corpus %zu: %.*s: got %s (%s)\n", i, (int)v->len, v->in,
-			        rv == ST_OK ? "ok" : "refused", err ? err : "");
+				rv == ST_OK ? "ok" : "refused", err ? err : "");
 		ST_CHECK((rv == ST_OK) == v->ours);
 		/* never accept what PostgreSQL refuses */
 		ST_CHECK(v->pg || rv != ST_OK);
@@ -185,13 +266,13 @@ t_compact(void)
 	static const struct {
 		const char *in, *out;
 	} cases[] = {
-		{"{\"a\": 1}", "{\"a\":1}"},
-		{" [ 1 , 2 ,\n3 ]\r\n", "[1,2,3]"},
-		{"{ \"a b\" : \" x  y \" , \"c\":[ ] }", "{\"a b\":\" x  y \",\"c\":[]}"},
-		{"\"\\u00e9 \\n\"", "\"\\u00e9 \\n\""},
-		{"\t-1.5E+07 ", "-1.5E+07"},
-		{"{\"k\":\"\xc3\xa9 \\\" \"}", "{\"k\":\"\xc3\xa9 \\\" \"}"},
-		{"[true, false, null, {}]", "[true,false,null,{}]"},
+		{ "{\"a\": 1}", "{\"a\":1}" },
+		{ " [ 1 , 2 ,\n3 ]\r\n", "[1,2,3]" },
+		{ "{ \"a b\" : \" x  y \" , \"c\":[ ] }", "{\"a b\":\" x  y \",\"c\":[]}" },
+		{ "\"\\u00e9 \\n\"", "\"\\u00e9 \\n\"" },
+		{ "\t-1.5E+07 ", "-1.5E+07" },
+		{ "{\"k\":\"\xc3\xa9 \\\" \"}", "{\"k\":\"\xc3\xa9 \\\" \"}" },
+		{ "[true, false, null, {}]", "[true,false,null,{}]" },
 	};
 	char out[128], inplace[128];
 	size_t n;
@@ -254,11 +335,11 @@ t_utf8(void)
 	ST_CHECK(st_utf8_valid("abc", 3));
 	ST_CHECK(st_utf8_valid("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf", 13));
 	ST_CHECK(!st_utf8_valid("a\0b", 3));
-	ST_CHECK(!st_utf8_valid("\xc0\x80", 2));     /* overlong NUL */
-	ST_CHECK(!st_utf8_valid("\xe0\x9f\xbf", 3)); /* overlong */
-	ST_CHECK(!st_utf8_valid("\xed\xb0\x80", 3)); /* encoded surrogate */
+	ST_CHECK(!st_utf8_valid("\xc0\x80", 2));         /* overlong NUL */
+	ST_CHECK(!st_utf8_valid("\xe0\x9f\xbf", 3));     /* overlong */
+	ST_CHECK(!st_utf8_valid("\xed\xb0\x80", 3));     /* encoded surrogate */
 	ST_CHECK(!st_utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
-	ST_CHECK(!st_utf8_valid("\xe2\x82", 2));     /* truncated */
+	ST_CHECK(!st_utf8_valid("\xe2\x82", 2));         /* truncated */
 	ST_CHECK(!st_utf8_valid("\xbf", 1));
 	ST_CHECK(!st_utf8_valid("\xfe", 1));
 }
@@ -271,20 +352,22 @@ t_escape(void)
 		size_t len;
 		const char *out;
 	} cases[] = {
-		{"", 0, "\"\""},
-		{"abc", 3, "\"abc\""},
-		{"a\"b\\c", 5, "\"a\\\"b\\\\c\""},
-		{"\n\r\t\b\f", 5, "\"\\n\\r\\t\\b\\f\""},
-		{"\x01\x1f\x7f", 3, "\"\\u0001\\u001f\x7f\""},
-		{"/\xc3\xa9", 3, "\"/\xc3\xa9\""},
-		{"\x1b[0m", 4, "\"\\u001b[0m\""},
+		{ "", 0, "\"\"" },
+		{ "abc", 3, "\"abc\"" },
+		{ "a\"b\\c", 5, "\"a\\\"b\\\\c\"" },
+		{ "\n\r\t\b\f", 5, "\"\\n\\r\\t\\b\\f\"" },
+		{ "\x01\x1f\x7f", 3, "\"\\u0001\\u001f\x7f\"" },
+		{ "/\xc3\xa9", 3, "\"/\xc3\xa9\"" },
+		{ "\x1b[0m", 4, "\"\\u001b[0m\"" },
 		/* not UTF-8: each offending byte becomes U+FFFD, the rest is kept */
-		{"a\xff" "b", 3, "\"a\\ufffdb\""},
-		{"\xe2\x82", 2, "\"\\ufffd\\ufffd\""},             /* truncated */
-		{"\xc0\x80", 2, "\"\\ufffd\\ufffd\""},             /* overlong NUL */
-		{"\xed\xa0\x80", 3, "\"\\ufffd\\ufffd\\ufffd\""}, /* encoded surrogate */
-		{"\xf0\x9f\x98\x80\xbf", 5, "\"\xf0\x9f\x98\x80\\ufffd\""},
-		{"\0", 1, "\"\\u0000\""},
+		{ "a\xff"
+		  "b",
+		  3, "\"a\\ufffdb\"" },
+		{ "\xe2\x82", 2, "\"\\ufffd\\ufffd\"" },            /* truncated */
+		{ "\xc0\x80", 2, "\"\\ufffd\\ufffd\"" },            /* overlong NUL */
+		{ "\xed\xa0\x80", 3, "\"\\ufffd\\ufffd\\ufffd\"" }, /* encoded surrogate */
+		{ "\xf0\x9f\x98\x80\xbf", 5, "\"\xf0\x9f\x98\x80\\ufffd\"" },
+		{ "\0", 1, "\"\\u0000\"" },
 	};
 	st_buf b;
 
@@ -309,7 +392,8 @@ t_problem(void)
 	st_buf_init(&b);
 	st_json_problem(&b, NULL, "Bad Request", 400, "topic: \"x\"\n");
 	ST_CHECK_MEM(b.p, b.len,
-	             "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"topic: \\\"x\\\"\\n\"}");
+		     "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"topic: "
+		     "\\\"x\\\"\\n\"}");
 	st_buf_reset(&b);
 	st_json_problem(&b, "https://example.test/p", NULL, 503, NULL);
 	ST_CHECK_MEM(b.p, b.len, "{\"type\":\"https://example.test/p\",\"status\":503}");
@@ -319,9 +403,10 @@ t_problem(void)
 static void
 t_dom(void)
 {
-	const char *text = " {\"cmd\" : \"stats\", \"n\": 42, \"big\": 18446744073709551616, \"neg\": -1,"
-	                   " \"f\": 1.5, \"arr\": [1, \"two\", [3], {\"x\": null}], \"esc\": \"a\\n\\u00e9\\ud83d\\ude00\\/\","
-	                   " \"t\": true, \"e\": {}, \"cmd\": \"dup\"} ";
+	const char *text =
+		" {\"cmd\" : \"stats\", \"n\": 42, \"big\": 18446744073709551616, \"neg\": -1,"
+		" \"f\": 1.5, \"arr\": [1, \"two\", [3], {\"x\": null}], \"esc\": \"a\\n\\u00e9\\ud83d\\ude00\\/\","
+		" \"t\": true, \"e\": {}, \"cmd\": \"dup\"} ";
 	st_json *j = NULL;
 	uint64_t v = 0;
 	size_t len = 0;
@@ -440,10 +525,21 @@ gen_both(st_buf *pretty, st_buf *compact, const char *s)
 static void
 gen_value(st_buf *pretty, st_buf *compact, int depth)
 {
-	static const char *const scalars[] = {"0", "-0", "12", "-3.25", "1e9", "2E-3", "0.5e+1", "true",
-	                                      "false", "null"};
-	static const char *const pieces[] = {"a", " ", "\\n", "\\\"", "\\\\", "\\/", "\\u00e9", "\\uD83D\\uDE00",
-	                                     "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\\u0000", "\x7f"};
+	static const char *const scalars[] = { "0",    "-0",     "12",   "-3.25", "1e9",
+					       "2E-3", "0.5e+1", "true", "false", "null" };
+	static const char *const pieces[] = { "a",
+					      " ",
+					      "\\n",
+					      "\\\"",
+					      "\\\\",
+					      "\\/",
+					      "\\u00e9",
+					      "\\uD83D\\uDE00",
+					      "\xc3\xa9",
+					      "\xe2\x82\xac",
+					      "\xf0\x9f\x98\x80",
+					      "\\u0000",
+					      "\x7f" };
 	uint32_t kind = depth >= 6 ? rnd() % 2 : rnd() % 4;
 
 	gen_ws(pretty);
@@ -540,7 +636,7 @@ static void
 t_dom_opaque(void)
 {
 	const char *text = "[{\"data\": {\"a\": [1, {\"b\": \"x\\\"]}\"}], \"n\": null}, \"topic\": \"t\"},"
-	                   " {\"data\": \"\\u0000z\"}, {\"data\": -1.5e3}, {\"data\": [[], {}]}]";
+			   " {\"data\": \"\\u0000z\"}, {\"data\": -1.5e3}, {\"data\": [[], {}]}]";
 	st_json *j = NULL;
 	const char *p;
 	size_t len;

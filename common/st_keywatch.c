@@ -25,9 +25,9 @@ struct st_keywatch {
 	const char *path;     /* borrowed (the option's value) */
 	const char *flag;     /* borrowed (a literal) */
 	uint64_t period_ms;
-	struct event *timer;  /* owned; NULL when period_ms is 0 */
+	struct event *timer; /* owned; NULL when period_ms is 0 */
 	file_id seen;
-	bool stat_failing;    /* a stat failure was logged; the next success says so */
+	bool stat_failing; /* a stat failure was logged; the next success says so */
 	uint64_t changes;
 };
 
@@ -67,7 +67,7 @@ st_keywatch_reload(st_keywatch *kw, char *why, size_t cap)
 
 	if (st_auth_keys_load(kw->path, &ks, why, cap) != ST_OK) {
 		st_warn("%s %s: reload failed, keeping the %zu keys in use: %s", kw->flag, kw->path,
-		        st_auth_store_key_count(kw->store), why);
+			st_auth_store_key_count(kw->store), why);
 		return ST_EINVAL;
 	}
 	st_info("%s %s: reloaded, %zu keys", kw->flag, kw->path, st_auth_keys_count(ks));
@@ -86,7 +86,7 @@ st_keywatch_poll(st_keywatch *kw)
 		/* a swap in progress, or the file is gone: keep the keys in use, say so once */
 		if (!kw->stat_failing)
 			st_warn("%s %s: cannot look at the file (%s); keeping the %zu keys in use", kw->flag, kw->path,
-			        strerror(err), st_auth_store_key_count(kw->store));
+				strerror(err), st_auth_store_key_count(kw->store));
 		kw->stat_failing = true;
 		return false;
 	}

@@ -37,7 +37,7 @@ typedef struct st_keywatch st_keywatch;
  * cannot be made.
  */
 st_keywatch *st_keywatch_new(struct event_base *base, st_auth_store *store, const char *path, const char *flag,
-                             uint64_t period_ms);
+			     uint64_t period_ms);
 void st_keywatch_free(st_keywatch *kw); /* NULL-safe */
 
 /* Loads the file now and swaps the keys in; ST_EINVAL (why says it) keeps the keys in use. */

@@ -16,12 +16,12 @@
 #include "st_test.h"
 
 /* The set-up this test needs: no point going on without it. */
-#define REQUIRE(x)                                                                     \
-	do {                                                                           \
-		if (!(x)) {                                                            \
+#define REQUIRE(x)                                                                        \
+	do {                                                                              \
+		if (!(x)) {                                                               \
 			fprintf(stderr, "%s:%d: required: %s\n", __FILE__, __LINE__, #x); \
-			exit(1);                                                       \
-		}                                                                      \
+			exit(1);                                                          \
+		}                                                                         \
 	} while (0)
 
 #define KEY_A "{\"kty\":\"oct\",\"kid\":\"a\",\"alg\":\"HS256\",\"k\":\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY\"}"

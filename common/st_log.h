@@ -7,7 +7,7 @@
 
 enum st_log_level { ST_LOG_ERROR = 0, ST_LOG_WARN, ST_LOG_INFO, ST_LOG_DEBUG };
 
-void st_log_init(const char *prog);          /* level from STUDIO_LOG_LEVEL (error|warn|info|debug) */
+void st_log_init(const char *prog); /* level from STUDIO_LOG_LEVEL (error|warn|info|debug) */
 void st_log_set_level(enum st_log_level lvl);
 void st_log(enum st_log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -39,7 +39,7 @@ struct st_gauge {
 
 struct st_histogram {
 	double *bounds;
-	size_t n;                 /* finite bounds; buckets has n + 1 entries */
+	size_t n; /* finite bounds; buckets has n + 1 entries */
 	_Atomic uint64_t *buckets;
 	_Atomic uint64_t sum_bits;
 };
@@ -150,8 +150,8 @@ st_metrics_gauge(st_metrics *m, const char *name, const char *labels, const char
 }
 
 st_histogram *
-st_metrics_histogram(st_metrics *m, const char *name, const char *labels, const char *help,
-                     const double *bounds, size_t n_bounds)
+st_metrics_histogram(st_metrics *m, const char *name, const char *labels, const char *help, const double *bounds,
+		     size_t n_bounds)
 {
 	struct series *s;
 	struct st_histogram *h;
@@ -254,7 +254,7 @@ st_histogram_observe(st_histogram *h, double v)
 	do {
 		upd = double_to_bits(bits_to_double(old) + v);
 	} while (!atomic_compare_exchange_weak_explicit(&h->sum_bits, &old, upd, memory_order_relaxed,
-	                                                memory_order_relaxed));
+							memory_order_relaxed));
 }
 
 /*
@@ -347,8 +347,8 @@ render_histogram(st_buf *b, const char *name, const struct series *s)
 	st_buf_fini(&le);
 	put_name(b, name, "_sum", s->labels, NULL);
 	st_buf_putc(b, ' ');
-	put_double(b, bits_to_double(atomic_load_explicit(&((struct st_histogram *)h)->sum_bits,
-	                                                  memory_order_relaxed)));
+	put_double(b,
+		   bits_to_double(atomic_load_explicit(&((struct st_histogram *)h)->sum_bits, memory_order_relaxed)));
 	st_buf_putc(b, '\n');
 	put_name(b, name, "_count", s->labels, NULL);
 	st_buf_putc(b, ' ');

@@ -32,10 +32,14 @@ st_counter *st_metrics_counter(st_metrics *m, const char *name, const char *labe
 st_gauge *st_metrics_gauge(st_metrics *m, const char *name, const char *labels, const char *help);
 /* bounds: ascending upper bounds (the +Inf bucket is added); copied. */
 st_histogram *st_metrics_histogram(st_metrics *m, const char *name, const char *labels, const char *help,
-                                   const double *bounds, size_t n_bounds);
+				   const double *bounds, size_t n_bounds);
 
 void st_counter_add(st_counter *c, uint64_t n);
-static inline void st_counter_inc(st_counter *c) { st_counter_add(c, 1); }
+static inline void
+st_counter_inc(st_counter *c)
+{
+	st_counter_add(c, 1);
+}
 uint64_t st_counter_get(const st_counter *c);
 
 void st_gauge_set(st_gauge *g, int64_t v);

@@ -12,8 +12,7 @@ t_render_exact(void)
 {
 	st_metrics *m = st_metrics_new();
 	static const double b[] = { 0.005, 0.01, 0.1, 1, 2.5 };
-	st_counter *ov = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"overflow\"",
-	                                    "Frames dropped.");
+	st_counter *ov = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"overflow\"", "Frames dropped.");
 	st_gauge *open = st_metrics_gauge(m, "studio_streams_open", NULL, "Open streams.");
 	st_counter *co = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"coalesced\"", "ignored");
 	st_histogram *h = st_metrics_histogram(m, "studio_writer_flush_seconds", NULL, "Flush time.", b, 5);
@@ -21,34 +20,33 @@ t_render_exact(void)
 	st_counter *plain = st_metrics_counter(m, "studio_plain_total", "", "Plain.");
 	char *text;
 	size_t len = 0;
-	const char *want =
-		"# HELP studio_sse_dropped_total Frames dropped.\n"
-		"# TYPE studio_sse_dropped_total counter\n"
-		"studio_sse_dropped_total{reason=\"overflow\"} 3\n"
-		"studio_sse_dropped_total{reason=\"coalesced\"} 18446744073709551615\n"
-		"# HELP studio_streams_open Open streams.\n"
-		"# TYPE studio_streams_open gauge\n"
-		"studio_streams_open -2\n"
-		"# HELP studio_writer_flush_seconds Flush time.\n"
-		"# TYPE studio_writer_flush_seconds histogram\n"
-		"studio_writer_flush_seconds_bucket{le=\"0.005\"} 2\n"
-		"studio_writer_flush_seconds_bucket{le=\"0.01\"} 2\n"
-		"studio_writer_flush_seconds_bucket{le=\"0.1\"} 3\n"
-		"studio_writer_flush_seconds_bucket{le=\"1\"} 4\n"
-		"studio_writer_flush_seconds_bucket{le=\"2.5\"} 4\n"
-		"studio_writer_flush_seconds_bucket{le=\"+Inf\"} 5\n"
-		"studio_writer_flush_seconds_sum 4.5675\n"
-		"studio_writer_flush_seconds_count 5\n"
-		"# HELP studio_x_seconds Line\\\\one\\ntwo\n"
-		"# TYPE studio_x_seconds histogram\n"
-		"studio_x_seconds_bucket{a=\"1\",le=\"0.005\"} 0\n"
-		"studio_x_seconds_bucket{a=\"1\",le=\"0.01\"} 0\n"
-		"studio_x_seconds_bucket{a=\"1\",le=\"+Inf\"} 0\n"
-		"studio_x_seconds_sum{a=\"1\"} 0\n"
-		"studio_x_seconds_count{a=\"1\"} 0\n"
-		"# HELP studio_plain_total Plain.\n"
-		"# TYPE studio_plain_total counter\n"
-		"studio_plain_total 0\n";
+	const char *want = "# HELP studio_sse_dropped_total Frames dropped.\n"
+			   "# TYPE studio_sse_dropped_total counter\n"
+			   "studio_sse_dropped_total{reason=\"overflow\"} 3\n"
+			   "studio_sse_dropped_total{reason=\"coalesced\"} 18446744073709551615\n"
+			   "# HELP studio_streams_open Open streams.\n"
+			   "# TYPE studio_streams_open gauge\n"
+			   "studio_streams_open -2\n"
+			   "# HELP studio_writer_flush_seconds Flush time.\n"
+			   "# TYPE studio_writer_flush_seconds histogram\n"
+			   "studio_writer_flush_seconds_bucket{le=\"0.005\"} 2\n"
+			   "studio_writer_flush_seconds_bucket{le=\"0.01\"} 2\n"
+			   "studio_writer_flush_seconds_bucket{le=\"0.1\"} 3\n"
+			   "studio_writer_flush_seconds_bucket{le=\"1\"} 4\n"
+			   "studio_writer_flush_seconds_bucket{le=\"2.5\"} 4\n"
+			   "studio_writer_flush_seconds_bucket{le=\"+Inf\"} 5\n"
+			   "studio_writer_flush_seconds_sum 4.5675\n"
+			   "studio_writer_flush_seconds_count 5\n"
+			   "# HELP studio_x_seconds Line\\\\one\\ntwo\n"
+			   "# TYPE studio_x_seconds histogram\n"
+			   "studio_x_seconds_bucket{a=\"1\",le=\"0.005\"} 0\n"
+			   "studio_x_seconds_bucket{a=\"1\",le=\"0.01\"} 0\n"
+			   "studio_x_seconds_bucket{a=\"1\",le=\"+Inf\"} 0\n"
+			   "studio_x_seconds_sum{a=\"1\"} 0\n"
+			   "studio_x_seconds_count{a=\"1\"} 0\n"
+			   "# HELP studio_plain_total Plain.\n"
+			   "# TYPE studio_plain_total counter\n"
+			   "studio_plain_total 0\n";
 
 	st_counter_inc(ov);
 	st_counter_add(ov, 2);
@@ -114,10 +112,10 @@ t_double_table(void)
 		double v;
 		const char *want;
 	} cases[] = {
-		{ 200000, "s_sum 200000\n" },       { 1234567, "s_sum 1.234567e+06\n" },
-		{ 0.0001, "s_sum 0.0001\n" },       { 0.00001, "s_sum 1e-05\n" },
-		{ -2.5, "s_sum -2.5\n" },           { 123.456, "s_sum 123.456\n" },
-		{ INFINITY, "s_sum +Inf\n" },       { NAN, "s_sum NaN\n" },
+		{ 200000, "s_sum 200000\n" }, { 1234567, "s_sum 1.234567e+06\n" },
+		{ 0.0001, "s_sum 0.0001\n" }, { 0.00001, "s_sum 1e-05\n" },
+		{ -2.5, "s_sum -2.5\n" },     { 123.456, "s_sum 123.456\n" },
+		{ INFINITY, "s_sum +Inf\n" }, { NAN, "s_sum NaN\n" },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -165,7 +163,7 @@ t_threads(void)
 	st_metrics *m = st_metrics_new();
 	static const double b[] = { 1 };
 	struct race r = { st_metrics_counter(m, "c_total", NULL, "c"), st_metrics_gauge(m, "g", NULL, "g"),
-		          st_metrics_histogram(m, "h", NULL, "h", b, 1) };
+			  st_metrics_histogram(m, "h", NULL, "h", b, 1) };
 	pthread_t t[NTHREADS];
 	char *text;
 	size_t len;
@@ -194,7 +192,7 @@ t_threads(void)
 #define SLOT_MAX 8
 struct slots {
 	st_gauge *g;
-	_Atomic int64_t over;  /* times a taker saw more than SLOT_MAX held */
+	_Atomic int64_t over; /* times a taker saw more than SLOT_MAX held */
 };
 
 static void *

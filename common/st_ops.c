@@ -20,7 +20,7 @@ static char *
 append_ready(char *text, size_t *len, bool ready)
 {
 	static const char fmt[] = "# HELP studio_ready 1 when /readyz answers 200, else 0.\n"
-	                          "# TYPE studio_ready gauge\nstudio_ready %d\n";
+				  "# TYPE studio_ready gauge\nstudio_ready %d\n";
 	size_t cap = *len + sizeof(fmt) + 1;
 	char *out = st_xmalloc(cap);
 	int n;

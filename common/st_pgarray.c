@@ -24,7 +24,7 @@ put_i32(st_buf *b, int32_t v)
 {
 	uint32_t u = (uint32_t)v;
 	unsigned char c[4] = { (unsigned char)(u >> 24), (unsigned char)(u >> 16), (unsigned char)(u >> 8),
-		               (unsigned char)u };
+			       (unsigned char)u };
 
 	st_buf_append(b, c, sizeof(c));
 }

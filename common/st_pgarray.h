@@ -36,9 +36,9 @@
 
 typedef struct st_pgarray_writer {
 	st_buf *out;
-	size_t start;    /* offset of the header in out */
-	uint32_t n;      /* declared element count */
-	uint32_t added;  /* elements appended so far */
+	size_t start;   /* offset of the header in out */
+	uint32_t n;     /* declared element count */
+	uint32_t added; /* elements appended so far */
 } st_pgarray_writer;
 
 /* Starts an array of exactly n elements at the end of out.  n must fit an int32. */

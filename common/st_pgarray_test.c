@@ -12,14 +12,12 @@ t_two_elements_and_null(void)
 	st_buf b;
 	st_pgarray_writer w;
 	static const unsigned char want[] = {
-		0, 0, 0, 1,  /* ndim */
-		0, 0, 0, 1,  /* has null */
-		0, 0, 0, 25, /* text */
-		0, 0, 0, 3,  /* dim */
-		0, 0, 0, 1,  /* lower bound */
-		0, 0, 0, 2, 'a', 'b',
-		0xff, 0xff, 0xff, 0xff,
-		0, 0, 0, 0,  /* empty string is not NULL */
+		0, 0, 0, 1,                                                /* ndim */
+		0, 0, 0, 1,                                                /* has null */
+		0, 0, 0, 25,                                               /* text */
+		0, 0, 0, 3,                                                /* dim */
+		0, 0, 0, 1,                                                /* lower bound */
+		0, 0, 0, 2,  'a', 'b', 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, /* empty string is not NULL */
 	};
 
 	st_buf_init(&b);
@@ -88,15 +86,26 @@ t_parse_u64s(void)
 {
 	uint64_t *v;
 	size_t n;
-	static const char *const bad[] = { "", "{", "}", "{,}", "{1,}", "{,1}", "{-1}", "{1 ,2}", "{NULL}",
-		                           "{{1}}", "{18446744073709551616}", "1,2", "{1,2}x" };
+	static const char *const bad[] = { "",
+					   "{",
+					   "}",
+					   "{,}",
+					   "{1,}",
+					   "{,1}",
+					   "{-1}",
+					   "{1 ,2}",
+					   "{NULL}",
+					   "{{1}}",
+					   "{18446744073709551616}",
+					   "1,2",
+					   "{1,2}x" };
 
 	ST_CHECK(st_pgarray_parse_u64s("{}", 10, &v, &n) == ST_OK && n == 0 && v != NULL);
 	free(v);
 	ST_CHECK(st_pgarray_parse_u64s("{7}", 10, &v, &n) == ST_OK && n == 1 && v[0] == 7);
 	free(v);
 	ST_CHECK(st_pgarray_parse_u64s("{1,22,18446744073709551615}", 3, &v, &n) == ST_OK && n == 3 && v[0] == 1 &&
-	         v[1] == 22 && v[2] == UINT64_MAX);
+		 v[1] == 22 && v[2] == UINT64_MAX);
 	free(v);
 	ST_CHECK(st_pgarray_parse_u64s("{1,2,3}", 2, &v, &n) == ST_EINVAL && v == NULL); /* above max */
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -111,18 +120,18 @@ t_text_parse_malformed(void)
 {
 	st_pgarray_elem out[4];
 	uint32_t n;
-	static const char empty[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 25};
+	static const char empty[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 25 };
 	ST_CHECK(st_pgarray_binary_parse(empty, 12, out, 4, &n) == ST_OK && n == 0);
 	ST_CHECK(st_pgarray_binary_parse(empty, 11, out, 4, &n) == ST_EPROTO);
-	static const char one[] = {0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 25, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 'h', 'i'};
+	static const char one[] = { 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 25, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 'h', 'i' };
 	ST_CHECK(st_pgarray_binary_parse(one, sizeof(one), out, 4, &n) == ST_OK && n == 1 && out[0].len == 2 &&
-	         memcmp(out[0].p, "hi", 2) == 0);
+		 memcmp(out[0].p, "hi", 2) == 0);
 	ST_CHECK(st_pgarray_binary_parse(one, sizeof(one) - 1, out, 4, &n) == ST_EPROTO); /* truncated */
 	ST_CHECK(st_pgarray_binary_parse(one, sizeof(one), out, 0, &n) == ST_EPROTO);     /* over max */
 	char bad[sizeof(one) + 1];
 	memcpy(bad, one, sizeof(one));
 	bad[sizeof(one)] = 'x';
-	ST_CHECK(st_pgarray_binary_parse(bad, sizeof(bad), out, 4, &n) == ST_EPROTO);     /* trailing */
+	ST_CHECK(st_pgarray_binary_parse(bad, sizeof(bad), out, 4, &n) == ST_EPROTO); /* trailing */
 	memcpy(bad, one, sizeof(one));
 	bad[11] = 23; /* int4[] */
 	ST_CHECK(st_pgarray_binary_parse(bad, sizeof(one), out, 4, &n) == ST_EPROTO);

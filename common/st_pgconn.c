@@ -40,22 +40,22 @@ enum pgconn_state { PC_DOWN, PC_RESOLVING, PC_CONNECTING, PC_SETUP, PC_IDLE, PC_
 
 struct st_pgconn {
 	struct event_base *base;
-	st_pgdsn *dsn;            /* owned */
-	st_resolver *resolver;    /* owned */
-	st_resolve_req *lookup;   /* RESOLVING only */
+	st_pgdsn *dsn;          /* owned */
+	st_resolver *resolver;  /* owned */
+	st_resolve_req *lookup; /* RESOLVING only */
 	char name[64];
-	st_pgconn_opts opts;      /* name points at name[] */
+	st_pgconn_opts opts; /* name points at name[] */
 	st_pgconn_state_fn on_state;
 	void *state_arg;
 	enum pgconn_state st;
-	PGconn *pg;               /* owned; NULL while DOWN and RESOLVING */
-	struct event *ev;         /* socket watch, persistent */
+	PGconn *pg;       /* owned; NULL while DOWN and RESOLVING */
+	struct event *ev; /* socket watch, persistent */
 	evutil_socket_t ev_fd;
 	short ev_what;
-	struct event *timer;      /* back-off, connect deadline or statement deadline, by state */
+	struct event *timer; /* back-off, connect deadline or statement deadline, by state */
 	st_backoff backoff;
-	PGresult *res;            /* owned: the result kept while a statement's results are read */
-	st_pgconn_result_fn fn;   /* BUSY: the statement's callback */
+	PGresult *res;          /* owned: the result kept while a statement's results are read */
+	st_pgconn_result_fn fn; /* BUSY: the statement's callback */
 	void *fn_arg;
 	bool flushing;            /* PQflush returned 1: libpq still holds output */
 	bool outage_logged;       /* the current outage was logged at warn */
@@ -206,8 +206,10 @@ on_notice(void *arg, const char *message)
 static bool
 attempt_open(st_pgconn *c)
 {
-	const char *const xkeys[] = { "application_name", "keepalives", "keepalives_idle", "keepalives_interval",
-		                      "keepalives_count", "tcp_user_timeout", NULL };
+	const char *const xkeys[] = {
+		"application_name", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
+		"tcp_user_timeout", NULL
+	};
 	const char *const xvals[] = { c->opts.application_name, "1", "5", "2", "3", "10000", NULL };
 	const char *const *keys, *const *vals;
 
@@ -220,7 +222,7 @@ attempt_open(st_pgconn *c)
 	}
 	if (PQstatus(c->pg) == CONNECTION_BAD || PQsocket(c->pg) < 0) {
 		snprintf(c->last_err, sizeof(c->last_err), "%s: %s", st_pgdsn_label(c->dsn, c->attempt),
-		         PQerrorMessage(c->pg));
+			 PQerrorMessage(c->pg));
 		st_one_line(c->last_err);
 		st_debug("%s: %s", c->opts.name, c->last_err);
 		PQfinish(c->pg);
@@ -259,7 +261,7 @@ attempt_failed(st_pgconn *c, const char *why)
 	const char *pq = c->pg != NULL ? PQerrorMessage(c->pg) : "";
 
 	snprintf(c->last_err, sizeof(c->last_err), "%s: %s%s%s", st_pgdsn_label(c->dsn, c->attempt), why,
-	         pq[0] != '\0' ? ": " : "", pq);
+		 pq[0] != '\0' ? ": " : "", pq);
 	st_one_line(c->last_err);
 	st_debug("%s: %s", c->opts.name, c->last_err);
 	evtimer_del(c->timer);
@@ -331,17 +333,10 @@ conn_connect_poll(st_pgconn *c)
 	/* the socket may be another one now, even on the same fd number (at the top) */
 	sock_unwatch(c);
 	switch (r) {
-	case PGRES_POLLING_READING:
-		sock_watch(c, EV_READ);
-		return;
-	case PGRES_POLLING_WRITING:
-		sock_watch(c, EV_WRITE);
-		return;
-	case PGRES_POLLING_OK:
-		break;
-	default:
-		attempt_failed(c, "connect failed");
-		return;
+	case PGRES_POLLING_READING: sock_watch(c, EV_READ); return;
+	case PGRES_POLLING_WRITING: sock_watch(c, EV_WRITE); return;
+	case PGRES_POLLING_OK: break;
+	default: attempt_failed(c, "connect failed"); return;
 	}
 	if (c->opts.writes && in_hot_standby(c->pg)) {
 		attempt_failed(c, "the server is a standby (in_hot_standby), and this connection writes");
@@ -362,7 +357,8 @@ st_pgconn_result_text(const PGresult *res, char *buf, size_t cap)
 	const char *primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
 
 	if (primary == NULL) /* not an error result (or one libpq made itself, without fields) */
-		primary = PQresultStatus(res) == PGRES_FATAL_ERROR ? "error without a message" : PQresStatus(PQresultStatus(res));
+		primary = PQresultStatus(res) == PGRES_FATAL_ERROR ? "error without a message"
+								   : PQresStatus(PQresultStatus(res));
 	snprintf(buf, cap, "SQLSTATE %.5s: %s", state != NULL ? state : "?????", primary);
 	st_one_line(buf);
 }
@@ -405,8 +401,8 @@ conn_finished(st_pgconn *c)
 		c->outage_logged = false;
 		if (c->failed > 0)
 			st_info("%s: connected to the database at %s, after %zu address%s failed (the last: %s)",
-			        c->opts.name, st_pgdsn_label(c->dsn, c->attempt), c->failed, c->failed == 1 ? "" : "es",
-			        c->last_err);
+				c->opts.name, st_pgdsn_label(c->dsn, c->attempt), c->failed, c->failed == 1 ? "" : "es",
+				c->last_err);
 		else
 			st_info("%s: connected to the database", c->opts.name);
 		if (sock_watch(c, EV_READ) && c->on_state != NULL)
@@ -419,10 +415,11 @@ conn_finished(st_pgconn *c)
 		/* A failover made this session's server a standby (or it was one): no
 		 * retry on it can succeed, so find the read-write server now. */
 		char msg[] = "the server refused a write as read-only (SQLSTATE 25006: a standby, or a primary "
-		             "demoted by a failover); reconnecting";
+			     "demoted by a failover); reconnecting";
 		conn_down(c, msg);
 	} else {
-		sock_watch(c, EV_READ); /* (a connection without a socket is DOWN by now; the result came all the same) */
+		sock_watch(c,
+			   EV_READ); /* (a connection without a socket is DOWN by now; the result came all the same) */
 	}
 	fn(fn_arg, res, NULL);
 	PQclear(res);
@@ -478,19 +475,12 @@ on_socket(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	switch (c->st) {
-	case PC_CONNECTING:
-		conn_connect_poll(c);
-		return;
+	case PC_CONNECTING: conn_connect_poll(c); return;
 	case PC_SETUP:
-	case PC_BUSY:
-		conn_io(c, what);
-		return;
-	case PC_IDLE:
-		conn_idle_read(c);
-		return;
+	case PC_BUSY: conn_io(c, what); return;
+	case PC_IDLE: conn_idle_read(c); return;
 	case PC_DOWN:
-	case PC_RESOLVING:
-		return;
+	case PC_RESOLVING: return;
 	}
 }
 
@@ -502,27 +492,18 @@ on_timer(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	switch (c->st) {
-	case PC_DOWN:
-		conn_start(c);
-		return;
-	case PC_RESOLVING:
-		conn_lost(c, "name resolution timed out");
-		return;
+	case PC_DOWN: conn_start(c); return;
+	case PC_RESOLVING: conn_lost(c, "name resolution timed out"); return;
 	case PC_CONNECTING:
-	case PC_SETUP:
-		attempt_failed(c, "no answer within the attempt's deadline (connect_timeout)");
-		return;
-	case PC_BUSY:
-		conn_lost(c, "statement timed out on the client");
-		return;
-	case PC_IDLE:
-		return;
+	case PC_SETUP: attempt_failed(c, "no answer within the attempt's deadline (connect_timeout)"); return;
+	case PC_BUSY: conn_lost(c, "statement timed out on the client"); return;
+	case PC_IDLE: return;
 	}
 }
 
 st_err
 st_pgconn_new(struct event_base *base, const char *dsn, const st_pgconn_opts *opts, st_pgconn_state_fn on_state,
-              void *arg, st_pgconn **out)
+	      void *arg, st_pgconn **out)
 {
 	st_pgconn *c = st_xcalloc(1, sizeof(*c));
 	char err[512];
@@ -580,7 +561,7 @@ st_pgconn_idle(const st_pgconn *c)
 
 st_err
 st_pgconn_send(st_pgconn *c, const char *sql, int n_params, const Oid *types, const char *const *values,
-               const int *lengths, const int *formats, int result_format, st_pgconn_result_fn fn, void *arg)
+	       const int *lengths, const int *formats, int result_format, st_pgconn_result_fn fn, void *arg)
 {
 	if (c->st != PC_IDLE)
 		return ST_EUNAVAIL;

@@ -100,8 +100,8 @@ typedef void (*st_pgconn_state_fn)(void *arg, bool up);
  * cannot parse it), then starts connecting from the loop (never inside this
  * call).  on_state may be NULL.
  */
-st_err st_pgconn_new(struct event_base *base, const char *dsn, const st_pgconn_opts *opts,
-                     st_pgconn_state_fn on_state, void *arg, st_pgconn **out);
+st_err st_pgconn_new(struct event_base *base, const char *dsn, const st_pgconn_opts *opts, st_pgconn_state_fn on_state,
+		     void *arg, st_pgconn **out);
 /* Closes the connection; a statement in flight gets no callback.  Not from
  * one of its callbacks.  NULL-safe. */
 void st_pgconn_free(st_pgconn *c);
@@ -119,8 +119,7 @@ bool st_pgconn_idle(const st_pgconn *c); /* up and no statement in flight: st_pg
  * fn will not be called.
  */
 st_err st_pgconn_send(st_pgconn *c, const char *sql, int n_params, const Oid *types, const char *const *values,
-                      const int *lengths, const int *formats, int result_format, st_pgconn_result_fn fn,
-                      void *arg);
+		      const int *lengths, const int *formats, int result_format, st_pgconn_result_fn fn, void *arg);
 
 /* res is a success: PGRES_TUPLES_OK, PGRES_COMMAND_OK or PGRES_EMPTY_QUERY. */
 bool st_pgconn_result_ok(const PGresult *res);

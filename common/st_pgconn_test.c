@@ -33,8 +33,8 @@ typedef struct seen {
 	size_t len;
 	int format;
 	char sqlstate[8];
-	char err[256];         /* err of the last callback with no result */
-	st_pgconn *send_next;  /* when set, the result callback sends "SELECT 'next'" on it */
+	char err[256];        /* err of the last callback with no result */
+	st_pgconn *send_next; /* when set, the result callback sends "SELECT 'next'" on it */
 	int next_rv;
 } seen;
 
@@ -106,9 +106,10 @@ downs_reach(void *arg)
 	return w->s->downs >= w->results;
 }
 
-static const st_pgconn_opts OPTS = {.name = "test", .application_name = "st_pgconn_test",
-                                    .setup_sql = "SET statement_timeout = '7s'; SET client_encoding = 'UTF8'",
-                                    .log_notices = true};
+static const st_pgconn_opts OPTS = { .name = "test",
+				     .application_name = "st_pgconn_test",
+				     .setup_sql = "SET statement_timeout = '7s'; SET client_encoding = 'UTF8'",
+				     .log_notices = true };
 
 static st_pgconn *
 open_up(const char *dsn, const st_pgconn_opts *o, seen *s)
@@ -126,7 +127,7 @@ open_up(const char *dsn, const st_pgconn_opts *o, seen *s)
 static bool
 query(st_pgconn *c, seen *s, const char *sql)
 {
-	want w = {s, s->results + 1};
+	want w = { s, s->results + 1 };
 
 	if (st_pgconn_send(c, sql, 0, NULL, NULL, NULL, NULL, 0, on_result, s) != ST_OK)
 		return false;
@@ -174,21 +175,22 @@ t_bad_dsn(void)
 static void
 t_session(void)
 {
-	seen s = {0};
+	seen s = { 0 };
 	st_pgconn *c = open_up(DSN, &OPTS, &s);
 
 	ST_CHECK_EQ_U64(s.ups, 1);
 	ST_CHECK(st_pgconn_idle(c));
-	ST_CHECK(query(c, &s, "SELECT current_setting('statement_timeout') || ' ' || "
-	                      "current_setting('client_encoding') || ' ' || current_setting('application_name')"));
+	ST_CHECK(query(c, &s,
+		       "SELECT current_setting('statement_timeout') || ' ' || "
+		       "current_setting('client_encoding') || ' ' || current_setting('application_name')"));
 	ST_CHECK(!s.res_null);
 	ST_CHECK_STR(s.val, "7s UTF8 st_pgconn_test");
 
 	uint64_t be = htobe64(0x0102030405060708ull);
-	const char *v[1] = {(const char *)&be};
-	int len[1] = {8}, fmt[1] = {1};
-	Oid types[1] = {20}; /* int8 */
-	want w = {&s, s.results + 1};
+	const char *v[1] = { (const char *)&be };
+	int len[1] = { 8 }, fmt[1] = { 1 };
+	Oid types[1] = { 20 }; /* int8 */
+	want w = { &s, s.results + 1 };
 	ST_CHECK(st_pgconn_send(c, "SELECT $1 + 1", 1, types, v, len, fmt, 1, on_result, &s) == ST_OK);
 	ST_CHECK(st_test_loop_until(B, has_results, &w, 5000));
 	ST_CHECK_EQ_U64(s.len, 8);
@@ -204,12 +206,12 @@ t_session(void)
 static void
 t_busy(void)
 {
-	seen s = {0};
+	seen s = { 0 };
 	st_pgconn *c = open_up(DSN, &OPTS, &s);
-	want w = {&s, 2};
+	want w = { &s, 2 };
 
 	ST_CHECK(st_pgconn_send(c, "SELECT 'first' FROM pg_sleep(0.1)", 0, NULL, NULL, NULL, NULL, 0, on_result, &s) ==
-	         ST_OK);
+		 ST_OK);
 	ST_CHECK(!st_pgconn_idle(c));
 	ST_CHECK(st_pgconn_up(c));
 	ST_CHECK(st_pgconn_send(c, "SELECT 'refused'", 0, NULL, NULL, NULL, NULL, 0, on_result, &s) == ST_EUNAVAIL);
@@ -226,7 +228,7 @@ t_busy(void)
 static void
 t_sql_error(void)
 {
-	seen s = {0};
+	seen s = { 0 };
 	st_pgconn *c = open_up(DSN, &OPTS, &s);
 	int pid = backend_pid(c, &s);
 
@@ -250,13 +252,13 @@ t_sql_error(void)
 static void
 t_server_gone(void)
 {
-	seen s = {0};
+	seen s = { 0 };
 	st_pgconn *c = open_up(DSN, &OPTS, &s);
 	int pid = backend_pid(c, &s);
 	want w;
 
 	terminate(pid);
-	w = (want){&s, 1};
+	w = (want){ &s, 1 };
 	ST_CHECK(st_test_loop_until(B, downs_reach, &w, 10000));
 	ST_CHECK_EQ_U64(s.downs, 1);
 	ST_CHECK(st_test_loop_until(B, is_up, c, 10000));
@@ -264,7 +266,7 @@ t_server_gone(void)
 	int pid2 = backend_pid(c, &s);
 	ST_CHECK(pid2 > 0 && pid2 != pid);
 
-	w = (want){&s, s.results + 1};
+	w = (want){ &s, s.results + 1 };
 	ST_CHECK(st_pgconn_send(c, "SELECT pg_sleep(30)", 0, NULL, NULL, NULL, NULL, 0, on_result, &s) == ST_OK);
 	terminate(pid2);
 	ST_CHECK(st_test_loop_until(B, has_results, &w, 10000));
@@ -273,7 +275,7 @@ t_server_gone(void)
 		ST_CHECK(strstr(s.err, "connection lost") != NULL);
 	else
 		ST_CHECK_STR(s.sqlstate, "57P01");
-	w = (want){&s, 2};
+	w = (want){ &s, 2 };
 	ST_CHECK(st_test_loop_until(B, downs_reach, &w, 10000));
 	ST_CHECK_EQ_U64(s.downs, 2);
 	ST_CHECK(st_test_loop_until(B, is_up, c, 10000));
@@ -286,7 +288,7 @@ t_server_gone(void)
 static void
 t_drop(void)
 {
-	seen s = {0};
+	seen s = { 0 };
 	st_pgconn *c = open_up(DSN, &OPTS, &s);
 
 	ST_CHECK(st_pgconn_send(c, "SELECT pg_sleep(30)", 0, NULL, NULL, NULL, NULL, 0, on_result, &s) == ST_OK);
@@ -308,10 +310,10 @@ t_drop(void)
 static void
 t_deadline(void)
 {
-	seen s = {0};
+	seen s = { 0 };
 	st_pgconn_opts o = OPTS;
 	st_pgconn *c;
-	want w = {&s, 1};
+	want w = { &s, 1 };
 
 	o.query_deadline_ms = 300;
 	c = open_up(DSN, &o, &s);
@@ -329,7 +331,7 @@ t_deadline(void)
 static void
 t_setup_fails(void)
 {
-	seen s = {0};
+	seen s = { 0 };
 	st_pgconn_opts o = OPTS;
 	st_pgconn *c = NULL;
 
@@ -349,7 +351,7 @@ t_host_name(void)
 {
 	char dsn[512];
 	const char *at = strstr(DSN, "host=127.0.0.1");
-	seen s = {0};
+	seen s = { 0 };
 	st_pgconn *c;
 
 	if (at == NULL) {
@@ -367,7 +369,7 @@ t_host_name(void)
 static void
 t_free_busy(void)
 {
-	seen s = {0};
+	seen s = { 0 };
 	st_pgconn *c = open_up(DSN, &OPTS, &s);
 
 	ST_CHECK(st_pgconn_send(c, "SELECT pg_sleep(30)", 0, NULL, NULL, NULL, NULL, 0, on_result, &s) == ST_OK);

@@ -24,7 +24,7 @@
 #define ADDR_MAX 64u /* an IPv6 address with a zone fits */
 
 struct entry {
-	uint32_t host;      /* index into hosts/ports; MAX_HOSTS: the DSN names none */
+	uint32_t host;       /* index into hosts/ports; MAX_HOSTS: the DSN names none */
 	char addr[ADDR_MAX]; /* hostaddr, "" for none (a numeric host, a socket directory) */
 };
 
@@ -183,7 +183,7 @@ st_pgdsn_parse(const char *dsn, st_pgdsn **out, char *err, size_t errlen)
 
 	if (opts == NULL) {
 		snprintf(err, errlen, "not a libpq connection string (key=value ... or postgresql://...): %s",
-		         msg != NULL ? msg : "out of memory");
+			 msg != NULL ? msg : "out of memory");
 		st_one_line(err);
 		PQfreemem(msg);
 		return ST_EINVAL;
@@ -208,7 +208,7 @@ st_pgdsn_parse(const char *dsn, st_pgdsn **out, char *err, size_t errlen)
 	slots = d->n_hosts > d->n_haddrs ? d->n_hosts : d->n_haddrs;
 	if (d->n_ports > 1 && d->n_ports != (slots > 0 ? slots : 1)) {
 		snprintf(why, sizeof(why), "%zu ports for %zu hosts (one port for all, or one per host)", d->n_ports,
-		         slots > 0 ? slots : 1);
+			 slots > 0 ? slots : 1);
 		return parse_fail(d, err, errlen, why);
 	}
 	tsa = st_pgdsn_option(d, "target_session_attrs");
@@ -318,7 +318,7 @@ entry_port(const st_pgdsn *d, const struct entry *e)
 
 void
 st_pgdsn_params(st_pgdsn *d, size_t i, const char *const *extra_keys, const char *const *extra_vals,
-                const char *const **keys, const char *const **vals)
+		const char *const **keys, const char *const **vals)
 {
 	const struct entry *e;
 	size_t n_opts = 0, n_extra = 0, k = 0;
@@ -381,7 +381,7 @@ st_pgdsn_label(st_pgdsn *d, size_t i)
 	const char *port = entry_port(d, e);
 
 	snprintf(d->label, sizeof(d->label), "%s%s%s%s port %s", host, e->addr[0] != '\0' ? " (" : "", e->addr,
-	         e->addr[0] != '\0' ? ")" : "", port != NULL && port[0] != '\0' ? port : "(default)");
+		 e->addr[0] != '\0' ? ")" : "", port != NULL && port[0] != '\0' ? port : "(default)");
 	return d->label;
 }
 

@@ -66,7 +66,7 @@ size_t st_pgdsn_round(st_pgdsn *d, const char *const *addrs);
  * st_pgdsn_round or st_pgdsn_free.
  */
 void st_pgdsn_params(st_pgdsn *d, size_t i, const char *const *extra_keys, const char *const *extra_vals,
-                     const char *const **keys, const char *const **vals);
+		     const char *const **keys, const char *const **vals);
 
 /* "name (address) port P" of attempt i, for log lines (valid as params'). */
 const char *st_pgdsn_label(st_pgdsn *d, size_t i);

@@ -161,7 +161,9 @@ t_attempt_deadline(void)
 		const char *dsn;
 		uint64_t ms;
 	} cases[] = {
-		{ "host=h", 10000 }, { "host=h connect_timeout=0", 10000 }, { "host=h connect_timeout=1", 2000 },
+		{ "host=h", 10000 },
+		{ "host=h connect_timeout=0", 10000 },
+		{ "host=h connect_timeout=1", 2000 },
 		{ "host=h connect_timeout=7", 7000 },
 	};
 
@@ -208,8 +210,8 @@ t_bad(void)
 	}
 	/* every value libpq 15 accepts passes */
 	for (const char *const *ok = (const char *const[]){ "sslmode=verify-full", "target_session_attrs=read-write",
-	                                                    "gssencmode=disable", "channel_binding=require",
-	                                                    "ssl_min_protocol_version=TLSv1.2", NULL };
+							    "gssencmode=disable", "channel_binding=require",
+							    "ssl_min_protocol_version=TLSv1.2", NULL };
 	     *ok != NULL; ok++) {
 		char dsn[128];
 		snprintf(dsn, sizeof(dsn), "host=a %s", *ok);

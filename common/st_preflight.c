@@ -38,7 +38,6 @@
 
 /* ---- DSN ---------------------------------------------------------------- */
 
-
 /* Parsed and checked by the module that connects with it (st_pgdsn: what
  * libpq would refuse at connect time is refused here, at start). */
 bool
@@ -63,8 +62,8 @@ scheme_is(const char *s, const char *const *set)
 	return false;
 }
 
-static const char *const tcp_schemes[] = { "tcp", "tcp4", "tcp6", "tls+tcp", "tls+tcp4", "tls+tcp6",
-	                                    "ws", "ws4", "ws6", NULL };
+static const char *const tcp_schemes[] = { "tcp",      "tcp4", "tcp6", "tls+tcp", "tls+tcp4",
+					   "tls+tcp6", "ws",   "ws4",  "ws6",     NULL };
 static const char *const path_schemes[] = { "ipc", "inproc", "abstract", NULL };
 
 /* Numeric host (IPv4 or IPv6 literal): nng will not resolve it. */
@@ -130,8 +129,9 @@ url_ok(const char *url, bool listen, char *why, size_t cap)
 		}
 	} else {
 		snprintf(why, cap,
-		         "scheme \"%.20s\" is not supported: tcp://, tls+tcp://, ipc://, inproc://, abstract:// or ws://",
-		         u->u_scheme);
+			 "scheme \"%.20s\" is not supported: tcp://, tls+tcp://, ipc://, inproc://, abstract:// or "
+			 "ws://",
+			 u->u_scheme);
 		goto done;
 	}
 	if ((rv = nng_rep0_open(&s)) != 0) {
@@ -333,9 +333,9 @@ tls_urls_check(const char *prog, const st_opt *o)
 		 */
 		if (listen && strcmp(o->name, "control") == 0 && !st_preflight_url_private(items[i]))
 			st_config_fail(prog,
-			               "--%s %s: a plain tcp control socket must listen on loopback (127.0.0.0/8, ::1, "
-			               "localhost); use tls+tcp:// to reach it from other hosts",
-			               o->name, items[i]);
+				       "--%s %s: a plain tcp control socket must listen on loopback (127.0.0.0/8, ::1, "
+				       "localhost); use tls+tcp:// to reach it from other hosts",
+				       o->name, items[i]);
 		free(items[i]);
 	}
 	free(items);

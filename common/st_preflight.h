@@ -51,28 +51,46 @@ bool st_preflight_http_addr(const st_opt *o, char *why, size_t cap);
  * Option table entries that every program having them writes alike (each
  * program indexes its table by its own enum: [X_TLS_CA] = ST_OPT_TLS_CA).
  */
-#define ST_OPT_PG_DSN                                                                                    \
-	{ .name = "pg-dsn", .kind = ST_OPT_STR, .help = "PostgreSQL connection string (libpq key=value or URI)", \
-	  .required = true, .check = st_preflight_dsn, .secret = true }
-#define ST_OPT_TLS_CERT \
-	{ .name = "tls-cert", .kind = ST_OPT_STR, .def = "", .help = "PEM certificate of this process for tls+tcp:// links" }
-#define ST_OPT_TLS_KEY \
-	{ .name = "tls-key", .kind = ST_OPT_STR, .def = "", .help = "PEM private key of --tls-cert", .secret = true }
-#define ST_OPT_TLS_CA \
-	{ .name = "tls-ca", .kind = ST_OPT_STR, .def = "", .help = "PEM CA that signs every peer on tls+tcp:// links" }
-#define ST_OPT_TLS_CRL                                                                                         \
-	{ .name = "tls-crl", .kind = ST_OPT_STR, .def = "",                                                        \
-	  .help = "PEM CRL(s): certificates revoked on every tls+tcp:// link (an expired CRL refuses its whole CA)" }
-#define ST_OPT_ROLE_TLS_CA(flag, what)                                                                    \
-	{ .name = flag "-tls-ca", .kind = ST_OPT_STR, .def = "",                                          \
-	  .help = "PEM CA that signs the peers of --" flag " (" what "); empty = --tls-ca" }
+#define ST_OPT_PG_DSN                                                                                                  \
+	{                                                                                                              \
+		.name = "pg-dsn", .kind = ST_OPT_STR, .help = "PostgreSQL connection string (libpq key=value or URI)", \
+		.required = true, .check = st_preflight_dsn, .secret = true                                            \
+	}
+#define ST_OPT_TLS_CERT                                                        \
+	{                                                                      \
+		.name = "tls-cert", .kind = ST_OPT_STR, .def = "",             \
+		.help = "PEM certificate of this process for tls+tcp:// links" \
+	}
+#define ST_OPT_TLS_KEY                                                                                     \
+	{                                                                                                  \
+		.name = "tls-key", .kind = ST_OPT_STR, .def = "", .help = "PEM private key of --tls-cert", \
+		.secret = true                                                                             \
+	}
+#define ST_OPT_TLS_CA                                                      \
+	{                                                                  \
+		.name = "tls-ca", .kind = ST_OPT_STR, .def = "",           \
+		.help = "PEM CA that signs every peer on tls+tcp:// links" \
+	}
+#define ST_OPT_TLS_CRL                                                                                                 \
+	{                                                                                                              \
+		.name = "tls-crl", .kind = ST_OPT_STR, .def = "",                                                      \
+		.help = "PEM CRL(s): certificates revoked on every tls+tcp:// link (an expired CRL refuses its whole " \
+			"CA)"                                                                                          \
+	}
+#define ST_OPT_ROLE_TLS_CA(flag, what)                                                           \
+	{                                                                                        \
+		.name = flag "-tls-ca", .kind = ST_OPT_STR, .def = "",                           \
+		.help = "PEM CA that signs the peers of --" flag " (" what "); empty = --tls-ca" \
+	}
 
 /* --auth-max-lifetime (edge) and --ingest-max-lifetime (writer): one rule in st_auth, one option shape. */
-#define ST_OPT_MAX_LIFETIME(flag, who)                                                                        \
-	{ .name = flag, .kind = ST_OPT_DURATION, .def = "24h",                                                \
-	  .help = "a " who " token whose exp is further away than this is refused (a leaked token "             \
-	          "cannot live for years)",                                                                   \
-	  .min = 1000, .max = 366ll * 86400 * 1000, .allowed = "a duration from 1s to 366d" }
+#define ST_OPT_MAX_LIFETIME(flag, who)                                                                    \
+	{                                                                                                 \
+		.name = flag, .kind = ST_OPT_DURATION, .def = "24h",                                      \
+		.help = "a " who " token whose exp is further away than this is refused (a leaked token " \
+			"cannot live for years)",                                                         \
+		.min = 1000, .max = 366ll * 86400 * 1000, .allowed = "a duration from 1s to 366d"         \
+	}
 
 enum st_preflight_kind {
 	ST_PREFLIGHT_NNG,         /* an nng URL, listened with nng */

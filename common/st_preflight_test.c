@@ -36,7 +36,7 @@ table(const char *what, check_fn fn, const char *const *good, const char *const 
 			ST_CHECK(0);
 		} else if (why[0] == '\0' || strchr(why, '\n') != NULL || (needle && !strstr(why, needle))) {
 			fprintf(stderr, "%s: \"%s\": reason \"%s\" (want one line with \"%s\")\n", what, *v, why,
-			        needle ? needle : "");
+				needle ? needle : "");
 			ST_CHECK(0);
 		}
 	}
@@ -45,12 +45,23 @@ table(const char *what, check_fn fn, const char *const *good, const char *const 
 static void
 t_dsn(void)
 {
-	static const char *const good[] = { "host=127.0.0.1 port=5432 dbname=x", "postgresql://u@127.0.0.1:5432/db",
-		                            "postgres:///db?host=/run/postgresql", "host=a,b port=5432,5433",
-		                            "host=a port=", "dbname=x connect_timeout=5", NULL };
-	static const char *const bad[] = { "garbage", "host=127.0.0.1 port", "hots=x", "host='unterminated",
-		                           "postgresql://h:abc/db", "host=x port=0", "host=x port=70000",
-		                           "host=x port=5432,x", "dbname=x connect_timeout=soon", NULL };
+	static const char *const good[] = { "host=127.0.0.1 port=5432 dbname=x",
+					    "postgresql://u@127.0.0.1:5432/db",
+					    "postgres:///db?host=/run/postgresql",
+					    "host=a,b port=5432,5433",
+					    "host=a port=",
+					    "dbname=x connect_timeout=5",
+					    NULL };
+	static const char *const bad[] = { "garbage",
+					   "host=127.0.0.1 port",
+					   "hots=x",
+					   "host='unterminated",
+					   "postgresql://h:abc/db",
+					   "host=x port=0",
+					   "host=x port=70000",
+					   "host=x port=5432,x",
+					   "dbname=x connect_timeout=soon",
+					   NULL };
 
 	table("dsn", st_preflight_dsn, good, bad, NULL);
 }
@@ -58,12 +69,19 @@ t_dsn(void)
 static void
 t_listen_url(void)
 {
-	static const char *const good[] = { "tcp://0.0.0.0:7450", "tcp://127.0.0.1:0", "tcp://[::1]:7450",
-		                            "tcp://:7450", "tcp://writer.example:7450", "ipc:///tmp/x.sock",
-		                            "inproc://a", "ws://127.0.0.1:80/p", NULL };
-	static const char *const bad[] = { "garbage", "tcp://0.0.0.0", "tcp://0.0.0.0:", "tcp://0.0.0.0:x",
-		                           "tcp://0.0.0.0:65536", "tcp://0.0.0.0:1/path", "ipc://", "foo://x",
-		                           "http://1.2.3.4:80", NULL };
+	static const char *const good[] = { "tcp://0.0.0.0:7450", "tcp://127.0.0.1:0",         "tcp://[::1]:7450",
+					    "tcp://:7450",        "tcp://writer.example:7450", "ipc:///tmp/x.sock",
+					    "inproc://a",         "ws://127.0.0.1:80/p",       NULL };
+	static const char *const bad[] = { "garbage",
+					   "tcp://0.0.0.0",
+					   "tcp://0.0.0.0:",
+					   "tcp://0.0.0.0:x",
+					   "tcp://0.0.0.0:65536",
+					   "tcp://0.0.0.0:1/path",
+					   "ipc://",
+					   "foo://x",
+					   "http://1.2.3.4:80",
+					   NULL };
 
 	table("listen url", st_preflight_listen_url, good, bad, NULL);
 }
@@ -72,9 +90,9 @@ static void
 t_dial_urls(void)
 {
 	static const char *const good[] = { "tcp://127.0.0.1:7451", "tcp://writer:7451,tcp://10.0.0.2:7451",
-		                            "tcp://w-0.w.ns.svc:7451, ipc:///tmp/p", NULL };
+					    "tcp://w-0.w.ns.svc:7451, ipc:///tmp/p", NULL };
 	static const char *const bad[] = { "tcp://127.0.0.1", "tcp://:7451", "tcp://h:0", "tcp://h:port",
-		                           "tcp://ok:1,nope", ",", "udp://h:1", NULL };
+					   "tcp://ok:1,nope", ",",           "udp://h:1", NULL };
 	char many[65 * 24] = "";
 	char why[256];
 	st_opt o = { .name = "writers", .sval = many };
@@ -90,8 +108,8 @@ static void
 t_http_addr(void)
 {
 	static const char *const good[] = { "0.0.0.0:8080", "127.0.0.1:0", "[::1]:8080", NULL };
-	static const char *const bad[] = { "8080", ":8080", "localhost:8080", "0.0.0.0:", "0.0.0.0:x",
-		                           "0.0.0.0:65536", "::1:80", "1.2.3.4.5:80", NULL };
+	static const char *const bad[] = { "8080",          ":8080",  "localhost:8080", "0.0.0.0:", "0.0.0.0:x",
+					   "0.0.0.0:65536", "::1:80", "1.2.3.4.5:80",   NULL };
 
 	table("http addr", st_preflight_http_addr, good, bad, "PORT");
 }
@@ -150,14 +168,15 @@ t_listen(void)
 	snprintf(free_nng, sizeof(free_nng), "tcp://127.0.0.1:%d", p2);
 	snprintf(free_http, sizeof(free_http), "127.0.0.1:%d", p2);
 	{
-		st_preflight_addr a[] = { { "ingest", free_nng, ST_PREFLIGHT_NNG }, { "http", "", ST_PREFLIGHT_HTTP },
-			                  { "control", NULL, ST_PREFLIGHT_NNG } };
+		st_preflight_addr a[] = { { "ingest", free_nng, ST_PREFLIGHT_NNG },
+					  { "http", "", ST_PREFLIGHT_HTTP },
+					  { "control", NULL, ST_PREFLIGHT_NNG } };
 		ST_CHECK(probe(a, ST_ARRAY_LEN(a), err, sizeof(err)) == 0);
 		ST_CHECK(err[0] == '\0');
 	}
 	{
 		st_preflight_addr a[] = { { "ingest", free_nng, ST_PREFLIGHT_NNG },
-			                  { "publish", busy_nng, ST_PREFLIGHT_NNG } };
+					  { "publish", busy_nng, ST_PREFLIGHT_NNG } };
 		ST_CHECK(probe(a, ST_ARRAY_LEN(a), err, sizeof(err)) == 2);
 		snprintf(want, sizeof(want), "--publish %s: cannot listen: ", busy_nng);
 		fprintf(stderr, "  %s\n", err);
@@ -172,7 +191,8 @@ t_listen(void)
 	}
 	{
 		/* two flags naming one port: the second cannot listen while the first holds it */
-		st_preflight_addr a[] = { { "ingest", free_nng, ST_PREFLIGHT_NNG }, { "http", free_http, ST_PREFLIGHT_HTTP } };
+		st_preflight_addr a[] = { { "ingest", free_nng, ST_PREFLIGHT_NNG },
+					  { "http", free_http, ST_PREFLIGHT_HTTP } };
 		ST_CHECK(probe(a, ST_ARRAY_LEN(a), err, sizeof(err)) == 2);
 		fprintf(stderr, "  %s\n", err);
 		ST_CHECK(strstr(err, "--http ") != NULL);

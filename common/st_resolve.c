@@ -33,27 +33,27 @@
 
 typedef struct hub {
 	pthread_mutex_t mu;
-	bool closed;         /* loop: resolver freed, no more posts */
-	unsigned refs;       /* the loop's one + one per running thread */
-	unsigned inflight;   /* running threads */
+	bool closed;       /* loop: resolver freed, no more posts */
+	unsigned refs;     /* the loop's one + one per running thread */
+	unsigned inflight; /* running threads */
 	st_mailbox *mb;
 } hub;
 
 struct st_resolver {
 	hub *h;
-	size_t max_addrs;    /* distinct addresses kept per name */
+	size_t max_addrs; /* distinct addresses kept per name */
 };
 
 struct st_resolve_req {
 	hub *h;
 	st_resolve_fn fn;
 	void *arg;
-	bool cancelled;                          /* loop only */
+	bool cancelled; /* loop only */
 	size_t n;
-	size_t max_addrs;                        /* set before the thread starts */
-	char *names[ST_RESOLVE_MAX_NAMES];       /* thread reads, loop frees */
-	char *addrs[ST_RESOLVE_MAX_NAMES];       /* thread writes */
-	char err[160];                           /* thread writes */
+	size_t max_addrs;                  /* set before the thread starts */
+	char *names[ST_RESOLVE_MAX_NAMES]; /* thread reads, loop frees */
+	char *addrs[ST_RESOLVE_MAX_NAMES]; /* thread writes */
+	char err[160];                     /* thread writes */
 };
 
 static void
@@ -211,7 +211,7 @@ st_resolver_free(st_resolver *r)
 
 st_err
 st_resolver_lookup(st_resolver *r, const char *const *names, size_t n, st_resolve_fn fn, void *arg,
-                   st_resolve_req **out)
+		   st_resolve_req **out)
 {
 	hub *h = r->h;
 	st_resolve_req *q;

@@ -63,7 +63,7 @@ void st_resolver_free(st_resolver *r);
  * lookups are running.  ST_ESYS: no thread could be started.
  */
 st_err st_resolver_lookup(st_resolver *r, const char *const *names, size_t n, st_resolve_fn fn, void *arg,
-                          st_resolve_req **out);
+			  st_resolve_req **out);
 
 /* fn of q will never be called; q must not be used afterwards.  Not from
  * inside q's own callback.  NULL-safe. */

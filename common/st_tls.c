@@ -16,8 +16,8 @@ static const char *const role_names[ST_TLS_ROLE_N] = { "ingest", "publish", "con
 
 /* Read-only after st_tls_load (owned by this module). */
 static struct {
-	char *cert, *key, *ca, *crl; /* PEM texts, NUL-terminated; NULL when not given */
-	char *role_ca[ST_TLS_ROLE_N]; /* NULL: ca */
+	char *cert, *key, *ca, *crl;           /* PEM texts, NUL-terminated; NULL when not given */
+	char *role_ca[ST_TLS_ROLE_N];          /* NULL: ca */
 	nng_tls_config *server[ST_TLS_ROLE_N]; /* per role, for listeners; NULL without cert, key and a CA */
 } tls;
 
@@ -106,19 +106,21 @@ st_tls_load(const st_tls_files *f, char *why, size_t cap)
 		return ST_EINVAL;
 	}
 	if ((any_role || given(f->crl)) && !given(f->cert)) {
-		snprintf(why, cap, "--tls-crl and the --*-tls-ca options need --tls-cert and --tls-key (they are for listeners)");
+		snprintf(why, cap,
+			 "--tls-crl and the --*-tls-ca options need --tls-cert and --tls-key (they are for listeners)");
 		return ST_EINVAL;
 	}
 	if (read_pem("tls-ca", f->ca, &tls.ca, why, cap) != ST_OK ||
 	    (given(f->crl) && read_pem("tls-crl", f->crl, &tls.crl, why, cap) != ST_OK) ||
 	    (given(f->cert) && (read_pem("tls-cert", f->cert, &tls.cert, why, cap) != ST_OK ||
-	                        read_pem("tls-key", f->key, &tls.key, why, cap) != ST_OK)))
+				read_pem("tls-key", f->key, &tls.key, why, cap) != ST_OK)))
 		goto fail;
 	for (int i = 0; i < ST_TLS_ROLE_N; i++)
 		if (given(f->role_ca[i]) && read_pem(role_flags[i], f->role_ca[i], &tls.role_ca[i], why, cap) != ST_OK)
 			goto fail;
 	if (tls.cert != NULL && !st_pem_pair_matches(tls.cert, tls.key)) {
-		snprintf(why, cap, "--tls-key %s is not the key of --tls-cert %s (or one of them is not PEM)", f->key, f->cert);
+		snprintf(why, cap, "--tls-key %s is not the key of --tls-cert %s (or one of them is not PEM)", f->key,
+			 f->cert);
 		goto fail;
 	}
 	/* Both modes once: a CA, CRL, certificate or key that mbedTLS refuses is found now. */
@@ -135,7 +137,7 @@ st_tls_load(const st_tls_files *f, char *why, size_t cap)
 
 		if ((rv = config_new(NNG_TLS_MODE_SERVER, ca, &tls.server[i])) != 0) {
 			snprintf(why, cap, "--%s/--tls-crl/--tls-cert/--tls-key refused for listening: %s",
-			         tls.role_ca[i] != NULL ? role_flags[i] : "tls-ca", nng_strerror(rv));
+				 tls.role_ca[i] != NULL ? role_flags[i] : "tls-ca", nng_strerror(rv));
 			goto fail;
 		}
 	}
@@ -164,7 +166,7 @@ bool
 st_tls_url(const char *url)
 {
 	return url != NULL && (strncmp(url, "tls+tcp://", 10) == 0 || strncmp(url, "tls+tcp4://", 11) == 0 ||
-	                       strncmp(url, "tls+tcp6://", 11) == 0);
+			       strncmp(url, "tls+tcp6://", 11) == 0);
 }
 
 const char *

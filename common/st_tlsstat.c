@@ -54,8 +54,8 @@ st_tlsstat_track(const char *label, nng_listener l)
 		tracked[i] = (struct tracked){ .label = label, .l = l };
 	pthread_mutex_unlock(&mu);
 	if (i == ST_TLSSTAT_MAX)
-		st_warn("tls: %s listener: more than %d tls+tcp listeners, its failed handshakes are not counted", label,
-		        ST_TLSSTAT_MAX);
+		st_warn("tls: %s listener: more than %d tls+tcp listeners, its failed handshakes are not counted",
+			label, ST_TLSSTAT_MAX);
 }
 
 static int
@@ -169,19 +169,20 @@ on_timer(evutil_socket_t fd, short what, void *arg)
 		if (sum == 0)
 			continue;
 		st_warn("tls: %s listener: %" PRIu64 " failed handshakes in the last %" PRIu64 " s (%" PRIu64
-		        " refused: a certificate, either side's, the version, the ciphers, or not TLS; %" PRIu64
-		        " timed out; %" PRIu64 " bad SP header); nng does not say which peers",
-		        s->labels[k], sum, (s->interval_ms + 999) / 1000, p[k][R_AUTH], p[k][R_TIMEOUT], p[k][R_PROTO]);
+			" refused: a certificate, either side's, the version, the ciphers, or not TLS; %" PRIu64
+			" timed out; %" PRIu64 " bad SP header); nng does not say which peers",
+			s->labels[k], sum, (s->interval_ms + 999) / 1000, p[k][R_AUTH], p[k][R_TIMEOUT], p[k][R_PROTO]);
 	}
 }
 
 st_tlsstat *
 st_tlsstat_new(struct event_base *base, st_metrics *m, const char *name, const char *const *labels, size_t n,
-               uint64_t interval_ms)
+	       uint64_t interval_ms)
 {
 	st_tlsstat *s = st_xcalloc(1, sizeof(*s));
 	nng_stat *probe = NULL;
-	struct timeval tv = { .tv_sec = (time_t)(interval_ms / 1000), .tv_usec = (suseconds_t)(interval_ms % 1000) * 1000 };
+	struct timeval tv = { .tv_sec = (time_t)(interval_ms / 1000),
+			      .tv_usec = (suseconds_t)(interval_ms % 1000) * 1000 };
 	int rv;
 
 	ST_ASSERT(n > 0 && n <= MAX_LABELS);
@@ -198,8 +199,8 @@ st_tlsstat_new(struct event_base *base, st_metrics *m, const char *name, const c
 		snprintf(label, sizeof(label), "listener=\"%s\"", labels[i]);
 		s->labels[i] = labels[i];
 		s->counters[i] = st_metrics_counter(m, name, label,
-		                                    "Failed TLS handshakes on a tls+tcp listener (nng's listener "
-		                                    "statistics: refused, timed out, bad SP header)");
+						    "Failed TLS handshakes on a tls+tcp listener (nng's listener "
+						    "statistics: refused, timed out, bad SP header)");
 	}
 	if ((s->timer = event_new(base, -1, EV_PERSIST, on_timer, s)) == NULL || event_add(s->timer, &tv) != 0)
 		st_oom("the TLS statistics timer", sizeof(*s));

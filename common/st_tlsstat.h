@@ -70,7 +70,7 @@ void st_tlsstat_track(const char *label, nng_listener l);
  * ends the process, st_util.h).
  */
 st_tlsstat *st_tlsstat_new(struct event_base *base, st_metrics *m, const char *name, const char *const *labels,
-                           size_t n, uint64_t interval_ms);
+			   size_t n, uint64_t interval_ms);
 
 /* Reads nng's statistics into the counters now (before /metrics renders).  Any thread. */
 void st_tlsstat_poll(st_tlsstat *s);

@@ -204,8 +204,10 @@ t_summary_line(void)
 	ST_CHECK_EQ_U64(logged, 2);
 	/* in one line or two */
 	ST_CHECK(strstr(text, "failed handshakes in the last 1 s (0 refused") != NULL);
-	ST_CHECK(strstr(text, " refused: a certificate, either side's, the version, the ciphers, or not TLS; 0 timed out; ") !=
-	         NULL);
+	ST_CHECK(
+		strstr(text,
+		       " refused: a certificate, either side's, the version, the ciphers, or not TLS; 0 timed out; ") !=
+		NULL);
 	ST_CHECK(strstr(text, " bad SP header); nng does not say which peers") != NULL);
 	ST_CHECK(strstr(text, "tls: ingest listener") == NULL);
 	ST_CHECK_EQ_U64(metric(m, "t_failures_total", "control"), 2);

@@ -40,10 +40,10 @@ alloc_should_fail(void)
 		}
 	return false;
 }
-#define ALLOC_FAILPOINT()                      \
-	do {                                   \
-		if (alloc_should_fail())       \
-			return NULL;           \
+#define ALLOC_FAILPOINT()                \
+	do {                             \
+		if (alloc_should_fail()) \
+			return NULL;     \
 	} while (0)
 #else
 #define ALLOC_FAILPOINT() \
@@ -167,8 +167,8 @@ st_exit_watchdog(const char *prog, unsigned seconds, int code)
 {
 	struct sigaction sa;
 	int n = snprintf(watchdog_line, sizeof(watchdog_line),
-	                 "%s: teardown did not finish within %u s (a close inside nng hangs); exiting %d\n", prog,
-	                 seconds, code);
+			 "%s: teardown did not finish within %u s (a close inside nng hangs); exiting %d\n", prog,
+			 seconds, code);
 
 	watchdog_len = n > 0 ? ST_MIN((size_t)n, sizeof(watchdog_line) - 1) : 0;
 	watchdog_code = code;

@@ -67,10 +67,10 @@ void st_exit_watchdog(const char *prog, unsigned seconds, int code);
 
 /* Aborts with file:line.  Only for programmer errors, never for input. */
 void st_panic(const char *file, int line, const char *what) __attribute__((noreturn));
-#define ST_ASSERT(x)                                         \
-	do {                                                 \
-		if (!(x))                                    \
-			st_panic(__FILE__, __LINE__, #x);    \
+#define ST_ASSERT(x)                                      \
+	do {                                              \
+		if (!(x))                                 \
+			st_panic(__FILE__, __LINE__, #x); \
 	} while (0)
 
 #define ST_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -78,10 +78,10 @@ void st_panic(const char *file, int line, const char *what) __attribute__((noret
 #define ST_MAX(a, b) ((a) > (b) ? (a) : (b))
 
 /* Frees *pp and NULLs it (haproxy's ha_free). */
-#define ST_FREE(pp)                   \
-	do {                          \
-		free(*(pp));          \
-		*(pp) = NULL;         \
+#define ST_FREE(pp)           \
+	do {                  \
+		free(*(pp));  \
+		*(pp) = NULL; \
 	} while (0)
 
 /*

@@ -221,15 +221,15 @@ t_backoff_jitter(void)
 		uint64_t rnd;
 		uint32_t want;
 	} cases[] = {
-		{ 1, 0, 50 }, { 1, 50, 100 }, { 1, 51, 50 }, { 2, 0, 100 }, { 3, 0, 200 }, { 3, 100, 300 },
-		{ 7, 0, 2500 }, { 7, 2500, 5000 }, { 30, 0, 2500 }, { 4000000000u, 0, 2500 },
+		{ 1, 0, 50 },    { 1, 50, 100 }, { 1, 51, 50 },     { 2, 0, 100 },   { 3, 0, 200 },
+		{ 3, 100, 300 }, { 7, 0, 2500 }, { 7, 2500, 5000 }, { 30, 0, 2500 }, { 4000000000u, 0, 2500 },
 	};
 
 	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
 		uint32_t got = st_backoff_jitter_ms(cases[i].attempt, 100, 5000, cases[i].rnd);
 
 		fprintf(stderr, "  attempt %u rnd %llu -> %u (want %u)\n", cases[i].attempt,
-		        (unsigned long long)cases[i].rnd, got, cases[i].want);
+			(unsigned long long)cases[i].rnd, got, cases[i].want);
 		ST_CHECK_EQ_U64(got, cases[i].want);
 	}
 	for (uint64_t r = 0; r < 1000; r += 7)

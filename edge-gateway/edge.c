@@ -73,37 +73,39 @@ struct edge {
 	struct event_base *base;
 	st_metrics *metrics;
 	streams_metrics *sm;
-	pgpool *pool;              /* the head query and gap fills */
+	pgpool *pool; /* the head query and gap fills */
 	sequencer *seq;
 	sub *sub;
-	fanout *fan;               /* the loops serving streams */
+	fanout *fan; /* the loops serving streams */
 	st_control *control;
 	http_server *metrics_http; /* --metrics-listen on the main loop; NULL: /metrics on the public port */
-	st_auth_store *auth;       /* borrowed (main frees it after edge_free); NULL: access control off; shared by every loop */
-	iplimit *ip_limit;         /* borrowed, as auth; --max-streams-per-ip, shared by every loop */
-	st_keywatch *keys;         /* owned; --auth-keys reloaded on SIGHUP, `reload` and a change of the file; NULL: no --auth-keys */
-	uint64_t keys_seen;        /* the store's generation the workers were last told about */
-	struct event *ev_hup;      /* SIGHUP: reload the keys */
+	st_auth_store
+		*auth; /* borrowed (main frees it after edge_free); NULL: access control off; shared by every loop */
+	iplimit *ip_limit; /* borrowed, as auth; --max-streams-per-ip, shared by every loop */
+	st_keywatch *
+		keys; /* owned; --auth-keys reloaded on SIGHUP, `reload` and a change of the file; NULL: no --auth-keys */
+	uint64_t keys_seen;   /* the store's generation the workers were last told about */
+	struct event *ev_hup; /* SIGHUP: reload the keys */
 	struct event *ev_tick, *ev_head_retry, *ev_term, *ev_int, *ev_exit, *ev_flow;
 	pgpool_query *head_query;
 	replay_job *fill_job;
-	flow_budget *flow;         /* the pause budget of the intake (flow.h) */
-	bool held;                 /* the intake is paused (the last flow decision) */
-	uint64_t paused_exported;  /* flow_budget_paused_ms already counted */
+	flow_budget *flow;            /* the pause budget of the intake (flow.h) */
+	bool held;                    /* the intake is paused (the last flow decision) */
+	uint64_t paused_exported;     /* flow_budget_paused_ms already counted */
 	_Atomic uint64_t last_msg_ms; /* monotonic ms of the last batch or tick read, 0 = never */
-	atomic_bool db_up;         /* main's pool is up (updated on the tick); read by every loop */
-	atomic_bool draining_flag; /* set once by main; read by every loop */
+	atomic_bool db_up;            /* main's pool is up (updated on the tick); read by every loop */
+	atomic_bool draining_flag;    /* set once by main; read by every loop */
 	bool draining;
 	uint64_t flush_interval_ms;
 	uint32_t drain_grace_ms;
 	bool exiting;
 	st_counter *m_msgs, *m_bad_msgs, *m_gap_fills, *m_filled, *m_dups, *m_fill_errors, *m_held_dropped;
-	st_counter *m_paused;      /* ms the intake was paused */
+	st_counter *m_paused; /* ms the intake was paused */
 	st_gauge *m_held, *m_head, *m_conns, *m_db_up, *m_writer_pipes;
-	st_histogram *m_delivery;  /* given to every worker's HTTP server */
-	st_tlsstat *tlsstat;       /* failed TLS handshakes on --control (nng's statistics); polled by any loop's scrape */
-	sequencer_stats seen;      /* the sequencer's counters already exported */
-	streams_config scfg;       /* fanout's workers read these copies */
+	st_histogram *m_delivery; /* given to every worker's HTTP server */
+	st_tlsstat *tlsstat;  /* failed TLS handshakes on --control (nng's statistics); polled by any loop's scrape */
+	sequencer_stats seen; /* the sequencer's counters already exported */
+	streams_config scfg;  /* fanout's workers read these copies */
 	http_server_config hcfg;
 	const char *listen;
 	size_t n_writers;
@@ -273,8 +275,8 @@ head_query_start(edge *e)
 {
 	struct timeval tv = { 0, EDGE_HEAD_RETRY_MS * 1000 };
 
-	e->head_query = pgpool_submit(e->pool, PGPOOL_PRIO_FILL, "SELECT coalesce(max(seq), 0)::text FROM broker_event", 0, NULL,
-	                              NULL, NULL, 0, on_head, e);
+	e->head_query = pgpool_submit(e->pool, PGPOOL_PRIO_FILL, "SELECT coalesce(max(seq), 0)::text FROM broker_event",
+				      0, NULL, NULL, NULL, 0, on_head, e);
 	if (e->head_query == NULL)
 		event_add(e->ev_head_retry, &tv);
 }
@@ -373,7 +375,7 @@ http_cb(http_req *req, fanout_worker *w, void *arg)
 	}
 	if (!st_ops_refuse_method(req))
 		streams_handle(fanout_worker_streams(w), req, edge_ready(c.e, w, &why),
-		               atomic_load(&c.e->draining_flag));
+			       atomic_load(&c.e->draining_flag));
 }
 
 /*
@@ -412,8 +414,9 @@ metrics_refresh(void *arg)
 static void
 metrics_http_cb(http_req *req, void *arg)
 {
-	const st_ops ops = { .metrics = ((edge *)arg)->metrics, .ready = metrics_ready, .refresh = metrics_refresh,
-		             .arg = arg };
+	const st_ops ops = {
+		.metrics = ((edge *)arg)->metrics, .ready = metrics_ready, .refresh = metrics_refresh, .arg = arg
+	};
 
 	if (strcmp(http_req_path(req), "/metrics") != 0 || !st_ops_handle(req, &ops))
 		http_reply_problem(req, 404, NULL, "Not Found", "only /metrics is served here", NULL);
@@ -521,8 +524,8 @@ control_cb(const char *cmd, const st_json *req, st_buf *out, void *arg)
 	if (strcmp(cmd, "stats") == 0) {
 		ready = edge_ready_main(e);
 		st_buf_printf(out, "\"streams\":%zu,\"head\":%llu,\"ready\":%s,\"draining\":%s",
-		              fanout_streams_open(e->fan), (unsigned long long)sequencer_head(e->seq),
-		              ready ? "true" : "false", e->draining ? "true" : "false");
+			      fanout_streams_open(e->fan), (unsigned long long)sequencer_head(e->seq),
+			      ready ? "true" : "false", e->draining ? "true" : "false");
 		return ST_OK;
 	}
 	if (strcmp(cmd, "drain") == 0) {
@@ -543,15 +546,13 @@ control_cb(const char *cmd, const st_json *req, st_buf *out, void *arg)
 	return ST_ENOTFOUND;
 }
 
-
 /* ---- construction, run, teardown -------------------------------------- */
 
 static void
 metrics_init(edge *e)
 {
-	static const double b[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-		                    0.075,  0.1,     0.15,   0.2,   0.25,   0.3,   0.4,  0.5,   0.75, 1,
-		                    2.5,    5 };
+	static const double b[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,
+				    0.15,   0.2,     0.25,   0.3,   0.4,    0.5,   0.75, 1,     2.5,  5 };
 
 	e->metrics = st_metrics_new();
 	e->m_msgs = st_metrics_counter(e->metrics, "studio_edge_messages_total", NULL, "Published messages received.");
@@ -559,34 +560,35 @@ metrics_init(edge *e)
 		const char *const roles[] = { st_tls_role_name(ST_TLS_CONTROL) };
 
 		e->tlsstat = st_tlsstat_new(e->base, e->metrics, "studio_edge_tls_handshake_failures_total", roles, 1,
-		                            ST_TLSSTAT_INTERVAL_MS);
+					    ST_TLSSTAT_INTERVAL_MS);
 	}
 	e->m_bad_msgs = st_metrics_counter(e->metrics, "studio_edge_bad_messages_total", NULL,
-	                                   "Published messages refused by the decoder.");
-	e->m_gap_fills = st_metrics_counter(e->metrics, "studio_gap_fills_total", NULL,
-	                                    "History gaps filled from PostgreSQL.");
+					   "Published messages refused by the decoder.");
+	e->m_gap_fills =
+		st_metrics_counter(e->metrics, "studio_gap_fills_total", NULL, "History gaps filled from PostgreSQL.");
 	e->m_filled = st_metrics_counter(e->metrics, "studio_gap_filled_events_total", NULL,
-	                                 "Events read from PostgreSQL to fill gaps.");
-	e->m_dups = st_metrics_counter(e->metrics, "studio_sequencer_duplicates_total", NULL,
-	                               "Published events dropped as already in the history (another writer's copy, or filled).");
+					 "Events read from PostgreSQL to fill gaps.");
+	e->m_dups = st_metrics_counter(
+		e->metrics, "studio_sequencer_duplicates_total", NULL,
+		"Published events dropped as already in the history (another writer's copy, or filled).");
 	e->m_fill_errors = st_metrics_counter(e->metrics, "studio_gap_fill_errors_total", NULL,
-	                                      "Gap fills that failed and were retried.");
+					      "Gap fills that failed and were retried.");
 	e->m_held_dropped = st_metrics_counter(e->metrics, "studio_sequencer_held_dropped_total", NULL,
-	                                       "Events dropped from the out-of-order hold (a fill recovers them).");
+					       "Events dropped from the out-of-order hold (a fill recovers them).");
 	e->m_paused = st_metrics_counter(e->metrics, "studio_edge_intake_paused_ms_total", NULL,
-	                                 "Milliseconds the edge stopped reading published messages (flow control).");
+					 "Milliseconds the edge stopped reading published messages (flow control).");
 	e->m_held = st_metrics_gauge(e->metrics, "studio_sequencer_held", NULL, "Events held behind a gap now.");
 	e->m_head = st_metrics_gauge(e->metrics, "studio_history_head", NULL, "The newest seq of the ordered history.");
 	e->m_conns = st_metrics_gauge(e->metrics, "studio_http_connections_open", NULL,
-	                              "HTTP connections open now (this scrape's included), of --max-streams + 1024.");
+				      "HTTP connections open now (this scrape's included), of --max-streams + 1024.");
 	e->m_db_up = st_metrics_gauge(e->metrics, "studio_database_up", NULL,
-	                              "1 when the database pools (main's and this worker's) are connected, else 0.");
+				      "1 when the database pools (main's and this worker's) are connected, else 0.");
 	e->m_writer_pipes = st_metrics_gauge(e->metrics, "studio_edge_writer_pipes", NULL,
-	                                     "Connections to writers up now (every address of every --writers URL).");
+					     "Connections to writers up now (every address of every --writers URL).");
 	e->m_delivery = st_metrics_histogram(e->metrics, "studio_edge_delivery_seconds", NULL,
-	                                     "From nng handing a published message over to its bytes "
-	                                     "reaching the kernel, per stream that keeps up.",
-	                                     b, ST_ARRAY_LEN(b));
+					     "From nng handing a published message over to its bytes "
+					     "reaching the kernel, per stream that keeps up.",
+					     b, ST_ARRAY_LEN(b));
 	e->sm = streams_metrics_new(e->metrics);
 }
 
@@ -601,8 +603,8 @@ edge_new(const edge_config *cfg, edge **out, char *why, size_t cap)
 	ST_ASSERT(e->base != NULL);
 	e->auth = cfg->streams.auth;
 	e->ip_limit = cfg->streams.ip_limit;
-	if (e->auth != NULL &&
-	    (e->keys = st_keywatch_new(e->base, e->auth, cfg->auth_keys_path, "--auth-keys", cfg->auth_keys_watch_ms)) == NULL) {
+	if (e->auth != NULL && (e->keys = st_keywatch_new(e->base, e->auth, cfg->auth_keys_path, "--auth-keys",
+							  cfg->auth_keys_watch_ms)) == NULL) {
 		snprintf(why, cap, "--auth-keys: cannot watch the file");
 		return ST_ESYS;
 	}
@@ -628,17 +630,17 @@ edge_new(const edge_config *cfg, edge **out, char *why, size_t cap)
 	e->hcfg.max_conns = e->scfg.max_streams + 1024;
 	{
 		const fanout_config fcfg = { .n = cfg->threads,
-		                             .pg_dsn = cfg->pg_dsn,
-		                             .listen = cfg->listen,
-		                             .http = &e->hcfg,
-		                             .streams = &e->scfg,
-		                             .sm = e->sm,
-		                             .delivery = e->m_delivery,
-		                             .cors_credentials = e->auth != NULL,
-		                             .on_http = http_cb,
-		                             .on_flow = on_flow,
-		                             .on_drained = on_drained,
-		                             .arg = e };
+					     .pg_dsn = cfg->pg_dsn,
+					     .listen = cfg->listen,
+					     .http = &e->hcfg,
+					     .streams = &e->scfg,
+					     .sm = e->sm,
+					     .delivery = e->m_delivery,
+					     .cors_credentials = e->auth != NULL,
+					     .on_http = http_cb,
+					     .on_flow = on_flow,
+					     .on_drained = on_drained,
+					     .arg = e };
 
 		if ((rv = fanout_new(e->base, &fcfg, &e->fan, why, cap)) != ST_OK)
 			return rv;
@@ -649,12 +651,14 @@ edge_new(const edge_config *cfg, edge **out, char *why, size_t cap)
 
 		if ((rv = http_server_new(e->base, cfg->metrics_listen, &mcfg, metrics_http_cb, e, &e->metrics_http)) !=
 		    ST_OK) {
-			snprintf(why, cap, "--metrics-listen %s: cannot listen (%s)", cfg->metrics_listen, st_err_str(rv));
+			snprintf(why, cap, "--metrics-listen %s: cannot listen (%s)", cfg->metrics_listen,
+				 st_err_str(rv));
 			return rv;
 		}
 		st_info("/metrics on %s only (not on %s)", cfg->metrics_listen, cfg->listen);
 	}
-	if (cfg->control[0] != '\0' && (rv = st_control_new(e->base, cfg->control, control_cb, e, &e->control)) != ST_OK) {
+	if (cfg->control[0] != '\0' &&
+	    (rv = st_control_new(e->base, cfg->control, control_cb, e, &e->control)) != ST_OK) {
 		snprintf(why, cap, "--control %s: %s", cfg->control, st_err_str(rv));
 		return rv;
 	}
@@ -689,7 +693,7 @@ void
 edge_run(edge *e)
 {
 	st_info("listening on %s, %zu writer url(s), %zu loop thread(s)", e->listen, e->n_writers,
-	        fanout_workers(e->fan));
+		fanout_workers(e->fan));
 	event_base_dispatch(e->base);
 	st_info("exiting with %zu streams open", fanout_streams_open(e->fan));
 }

@@ -32,9 +32,9 @@ typedef struct edge_config {
 	size_t threads;             /* loops serving streams (fanout.h) */
 	uint64_t flush_interval_ms; /* the writers' (readiness waits 3 of them) */
 	/* Copied; edge_new sets streams.drain_grace_ms and http.max_conns (streams plus 1024). */
-	streams_config streams;     /* auth and ip_limit borrowed: they outlive edge_free */
+	streams_config streams; /* auth and ip_limit borrowed: they outlive edge_free */
 	http_server_config http;
-	const char *auth_keys_path; /* reloaded into streams.auth on SIGHUP, `reload` and a change of the file */
+	const char *auth_keys_path;  /* reloaded into streams.auth on SIGHUP, `reload` and a change of the file */
 	uint64_t auth_keys_watch_ms; /* how often the file is looked at; 0 = never */
 	uint32_t drain_grace_ms;
 } edge_config;

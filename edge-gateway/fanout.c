@@ -45,32 +45,32 @@ typedef struct emsg {
 
 struct fanout_worker {
 	fanout *f;
-	struct event_base *base;  /* owned, or main's with n == 1 */
-	pgpool *pool;             /* owned */
-	streams *streams;         /* owned */
-	http_server *http;        /* owned */
-	st_mailbox *inbox;        /* owned: main -> this worker */
-	struct event *ev_flow;    /* owned: re-evaluates backpressure while behind */
+	struct event_base *base; /* owned, or main's with n == 1 */
+	pgpool *pool;            /* owned */
+	streams *streams;        /* owned */
+	http_server *http;       /* owned */
+	st_mailbox *inbox;       /* owned: main -> this worker */
+	struct event *ev_flow;   /* owned: re-evaluates backpressure while behind */
 	pthread_t thread;
-	bool started;             /* thread running (n > 1) */
-	bool stopped;             /* EMSG_STOP seen: only release what follows */
-	atomic_bool behind;       /* streams_backpressure, as of the worker's last look */
-	atomic_uint inflight;     /* batches posted and not yet published */
-	atomic_bool head_known;   /* streams_ready, as of the last message handled: fanout_ready */
+	bool started;           /* thread running (n > 1) */
+	bool stopped;           /* EMSG_STOP seen: only release what follows */
+	atomic_bool behind;     /* streams_backpressure, as of the worker's last look */
+	atomic_uint inflight;   /* batches posted and not yet published */
+	atomic_bool head_known; /* streams_ready, as of the last message handled: fanout_ready */
 };
 
 struct fanout {
-	fanout_config cfg;        /* http/streams/listen pointers borrowed for fanout_new only */
+	fanout_config cfg; /* http/streams/listen pointers borrowed for fanout_new only */
 	struct event_base *main_base;
-	fanout_worker *w;         /* owned, cfg.n */
-	st_mailbox *inbox;        /* owned: workers -> main */
-	http_conn_limit *limit;   /* owned, n > 1: one connection bound for every server */
-	atomic_bool flow_wait;    /* main looked and wants a wake-up when the intake frees */
+	fanout_worker *w;       /* owned, cfg.n */
+	st_mailbox *inbox;      /* owned: workers -> main */
+	http_conn_limit *limit; /* owned, n > 1: one connection bound for every server */
+	atomic_bool flow_wait;  /* main looked and wants a wake-up when the intake frees */
 	uint64_t posted_head;
 	bool head_posted;
 	bool drain_posted;
-	size_t n_drained;         /* workers that reported no stream left */
-	bool stopping;            /* main's loop has ended: mailbox items are only freed */
+	size_t n_drained; /* workers that reported no stream left */
+	bool stopping;    /* main's loop has ended: mailbox items are only freed */
 };
 
 static emsg *
@@ -155,15 +155,9 @@ worker_inbox_cb(void *item, void *arg)
 		atomic_fetch_sub(&w->inflight, 1);
 		worker_flow_eval(w);
 		break;
-	case EMSG_HEAD:
-		streams_set_head(w->streams, m->head);
-		break;
-	case EMSG_DRAIN:
-		streams_drain(w->streams, worker_drained, w);
-		break;
-	case EMSG_KEYS:
-		streams_keys_changed(w->streams);
-		break;
+	case EMSG_HEAD: streams_set_head(w->streams, m->head); break;
+	case EMSG_DRAIN: streams_drain(w->streams, worker_drained, w); break;
+	case EMSG_KEYS: streams_keys_changed(w->streams); break;
 	case EMSG_STOP:
 		if (!w->stopped) {
 			w->stopped = true;
@@ -172,8 +166,7 @@ worker_inbox_cb(void *item, void *arg)
 		if (m->kind == EMSG_BATCH)
 			atomic_fetch_sub(&w->inflight, 1);
 		break;
-	default:
-		break;
+	default: break;
 	}
 	if (streams_ready(w->streams))
 		atomic_store(&w->head_known, true);
@@ -244,7 +237,7 @@ worker_init(fanout *f, fanout_worker *w, const char *listen)
 	w->streams = streams_new(w->base, w->pool, c->sm, st_clock_system(), c->streams);
 	/* One server owns the address; several share it (SO_REUSEPORT) and one connection bound. */
 	rv = c->n == 1 ? http_server_new(w->base, listen, c->http, worker_http_cb, w, &w->http)
-	               : http_server_new_shared(w->base, listen, c->http, f->limit, worker_http_cb, w, &w->http);
+		       : http_server_new_shared(w->base, listen, c->http, f->limit, worker_http_cb, w, &w->http);
 	if (rv != ST_OK)
 		return rv;
 	http_server_set_cors_credentials(w->http, c->cors_credentials);

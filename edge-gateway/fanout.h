@@ -71,17 +71,17 @@ typedef struct fanout_worker fanout_worker;
 typedef void (*fanout_http_fn)(http_req *req, fanout_worker *w, void *arg);
 
 typedef struct fanout_config {
-	size_t n;                        /* workers, 1..FANOUT_MAX */
-	const char *pg_dsn;              /* each worker's pool (copied by pgpool) */
-	const char *listen;              /* ADDR:PORT; port 0 binds one fresh port for every worker */
-	const http_server_config *http;  /* max_conns is the bound of all workers together */
+	size_t n;                       /* workers, 1..FANOUT_MAX */
+	const char *pg_dsn;             /* each worker's pool (copied by pgpool) */
+	const char *listen;             /* ADDR:PORT; port 0 binds one fresh port for every worker */
+	const http_server_config *http; /* max_conns is the bound of all workers together */
 	const streams_config *streams;
-	streams_metrics *sm;             /* shared by every registry; borrowed */
-	struct st_histogram *delivery;   /* studio_edge_delivery_seconds; borrowed */
-	bool cors_credentials;           /* http_server_set_cors_credentials */
+	streams_metrics *sm;           /* shared by every registry; borrowed */
+	struct st_histogram *delivery; /* studio_edge_delivery_seconds; borrowed */
+	bool cors_credentials;         /* http_server_set_cors_credentials */
 	fanout_http_fn on_http;
-	void (*on_flow)(void *arg);      /* main: a worker freed the intake after fanout_flow_look asked */
-	void (*on_drained)(void *arg);   /* main: every worker reported no stream left after fanout_drain */
+	void (*on_flow)(void *arg);    /* main: a worker freed the intake after fanout_flow_look asked */
+	void (*on_drained)(void *arg); /* main: every worker reported no stream left after fanout_drain */
 	void *arg;
 } fanout_config;
 

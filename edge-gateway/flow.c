@@ -18,11 +18,11 @@
 #define FLOW_START ((int64_t)FLOW_MIN_MS * FLOW_SHARE)
 
 struct flow_budget {
-	const st_clock *clock;  /* borrowed */
-	uint64_t last;          /* ms of the last decision */
-	int64_t level;          /* ticks in the bucket, <= FLOW_CAP; < 0 is debt */
-	bool paused;            /* the last decision */
-	bool charged;           /* the pause since the last decision is charged (asked, not forced) */
+	const st_clock *clock; /* borrowed */
+	uint64_t last;         /* ms of the last decision */
+	int64_t level;         /* ticks in the bucket, <= FLOW_CAP; < 0 is debt */
+	bool paused;           /* the last decision */
+	bool charged;          /* the pause since the last decision is charged (asked, not forced) */
 	uint64_t paused_ms;
 };
 

@@ -96,7 +96,7 @@ t_continuous_ask_is_bounded(void)
 
 		if (w > bound(t, 5))
 			fprintf(stderr, "  window %zu ms: paused %llu > bound %llu\n", t, (unsigned long long)w,
-			        (unsigned long long)bound(t, 5));
+				(unsigned long long)bound(t, 5));
 		ST_CHECK(w <= bound(t, 5));
 	}
 	/* The first pause lasts while the full bucket lasts: 500 ms at 9/10 net. */
@@ -214,8 +214,8 @@ t_stream_thresholds(void)
 
 		if (behind != cases[i].behind || holds != cases[i].holds)
 			fprintf(stderr, "  case %zu (%zu frames %zu B, blocked %llu): behind %d holds %d, want %d %d\n",
-			        i, cases[i].frames, cases[i].bytes, (unsigned long long)cases[i].blocked_ms, behind,
-			        holds, cases[i].behind, cases[i].holds);
+				i, cases[i].frames, cases[i].bytes, (unsigned long long)cases[i].blocked_ms, behind,
+				holds, cases[i].behind, cases[i].holds);
 		ST_CHECK(behind == cases[i].behind);
 		ST_CHECK(holds == cases[i].holds);
 	}
@@ -279,7 +279,7 @@ t_worker_ask(void)
 		flow_worker_ask(cases[i].behind, cases[i].inflight, &want, &must);
 		if (want != cases[i].want || must != cases[i].must)
 			fprintf(stderr, "  case %zu: want %d must %d, expected %d %d\n", i, want, must, cases[i].want,
-			        cases[i].must);
+				cases[i].must);
 		ST_CHECK(want == cases[i].want);
 		ST_CHECK(must == cases[i].must);
 	}

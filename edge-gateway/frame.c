@@ -61,8 +61,8 @@ struct frame {
 	uint32_t topic_off; /* raw topic, relative to buf (items) */
 	uint32_t topic_len;
 	uint64_t seq;
-	uint64_t hash;    /* of the coalescing slice (items) */
-	uint64_t origin_ns; /* when the message it came in arrived (st_clock_mono_ns), 0: not timed */
+	uint64_t hash;           /* of the coalescing slice (items) */
+	uint64_t origin_ns;      /* when the message it came in arrived (st_clock_mono_ns), 0: not timed */
 	_Atomic(char *) jsonseq; /* "\x1e" ENVELOPE "\n", rendered on first use (CAS-published) */
 	char buf[];
 };
@@ -111,8 +111,7 @@ build_begin(st_buf *b, enum frame_type type, uint64_t id, bool has_id, int64_t r
  * SSE bytes; *tail_at gets its offset relative to buf.
  */
 static frame *
-build_end(st_buf *b, enum frame_type type, uint64_t seq, size_t env, const char *tail, size_t tail_len,
-          size_t *tail_at)
+build_end(st_buf *b, enum frame_type type, uint64_t seq, size_t env, const char *tail, size_t tail_len, size_t *tail_at)
 {
 	size_t hdr = offsetof(struct frame, buf), env_len = b->len - env, total;
 	frame *f;
@@ -143,15 +142,15 @@ build_end(st_buf *b, enum frame_type type, uint64_t seq, size_t env, const char 
 
 frame *
 frame_item_new(uint64_t seq, const char *topic, size_t topic_len, const proto_str *about, uint32_t n_about,
-               const char *data, size_t data_len)
+	       const char *data, size_t data_len)
 {
 	size_t topic_esc = st_json_escaped_len(topic, topic_len), extra, env, res, res_end, topic_at;
 	bool raw_topic = topic_esc != topic_len + 2;
 	st_buf b;
 	frame *f;
 
-	extra = sizeof("{\"type\":\"item\",\"id\":\"\",\"topic\":,\"about\":[],\"data\":}") + 20 + topic_esc +
-	        n_about + (data ? data_len : 0) + (raw_topic ? topic_len + 1 : 0);
+	extra = sizeof("{\"type\":\"item\",\"id\":\"\",\"topic\":,\"about\":[],\"data\":}") + 20 + topic_esc + n_about +
+		(data ? data_len : 0) + (raw_topic ? topic_len + 1 : 0);
 	for (uint32_t i = 0; i < n_about; i++)
 		extra += st_json_escaped_len(about[i].p, about[i].len);
 	st_buf_init(&b);
@@ -277,7 +276,7 @@ frame *
 frame_failure_new(int status, const char *title, const char *detail)
 {
 	size_t env, extra = 96 + (title ? st_json_escaped_len(title, strlen(title)) : 0) +
-	                    (detail ? st_json_escaped_len(detail, strlen(detail)) : 0);
+			    (detail ? st_json_escaped_len(detail, strlen(detail)) : 0);
 	st_buf b;
 
 	st_buf_init(&b);
@@ -409,9 +408,7 @@ frame_bytes(frame *f, enum frame_format fmt, size_t *len)
 		}
 		*len = (size_t)f->env_off + f->env_len + 2;
 		return f->buf;
-	case FRAME_NDJSON:
-		*len = (size_t)f->env_len + 1;
-		return env;
+	case FRAME_NDJSON: *len = (size_t)f->env_len + 1; return env;
 	case FRAME_JSONSEQ: {
 		/* Acquire pairs with the winner's release: its bytes are visible before its pointer. */
 		char *cached = atomic_load_explicit(&f->jsonseq, memory_order_acquire);
@@ -422,7 +419,7 @@ frame_bytes(frame *f, enum frame_format fmt, size_t *len)
 			p[0] = '\x1e';
 			memcpy(p + 1, env, (size_t)f->env_len + 1); /* envelope and its "\n" */
 			if (atomic_compare_exchange_strong_explicit(&f->jsonseq, &cached, p, memory_order_acq_rel,
-			                                            memory_order_acquire))
+								    memory_order_acquire))
 				cached = p;
 			else
 				free(p); /* another loop published the same bytes first; cached is theirs */

@@ -49,9 +49,9 @@ enum frame_format { FRAME_SSE = 0, FRAME_NDJSON = 1, FRAME_JSONSEQ = 2, FRAME_NF
  * strings; data is the compact JSON text (embedded verbatim) or NULL for a
  * change signal.  Returns a frame with one reference.
  */
-frame *frame_item_new(uint64_t seq, const char *topic, size_t topic_len, const proto_str *about,
-                      uint32_t n_about, const char *data, size_t data_len);
-frame *frame_resync_new(uint64_t id, const char *reason);    /* overflow|replay_cap|cursor_expired|gap */
+frame *frame_item_new(uint64_t seq, const char *topic, size_t topic_len, const proto_str *about, uint32_t n_about,
+		      const char *data, size_t data_len);
+frame *frame_resync_new(uint64_t id, const char *reason); /* overflow|replay_cap|cursor_expired|gap */
 frame *frame_heartbeat_new(void);
 /*
  * A stream's position P (docs/api.md "Stream position"), the first frame of
@@ -74,15 +74,15 @@ frame *frame_failure_new(int status, const char *title, const char *detail);
  */
 void frame_set_origin(frame *f, uint64_t origin_ns);
 uint64_t frame_origin_ns(const frame *f);
-frame *frame_ref(frame *f);   /* returns f */
-void frame_unref(frame *f);   /* NULL-safe; frees at zero */
+frame *frame_ref(frame *f); /* returns f */
+void frame_unref(frame *f); /* NULL-safe; frees at zero */
 /* The cleanup of bytes lent to a connection (evbuffer_add_reference, http_ref): arg is the frame, unreferenced. */
 void frame_release_cb(const void *data, size_t len, void *arg);
 
 enum frame_type frame_type(const frame *f);
-bool frame_is_terminal(const frame *f);   /* reconnect, complete, failure */
-uint64_t frame_seq(const frame *f);       /* the id of an item, resync or position; 0 otherwise */
-bool frame_is_signal(const frame *f);     /* an item without data */
+bool frame_is_terminal(const frame *f); /* reconnect, complete, failure */
+uint64_t frame_seq(const frame *f);     /* the id of an item, resync or position; 0 otherwise */
+bool frame_is_signal(const frame *f);   /* an item without data */
 /* Items; NULL otherwise.  Not NUL-terminated; valid while a reference is held. */
 const char *frame_topic(const frame *f, size_t *len);
 /* Coalescing key: equal topic and equal about list (same entries, same order). */

@@ -5,11 +5,11 @@
 
 #include "st_test.h"
 
-#define CHECK_FMT(f, fmt, want)                                  \
-	do {                                                     \
-		size_t l_;                                       \
-		const char *p_ = frame_bytes((f), (fmt), &l_);   \
-		ST_CHECK_MEM(p_, l_, (want));                    \
+#define CHECK_FMT(f, fmt, want)                                \
+	do {                                                   \
+		size_t l_;                                     \
+		const char *p_ = frame_bytes((f), (fmt), &l_); \
+		ST_CHECK_MEM(p_, l_, (want));                  \
 	} while (0)
 
 static const proto_str about_a[] = { { "a", 1 } };
@@ -24,10 +24,12 @@ t_item(void)
 
 	ST_CHECK_MEM(p, len, env);
 	CHECK_FMT(f, FRAME_SSE,
-	          "id: 42\ndata: {\"type\":\"item\",\"id\":\"42\",\"topic\":\"t\",\"about\":[\"a\"],\"data\":{\"x\":1}}\n\n");
-	CHECK_FMT(f, FRAME_NDJSON, "{\"type\":\"item\",\"id\":\"42\",\"topic\":\"t\",\"about\":[\"a\"],\"data\":{\"x\":1}}\n");
+		  "id: 42\ndata: "
+		  "{\"type\":\"item\",\"id\":\"42\",\"topic\":\"t\",\"about\":[\"a\"],\"data\":{\"x\":1}}\n\n");
+	CHECK_FMT(f, FRAME_NDJSON,
+		  "{\"type\":\"item\",\"id\":\"42\",\"topic\":\"t\",\"about\":[\"a\"],\"data\":{\"x\":1}}\n");
 	CHECK_FMT(f, FRAME_JSONSEQ,
-	          "\x1e{\"type\":\"item\",\"id\":\"42\",\"topic\":\"t\",\"about\":[\"a\"],\"data\":{\"x\":1}}\n");
+		  "\x1e{\"type\":\"item\",\"id\":\"42\",\"topic\":\"t\",\"about\":[\"a\"],\"data\":{\"x\":1}}\n");
 	/* cached: the same bytes the second time */
 	{
 		size_t l1, l2;
@@ -53,7 +55,8 @@ t_signal(void)
 	frame *g = frame_item_new(8, "orders", 6, NULL, 0, NULL, 0);
 
 	ST_CHECK(frame_is_signal(f));
-	CHECK_FMT(f, FRAME_SSE, "id: 7\ndata: {\"type\":\"item\",\"id\":\"7\",\"topic\":\"orders\",\"about\":[\"a\",\"b\"]}\n\n");
+	CHECK_FMT(f, FRAME_SSE,
+		  "id: 7\ndata: {\"type\":\"item\",\"id\":\"7\",\"topic\":\"orders\",\"about\":[\"a\",\"b\"]}\n\n");
 	CHECK_FMT(g, FRAME_NDJSON, "{\"type\":\"item\",\"id\":\"8\",\"topic\":\"orders\",\"about\":[]}\n");
 	ST_CHECK(frame_is_signal(g));
 	frame_unref(f);
@@ -65,7 +68,8 @@ t_resync(void)
 {
 	frame *f = frame_resync_new(57, "overflow");
 
-	CHECK_FMT(f, FRAME_SSE, "id: 57\nevent: resync\ndata: {\"type\":\"resync\",\"id\":\"57\",\"reason\":\"overflow\"}\n\n");
+	CHECK_FMT(f, FRAME_SSE,
+		  "id: 57\nevent: resync\ndata: {\"type\":\"resync\",\"id\":\"57\",\"reason\":\"overflow\"}\n\n");
 	CHECK_FMT(f, FRAME_NDJSON, "{\"type\":\"resync\",\"id\":\"57\",\"reason\":\"overflow\"}\n");
 	CHECK_FMT(f, FRAME_JSONSEQ, "\x1e{\"type\":\"resync\",\"id\":\"57\",\"reason\":\"overflow\"}\n");
 	ST_CHECK_EQ_U64(frame_seq(f), 57);
@@ -112,7 +116,8 @@ t_reconnect(void)
 	frame *f = frame_reconnect_new(500, "slow_consumer");
 
 	CHECK_FMT(f, FRAME_SSE,
-	          "event: reconnect\nretry: 500\ndata: {\"type\":\"reconnect\",\"retry_ms\":500,\"reason\":\"slow_consumer\"}\n\n");
+		  "event: reconnect\nretry: 500\ndata: "
+		  "{\"type\":\"reconnect\",\"retry_ms\":500,\"reason\":\"slow_consumer\"}\n\n");
 	CHECK_FMT(f, FRAME_NDJSON, "{\"type\":\"reconnect\",\"retry_ms\":500,\"reason\":\"slow_consumer\"}\n");
 	CHECK_FMT(f, FRAME_JSONSEQ, "\x1e{\"type\":\"reconnect\",\"retry_ms\":500,\"reason\":\"slow_consumer\"}\n");
 	ST_CHECK(frame_is_terminal(f));
@@ -137,15 +142,16 @@ t_failure(void)
 {
 	frame *f = frame_failure_new(503, "Service Unavailable", "database \"down\"");
 
-	CHECK_FMT(f, FRAME_SSE,
-	          "event: failure\ndata: {\"type\":\"failure\",\"problem\":{\"type\":\"about:blank\",\"title\":\"Service "
-	          "Unavailable\",\"status\":503,\"detail\":\"database \\\"down\\\"\"}}\n\n");
+	CHECK_FMT(
+		f, FRAME_SSE,
+		"event: failure\ndata: {\"type\":\"failure\",\"problem\":{\"type\":\"about:blank\",\"title\":\"Service "
+		"Unavailable\",\"status\":503,\"detail\":\"database \\\"down\\\"\"}}\n\n");
 	CHECK_FMT(f, FRAME_NDJSON,
-	          "{\"type\":\"failure\",\"problem\":{\"type\":\"about:blank\",\"title\":\"Service "
-	          "Unavailable\",\"status\":503,\"detail\":\"database \\\"down\\\"\"}}\n");
+		  "{\"type\":\"failure\",\"problem\":{\"type\":\"about:blank\",\"title\":\"Service "
+		  "Unavailable\",\"status\":503,\"detail\":\"database \\\"down\\\"\"}}\n");
 	CHECK_FMT(f, FRAME_JSONSEQ,
-	          "\x1e{\"type\":\"failure\",\"problem\":{\"type\":\"about:blank\",\"title\":\"Service "
-	          "Unavailable\",\"status\":503,\"detail\":\"database \\\"down\\\"\"}}\n");
+		  "\x1e{\"type\":\"failure\",\"problem\":{\"type\":\"about:blank\",\"title\":\"Service "
+		  "Unavailable\",\"status\":503,\"detail\":\"database \\\"down\\\"\"}}\n");
 	ST_CHECK(frame_is_terminal(f));
 	frame_unref(f);
 }
@@ -161,16 +167,18 @@ t_escape(void)
 	size_t len;
 	const char *p = frame_envelope(f, &len);
 
-	ST_CHECK_MEM(p, len,
-	             "{\"type\":\"item\",\"id\":\"1\",\"topic\":\"q\\\"b\\\\n\\n\",\"about\":[\"\\r\\t\\b\\f\\u0001\\u001f"
-	             "\x7f\xc3\xa9/\"]}");
+	ST_CHECK_MEM(
+		p, len,
+		"{\"type\":\"item\",\"id\":\"1\",\"topic\":\"q\\\"b\\\\n\\n\",\"about\":[\"\\r\\t\\b\\f\\u0001\\u001f"
+		"\x7f\xc3\xa9/\"]}");
 	/* the raw topic is returned, not the escaped one */
 	p = frame_topic(f, &len);
 	ST_CHECK(len == sizeof(topic) - 1 && memcmp(p, topic, len) == 0);
 	ST_CHECK(p[len] == '\0');
 	CHECK_FMT(f, FRAME_SSE,
-	          "id: 1\ndata: {\"type\":\"item\",\"id\":\"1\",\"topic\":\"q\\\"b\\\\n\\n\",\"about\":[\"\\r\\t\\b\\f\\u0001"
-	          "\\u001f\x7f\xc3\xa9/\"]}\n\n");
+		  "id: 1\ndata: "
+		  "{\"type\":\"item\",\"id\":\"1\",\"topic\":\"q\\\"b\\\\n\\n\",\"about\":[\"\\r\\t\\b\\f\\u0001"
+		  "\\u001f\x7f\xc3\xa9/\"]}\n\n");
 	frame_unref(f);
 }
 
@@ -236,8 +244,10 @@ t_big(void)
 		about[i] = (proto_str){ ab, 200 };
 	f = frame_item_new(UINT64_MAX, "t", 1, about, 64, data, dl);
 	frame_envelope(f, &len);
-	ST_CHECK_EQ_U64(len, strlen("{\"type\":\"item\",\"id\":\"18446744073709551615\",\"topic\":\"t\",\"about\":[],\"data\":}") +
-	                         dl + 64 * (200 * 6 + 2) + 63);
+	ST_CHECK_EQ_U64(
+		len,
+		strlen("{\"type\":\"item\",\"id\":\"18446744073709551615\",\"topic\":\"t\",\"about\":[],\"data\":}") +
+			dl + 64 * (200 * 6 + 2) + 63);
 	ST_CHECK(!frame_is_signal(f));
 	frame_unref(f);
 	free(data);

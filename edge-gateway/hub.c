@@ -46,13 +46,13 @@ typedef struct topic {
 
 struct hub_sub {
 	void *stream;
-	st_dlink all;                 /* on hub.all: the registry, for hub_each and hub_free */
-	hub_sub *touched_next;        /* this batch's flush list */
-	hub_sub *dead_next;           /* awaiting reap */
+	st_dlink all;          /* on hub.all: the registry, for hub_each and hub_free */
+	hub_sub *touched_next; /* this batch's flush list */
+	hub_sub *dead_next;    /* awaiting reap */
 	uint64_t touched_gen;
-	uint32_t n;                   /* topics */
+	uint32_t n; /* topics */
 	bool dead;
-	topic *t[];                   /* n topics, then uint32_t pos[n]: index in t[i]->subs */
+	topic *t[]; /* n topics, then uint32_t pos[n]: index in t[i]->subs */
 };
 
 struct hub {
@@ -61,7 +61,7 @@ struct hub {
 	topic **table;
 	uint32_t cap, n_topics;
 	size_t count;
-	st_dlink all;   /* every hub_sub (hub_sub.all) */
+	st_dlink all; /* every hub_sub (hub_sub.all) */
 	hub_sub *dead;
 	uint64_t gen;
 	unsigned depth; /* hub calls in progress (callbacks running) */

@@ -7,8 +7,8 @@
 
 typedef struct stream {
 	int id;
-	size_t got;          /* frames delivered */
-	uint64_t seqs[16];   /* the first ones */
+	size_t got;        /* frames delivered */
+	uint64_t seqs[16]; /* the first ones */
 	size_t flushes;
 	size_t got_at_flush; /* frames delivered when last flushed */
 	hub_sub *sub;

@@ -432,8 +432,8 @@ hops_walk(const iplimit *l, const iplimit_hops *h, const uint8_t peer[16], uint8
 }
 
 void
-iplimit_client(const iplimit *l, const uint8_t peer[16], const char *const *xff, size_t n_xff,
-               const char *const *fwd, size_t n_fwd, uint8_t out[16])
+iplimit_client(const iplimit *l, const uint8_t peer[16], const char *const *xff, size_t n_xff, const char *const *fwd,
+	       size_t n_fwd, uint8_t out[16])
 {
 	iplimit_hops hx = { .n = 0 }, hf = { .n = 0 };
 	uint8_t ax[16], af[16];

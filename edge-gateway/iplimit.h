@@ -86,7 +86,7 @@ void iplimit_forwarded_parse(const char *value, iplimit_hops *h);
  * Pure.
  */
 void iplimit_client(const iplimit *l, const uint8_t peer[16], const char *const *xff, size_t n_xff,
-                    const char *const *fwd, size_t n_fwd, uint8_t out[16]);
+		    const char *const *fwd, size_t n_fwd, uint8_t out[16]);
 
 /* The address a client counts under: IPv4 itself, IPv6 its --ipv6-prefix.  Pure. */
 void iplimit_key(const iplimit *l, const uint8_t addr[16], uint8_t key[16]);

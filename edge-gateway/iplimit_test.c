@@ -71,7 +71,8 @@ t_trusted_table(void)
 	iplimit *l = NULL;
 	char why[128];
 
-	ST_ASSERT(iplimit_new(1, "10.0.0.0/8, 192.168.1.1, 172.16.0.0/12, fd00::/8", 64, &l, why, sizeof(why)) == ST_OK);
+	ST_ASSERT(iplimit_new(1, "10.0.0.0/8, 192.168.1.1, 172.16.0.0/12, fd00::/8", 64, &l, why, sizeof(why)) ==
+		  ST_OK);
 	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
 		uint8_t a[16];
 
@@ -147,7 +148,9 @@ t_client_table(void)
 		{ "10.0.0.2", { NULL }, { "for=198.51.100.17, for=" }, "10.0.0.2" },
 		{ "10.0.0.2", { NULL }, { "for=198.51.100.17 x" }, "10.0.0.2" },
 		{ "10.0.0.2", { NULL }, { "for=\"2001:db8::1\"x" }, "10.0.0.2" },
-		{ "10.0.0.2", { NULL }, { "for=\"0123456789012345678901234567890123456789012345678901234567890123456789\"" },
+		{ "10.0.0.2",
+		  { NULL },
+		  { "for=\"0123456789012345678901234567890123456789012345678901234567890123456789\"" },
 		  "10.0.0.2" },
 		/* Both headers: agreeing, they count; disagreeing, the proxy's own address. */
 		{ "10.0.0.2", { "198.51.100.1" }, { "for=198.51.100.1" }, "198.51.100.1" },
@@ -172,8 +175,9 @@ t_client_table(void)
 		iplimit_client(l, peer, cases[i].xff, nx, cases[i].fwd, nf, got);
 		if (memcmp(got, want, 16) != 0)
 			fprintf(stderr, "case %zu (%s, xff \"%s\" fwd \"%s\"): got %s, want %s\n", i, cases[i].peer,
-				cases[i].xff[0] ? cases[i].xff[0] : "(none)", cases[i].fwd[0] ? cases[i].fwd[0] : "(none)",
-				iplimit_addr_str(got, buf, sizeof(buf)), cases[i].want);
+				cases[i].xff[0] ? cases[i].xff[0] : "(none)",
+				cases[i].fwd[0] ? cases[i].fwd[0] : "(none)", iplimit_addr_str(got, buf, sizeof(buf)),
+				cases[i].want);
 		ST_CHECK(memcmp(got, want, 16) == 0);
 	}
 	iplimit_free(l);
@@ -208,8 +212,8 @@ t_long_lists(void)
 	/* The same as Forwarded elements. */
 	off = 0;
 	for (int i = 0; i < N; i++)
-		off += (size_t)snprintf(line + off, sizeof(line) - off, "%sfor=\"10.%d.%d.1:80\"", i ? "," : "", i / 250,
-		                        i % 250);
+		off += (size_t)snprintf(line + off, sizeof(line) - off, "%sfor=\"10.%d.%d.1:80\"", i ? "," : "",
+					i / 250, i % 250);
 	memset(&h, 0, sizeof(h));
 	iplimit_forwarded_parse(line, &h);
 	ST_CHECK(h.n == N);
@@ -249,7 +253,7 @@ t_ipv6_prefix(void)
 		second = iplimit_acquire(l, b);
 		if (second == cases[i].shared)
 			fprintf(stderr, "/%u %s and %s: shared=%d, want %d\n", cases[i].bits, cases[i].a, cases[i].b,
-			        (int)!second, (int)cases[i].shared);
+				(int)!second, (int)cases[i].shared);
 		ST_CHECK(second != cases[i].shared);
 		ST_CHECK(iplimit_addresses(l) == (cases[i].shared ? 1u : 2u));
 		if (second)

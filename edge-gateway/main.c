@@ -69,59 +69,133 @@ cors_origins_check(const st_opt *o, char *why, size_t cap)
 
 static st_opt opts[E_N] = {
 	[E_PG_DSN] = ST_OPT_PG_DSN,
-	[E_WRITERS] = { .name = "writers", .kind = ST_OPT_LIST,
-	  .help = "nng sub0 dial URLs of the writers' publish sockets, comma separated (at most 64)", .required = true,
-	  .check = st_preflight_dial_urls },
-	[E_LISTEN] = { .name = "listen", .kind = ST_OPT_STR, .def = "0.0.0.0:8080", .help = "HTTP listen address ADDR:PORT",
-	  .required = true, .check = st_preflight_http_addr },
-	[E_CONTROL] = { .name = "control", .kind = ST_OPT_STR, .def = "", .help = "nng rep0 URL of the ops socket (empty: none)",
-	  .check = st_preflight_listen_url },
-	[E_REPLAY_CAP] = { .name = "replay-cap", .kind = ST_OPT_INT, .def = "10000",
-	  .help = "most events one resume replays before it answers resync", .min = 0, .max = 100000000 },
-	[E_HEARTBEAT_S] = { .name = "heartbeat-s", .kind = ST_OPT_INT, .def = "15", .help = "seconds between heartbeats", .min = 1,
-	  .max = 3600 },
-	[E_DRAIN_GRACE_S] = { .name = "drain-grace-s", .kind = ST_OPT_INT, .def = "25",
-	  .help = "seconds a drain spreads reconnects over before closing the rest", .min = 0, .max = 3600 },
-	[E_THREADS] = { .name = "threads", .kind = ST_OPT_INT, .def = "1",
-	  .help = "event loop threads serving HTTP streams (see docs/edge.md)", .min = 1, .max = FANOUT_MAX },
-	[E_MAX_STREAMS] = { .name = "max-streams", .kind = ST_OPT_INT, .def = "100000", .help = "open streams before new ones get 429",
-	  .min = 1, .max = 10000000 },
-	[E_CORS_ORIGINS] = { .name = "cors-origins", .kind = ST_OPT_STR, .def = "",
-	  .help = "origins allowed by CORS on /v1/stream, comma separated, or *; https:// (http:// only on loopback), "
-	          "never null", .check = cors_origins_check },
-	[E_FLUSH_INTERVAL_MS] = { .name = "flush-interval-ms", .kind = ST_OPT_INT, .def = "1000",
-	  .help = "the writers' flush interval (readiness waits 3 of them)", .min = 10, .max = 600000 },
+	[E_WRITERS] = { .name = "writers",
+			.kind = ST_OPT_LIST,
+			.help = "nng sub0 dial URLs of the writers' publish sockets, comma separated (at most 64)",
+			.required = true,
+			.check = st_preflight_dial_urls },
+	[E_LISTEN] = { .name = "listen",
+		       .kind = ST_OPT_STR,
+		       .def = "0.0.0.0:8080",
+		       .help = "HTTP listen address ADDR:PORT",
+		       .required = true,
+		       .check = st_preflight_http_addr },
+	[E_CONTROL] = { .name = "control",
+			.kind = ST_OPT_STR,
+			.def = "",
+			.help = "nng rep0 URL of the ops socket (empty: none)",
+			.check = st_preflight_listen_url },
+	[E_REPLAY_CAP] = { .name = "replay-cap",
+			   .kind = ST_OPT_INT,
+			   .def = "10000",
+			   .help = "most events one resume replays before it answers resync",
+			   .min = 0,
+			   .max = 100000000 },
+	[E_HEARTBEAT_S] = { .name = "heartbeat-s",
+			    .kind = ST_OPT_INT,
+			    .def = "15",
+			    .help = "seconds between heartbeats",
+			    .min = 1,
+			    .max = 3600 },
+	[E_DRAIN_GRACE_S] = { .name = "drain-grace-s",
+			      .kind = ST_OPT_INT,
+			      .def = "25",
+			      .help = "seconds a drain spreads reconnects over before closing the rest",
+			      .min = 0,
+			      .max = 3600 },
+	[E_THREADS] = { .name = "threads",
+			.kind = ST_OPT_INT,
+			.def = "1",
+			.help = "event loop threads serving HTTP streams (see docs/edge.md)",
+			.min = 1,
+			.max = FANOUT_MAX },
+	[E_MAX_STREAMS] = { .name = "max-streams",
+			    .kind = ST_OPT_INT,
+			    .def = "100000",
+			    .help = "open streams before new ones get 429",
+			    .min = 1,
+			    .max = 10000000 },
+	[E_CORS_ORIGINS] = { .name = "cors-origins",
+			     .kind = ST_OPT_STR,
+			     .def = "",
+			     .help = "origins allowed by CORS on /v1/stream, comma separated, or *; https:// (http:// "
+				     "only on loopback), "
+				     "never null",
+			     .check = cors_origins_check },
+	[E_FLUSH_INTERVAL_MS] = { .name = "flush-interval-ms",
+				  .kind = ST_OPT_INT,
+				  .def = "1000",
+				  .help = "the writers' flush interval (readiness waits 3 of them)",
+				  .min = 10,
+				  .max = 600000 },
 	/* Access control (docs/security.md). */
-	[E_AUTH_KEYS] = { .name = "auth-keys", .kind = ST_OPT_STR, .def = "",
-	  .help = "JWKS file of token verification keys; empty: streams need no token" },
-	[E_AUTH_KEYS_WATCH] = { .name = "auth-keys-watch", .kind = ST_OPT_DURATION, .def = "10s",
-	  .help = "how often the --auth-keys file is looked at; a changed file (a rotated Secret) is reloaded",
-	  .min = 0, .max = 3600000, .allowed = "0 (only SIGHUP and reload) or a duration up to 1h" },
-	[E_AUTH_LEEWAY_S] = { .name = "auth-leeway-s", .kind = ST_OPT_INT, .def = "30",
-	  .help = "clock skew tolerated on a token's exp, nbf and iat", .min = 0, .max = 300 },
+	[E_AUTH_KEYS] = { .name = "auth-keys",
+			  .kind = ST_OPT_STR,
+			  .def = "",
+			  .help = "JWKS file of token verification keys; empty: streams need no token" },
+	[E_AUTH_KEYS_WATCH] = { .name = "auth-keys-watch",
+				.kind = ST_OPT_DURATION,
+				.def = "10s",
+				.help = "how often the --auth-keys file is looked at; a changed file (a rotated "
+					"Secret) is reloaded",
+				.min = 0,
+				.max = 3600000,
+				.allowed = "0 (only SIGHUP and reload) or a duration up to 1h" },
+	[E_AUTH_LEEWAY_S] = { .name = "auth-leeway-s",
+			      .kind = ST_OPT_INT,
+			      .def = "30",
+			      .help = "clock skew tolerated on a token's exp, nbf and iat",
+			      .min = 0,
+			      .max = 300 },
 	[E_AUTH_MAX_LIFETIME] = ST_OPT_MAX_LIFETIME("auth-max-lifetime", "subscriber"),
-	[E_AUTH_AUDIENCE] = { .name = "auth-audience", .kind = ST_OPT_STR, .def = "", .help = "required token aud (empty: not checked)" },
-	[E_AUTH_ISSUER] = { .name = "auth-issuer", .kind = ST_OPT_STR, .def = "", .help = "required token iss (empty: not checked)" },
-	[E_AUTH_TOPICS_CLAIM] = { .name = "auth-topics-claim", .kind = ST_OPT_STR, .def = "topics",
-	  .help = "the claim listing the topics a token may read" },
-	[E_AUTH_COOKIE] = { .name = "auth-cookie", .kind = ST_OPT_STR, .def = "studio_token", .help = "cookie carrying the token" },
-	[E_AUTH_QUERY_TOKEN] = { .name = "auth-query-token", .kind = ST_OPT_BOOL, .def = "false",
-	  .help = "also accept the token as access_token= in the query (it may end up in proxy logs)" },
-	[E_MAX_STREAMS_PER_IP] = { .name = "max-streams-per-ip", .kind = ST_OPT_INT, .def = "0",
-	  .help = "open streams per client address before 429 (0: no limit)", .min = 0, .max = 10000000 },
-	[E_TRUSTED_PROXIES] = { .name = "trusted-proxies", .kind = ST_OPT_STR, .def = "",
-	  .help = "CIDR ranges whose X-Forwarded-For / Forwarded names the client, comma separated" },
-	[E_IPV6_PREFIX] = { .name = "ipv6-prefix", .kind = ST_OPT_INT, .def = "64",
-	  .help = "IPv6 clients count against --max-streams-per-ip per prefix of this length",
-	  .min = IPLIMIT_V6_PREFIX_MIN, .max = 128 },
+	[E_AUTH_AUDIENCE] = { .name = "auth-audience",
+			      .kind = ST_OPT_STR,
+			      .def = "",
+			      .help = "required token aud (empty: not checked)" },
+	[E_AUTH_ISSUER] = { .name = "auth-issuer",
+			    .kind = ST_OPT_STR,
+			    .def = "",
+			    .help = "required token iss (empty: not checked)" },
+	[E_AUTH_TOPICS_CLAIM] = { .name = "auth-topics-claim",
+				  .kind = ST_OPT_STR,
+				  .def = "topics",
+				  .help = "the claim listing the topics a token may read" },
+	[E_AUTH_COOKIE] = { .name = "auth-cookie",
+			    .kind = ST_OPT_STR,
+			    .def = "studio_token",
+			    .help = "cookie carrying the token" },
+	[E_AUTH_QUERY_TOKEN] = { .name = "auth-query-token",
+				 .kind = ST_OPT_BOOL,
+				 .def = "false",
+				 .help = "also accept the token as access_token= in the query (it may end up in proxy "
+					 "logs)" },
+	[E_MAX_STREAMS_PER_IP] = { .name = "max-streams-per-ip",
+				   .kind = ST_OPT_INT,
+				   .def = "0",
+				   .help = "open streams per client address before 429 (0: no limit)",
+				   .min = 0,
+				   .max = 10000000 },
+	[E_TRUSTED_PROXIES] = { .name = "trusted-proxies",
+				.kind = ST_OPT_STR,
+				.def = "",
+				.help = "CIDR ranges whose X-Forwarded-For / Forwarded names the client, comma "
+					"separated" },
+	[E_IPV6_PREFIX] = { .name = "ipv6-prefix",
+			    .kind = ST_OPT_INT,
+			    .def = "64",
+			    .help = "IPv6 clients count against --max-streams-per-ip per prefix of this length",
+			    .min = IPLIMIT_V6_PREFIX_MIN,
+			    .max = 128 },
 	/* Mutual TLS on tls+tcp:// links (docs/security.md). */
 	[E_TLS_CERT] = ST_OPT_TLS_CERT,
 	[E_TLS_KEY] = ST_OPT_TLS_KEY,
 	[E_TLS_CA] = ST_OPT_TLS_CA,
 	/* Operations (docs/edge.md "Metrics"). */
-	[E_METRICS_LISTEN] = { .name = "metrics-listen", .kind = ST_OPT_STR, .def = "",
-	  .help = "serve /metrics on this ADDR:PORT only, not on --listen (empty: on --listen)",
-	  .check = st_preflight_http_addr },
+	[E_METRICS_LISTEN] = { .name = "metrics-listen",
+			       .kind = ST_OPT_STR,
+			       .def = "",
+			       .help = "serve /metrics on this ADDR:PORT only, not on --listen (empty: on --listen)",
+			       .check = st_preflight_http_addr },
 	[E_TLS_CRL] = ST_OPT_TLS_CRL,
 	[E_CONTROL_TLS_CA] = ST_OPT_ROLE_TLS_CA("control", "operators"),
 };
@@ -138,20 +212,23 @@ main(int argc, char **argv)
 
 	st_log_init("edge-gateway");
 	st_config_parse_or_exit(opts, E_N, argc, argv, "edge-gateway",
-	                "edge-gateway --pg-dsn DSN --writers URL[,URL...] [options]", &first_pos);
+				"edge-gateway --pg-dsn DSN --writers URL[,URL...] [options]", &first_pos);
 	if (first_pos != argc)
 		st_config_fail("edge-gateway", "unexpected argument '%s'", argv[first_pos]);
 	n_writers = st_config_split(opts[E_WRITERS].sval, &writers, ST_PREFLIGHT_MAX_DIAL);
 	if (n_writers == 0)
 		st_config_fail("edge-gateway", "--writers needs at least one URL");
 	st_preflight_tls("edge-gateway", opts, E_N,
-	                 &(st_preflight_tls_opts){ .cert = &opts[E_TLS_CERT], .key = &opts[E_TLS_KEY], .ca = &opts[E_TLS_CA],
-	                                           .crl = &opts[E_TLS_CRL],
-	                                           .role_ca = { [ST_TLS_CONTROL] = &opts[E_CONTROL_TLS_CA] } });
+			 &(st_preflight_tls_opts){ .cert = &opts[E_TLS_CERT],
+						   .key = &opts[E_TLS_KEY],
+						   .ca = &opts[E_TLS_CA],
+						   .crl = &opts[E_TLS_CRL],
+						   .role_ca = { [ST_TLS_CONTROL] = &opts[E_CONTROL_TLS_CA] } });
 	{
 		/* Before the database and the writers: an address that cannot listen is bad configuration. */
 		const st_preflight_addr addrs[] = {
-			{ "listen", opts[E_LISTEN].sval, opts[E_THREADS].ival > 1 ? ST_PREFLIGHT_HTTP_SHARED : ST_PREFLIGHT_HTTP },
+			{ "listen", opts[E_LISTEN].sval,
+			  opts[E_THREADS].ival > 1 ? ST_PREFLIGHT_HTTP_SHARED : ST_PREFLIGHT_HTTP },
 			{ "control", opts[E_CONTROL].sval, ST_PREFLIGHT_NNG },
 			{ "metrics-listen", opts[E_METRICS_LISTEN].sval, ST_PREFLIGHT_HTTP },
 		};
@@ -160,13 +237,13 @@ main(int argc, char **argv)
 	/* Access control and the per-address bound: local checks, before the database and the writers. */
 	if (opts[E_AUTH_KEYS].sval[0] != '\0') {
 		st_auth_config acfg = { .policy = { .leeway_s = (uint32_t)opts[E_AUTH_LEEWAY_S].ival,
-		                                 .max_lifetime_s = (uint32_t)(opts[E_AUTH_MAX_LIFETIME].ival / 1000),
-		                                 .audience = opts[E_AUTH_AUDIENCE].sval,
-		                                 .issuer = opts[E_AUTH_ISSUER].sval,
-		                                 .topics_claim = opts[E_AUTH_TOPICS_CLAIM].sval },
-		                     .cookie = opts[E_AUTH_COOKIE].sval,
-		                     .query_token = opts[E_AUTH_QUERY_TOKEN].ival != 0,
-		                     .wall = st_clock_realtime() };
+						    .max_lifetime_s = (uint32_t)(opts[E_AUTH_MAX_LIFETIME].ival / 1000),
+						    .audience = opts[E_AUTH_AUDIENCE].sval,
+						    .issuer = opts[E_AUTH_ISSUER].sval,
+						    .topics_claim = opts[E_AUTH_TOPICS_CLAIM].sval },
+					.cookie = opts[E_AUTH_COOKIE].sval,
+					.query_token = opts[E_AUTH_QUERY_TOKEN].ival != 0,
+					.wall = st_clock_realtime() };
 		st_auth_keys *ks = NULL;
 
 		if (st_auth_keys_load(opts[E_AUTH_KEYS].sval, &ks, why, sizeof(why)) != ST_OK)
@@ -174,8 +251,8 @@ main(int argc, char **argv)
 		/* Credentials with every origin would let any site read with its visitors' cookies. */
 		if (strchr(opts[E_CORS_ORIGINS].sval, '*') != NULL)
 			st_config_fail("edge-gateway",
-			               "--cors-origins %s: with --auth-keys, list the allowed origins (no *)",
-			               opts[E_CORS_ORIGINS].sval);
+				       "--cors-origins %s: with --auth-keys, list the allowed origins (no *)",
+				       opts[E_CORS_ORIGINS].sval);
 		cfg.auth_keys_path = opts[E_AUTH_KEYS].sval;
 		cfg.auth_keys_watch_ms = (uint64_t)opts[E_AUTH_KEYS_WATCH].ival;
 		/*
@@ -188,8 +265,7 @@ main(int argc, char **argv)
 		cfg.streams.auth = st_auth_store_new(ks, &acfg);
 	}
 	if (iplimit_new((uint32_t)opts[E_MAX_STREAMS_PER_IP].ival, opts[E_TRUSTED_PROXIES].sval,
-	                (unsigned)opts[E_IPV6_PREFIX].ival, &cfg.streams.ip_limit,
-	                why, sizeof(why)) != ST_OK)
+			(unsigned)opts[E_IPV6_PREFIX].ival, &cfg.streams.ip_limit, why, sizeof(why)) != ST_OK)
 		st_config_fail("edge-gateway", "--trusted-proxies %s: %s", opts[E_TRUSTED_PROXIES].sval, why);
 	cfg.pg_dsn = opts[E_PG_DSN].sval;
 	cfg.writers = (const char *const *)writers;
@@ -212,7 +288,7 @@ main(int argc, char **argv)
 		st_config_fail("edge-gateway", "%s", why);
 	if (cfg.streams.auth)
 		st_info("access control on: %zu keys from %s; streams need a token",
-		        st_auth_store_key_count(cfg.streams.auth), cfg.auth_keys_path);
+			st_auth_store_key_count(cfg.streams.auth), cfg.auth_keys_path);
 	else
 		st_warn("access control off (no --auth-keys): anyone who reaches this edge reads every topic");
 	edge_run(e);

@@ -50,7 +50,7 @@
 enum query_state { Q_QUEUED, Q_DUE, Q_INFLIGHT, Q_CALLING };
 
 struct pgpool_query {
-	st_dlink link;           /* on queue[prio] while Q_QUEUED, on the sweep's list while Q_DUE */
+	st_dlink link; /* on queue[prio] while Q_QUEUED, on the sweep's list while Q_DUE */
 	pgpool *pool;
 	int prio;
 	enum query_state state;
@@ -63,29 +63,29 @@ struct pgpool_query {
 	int binary;
 	pgpool_fn fn;
 	void *arg;
-	uint64_t queued_at;      /* monotonic ms of the submit */
-	uint32_t deadline_ms;    /* from queued_at, queue wait included */
+	uint64_t queued_at;   /* monotonic ms of the submit */
+	uint32_t deadline_ms; /* from queued_at, queue wait included */
 };
 
 /* One connection of the pool and the query it runs. */
 typedef struct slot {
 	pgpool *pool;
-	st_pgconn *pg;           /* owned */
-	pgpool_query *q;         /* in flight, owned until its end is delivered */
-	bool deadline_passed;    /* the sweep dropped the connection for q's deadline */
+	st_pgconn *pg;        /* owned */
+	pgpool_query *q;      /* in flight, owned until its end is delivered */
+	bool deadline_passed; /* the sweep dropped the connection for q's deadline */
 } slot;
 
 struct pgpool {
-	st_dlink queue[2];       /* by priority, oldest first (pgpool_query.link) */
+	st_dlink queue[2]; /* by priority, oldest first (pgpool_query.link) */
 	size_t queued;
 	size_t inflight;
 	unsigned n;
-	slot *slots;             /* owned, n of them */
+	slot *slots; /* owned, n of them */
 	struct event *kick;
-	struct event *sweep;     /* fails queries past their deadline */
+	struct event *sweep; /* fails queries past their deadline */
 	const st_clock *clock;
-	unsigned reserved;       /* slots[0 .. reserved-1] take only PGPOOL_PRIO_FILL queries */
-	atomic_uint up_n;        /* connections up, kept by on_slot_state: pgpool_ready from any thread */
+	unsigned reserved; /* slots[0 .. reserved-1] take only PGPOOL_PRIO_FILL queries */
+	atomic_uint up_n;  /* connections up, kept by on_slot_state: pgpool_ready from any thread */
 };
 
 static void dispatch(pgpool *p);
@@ -258,7 +258,7 @@ on_sweep(evutil_socket_t fd, short what, void *arg)
 		st_dlink_unlink(n);
 		if (waited >= q->deadline_ms)
 			st_warn("pgpool: a query waited %llu ms for a connection, past its deadline",
-			        (unsigned long long)waited);
+				(unsigned long long)waited);
 		deliver(q, waited >= q->deadline_ms ? ST_ETIMEDOUT : ST_EUNAVAIL, NULL);
 	}
 }
@@ -289,8 +289,9 @@ pgpool_new(struct event_base *base, const char *dsn, unsigned n, pgpool **out)
 	ST_ASSERT(p->kick != NULL && p->sweep != NULL);
 	for (unsigned i = 0; i < n; i++) {
 		char name[32];
-		st_pgconn_opts o = {.name = name, .application_name = "edge-gateway", .setup_sql = SETUP_SQL,
-		                    .log_notices = true}; /* deadlines: the sweep's, per query */
+		st_pgconn_opts o = {
+			.name = name, .application_name = "edge-gateway", .setup_sql = SETUP_SQL, .log_notices = true
+		}; /* deadlines: the sweep's, per query */
 		st_err rv;
 
 		snprintf(name, sizeof(name), "pgpool: connection %u", i);
@@ -310,8 +311,8 @@ pgpool_new(struct event_base *base, const char *dsn, unsigned n, pgpool **out)
 }
 
 pgpool_query *
-pgpool_submit(pgpool *p, enum pgpool_prio prio, const char *sql, int nparams, const char *const *vals,
-              const int *lens, const int *fmts, int result_binary, pgpool_fn fn, void *arg)
+pgpool_submit(pgpool *p, enum pgpool_prio prio, const char *sql, int nparams, const char *const *vals, const int *lens,
+	      const int *fmts, int result_binary, pgpool_fn fn, void *arg)
 {
 	size_t sql_len = strlen(sql) + 1, data = 0, size;
 	pgpool_query *q;
@@ -393,11 +394,8 @@ pgpool_cancel(pgpool_query *q)
 		query_free(q);
 		return;
 	case Q_DUE:
-	case Q_INFLIGHT:
-		q->cancelled = true;
-		return;
-	case Q_CALLING:
-		return;
+	case Q_INFLIGHT: q->cancelled = true; return;
+	case Q_CALLING: return;
 	}
 }
 

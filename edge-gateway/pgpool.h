@@ -81,9 +81,8 @@ st_err pgpool_new(struct event_base *base, const char *dsn, unsigned n, pgpool *
  * are over their bounds.  Queries wait in the queue while no connection is
  * up, at most PGPOOL_WAIT_MS (then ST_EUNAVAIL).
  */
-pgpool_query *pgpool_submit(pgpool *p, enum pgpool_prio prio, const char *sql, int nparams,
-                            const char *const *vals, const int *lens, const int *fmts, int result_binary,
-                            pgpool_fn fn, void *arg);
+pgpool_query *pgpool_submit(pgpool *p, enum pgpool_prio prio, const char *sql, int nparams, const char *const *vals,
+			    const int *lens, const int *fmts, int result_binary, pgpool_fn fn, void *arg);
 
 /*
  * The callback of q will never be called.  A queued query is dropped; one

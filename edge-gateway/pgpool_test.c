@@ -97,12 +97,12 @@ t_concurrent(void)
 {
 	pgpool *p = pool(4);
 	res r[48];
-	many m = {r, 48};
+	many m = { r, 48 };
 	char bufs[40][24];
 
 	memset(r, 0, sizeof(r));
 	for (int i = 0; i < 40; i++) {
-		const char *v[1] = {bufs[i]};
+		const char *v[1] = { bufs[i] };
 		snprintf(bufs[i], sizeof(bufs[i]), "%d", i);
 		ST_CHECK(pgpool_submit(p, i % 2, "SELECT $1::int8 * 2", 1, v, NULL, NULL, 0, on_done, &r[i]) != NULL);
 	}
@@ -131,10 +131,10 @@ t_concurrent(void)
 
 	/* binary parameter and result */
 	uint64_t be = htobe64(0x0102030405060708ull);
-	const char *v[1] = {(const char *)&be};
-	int len[1] = {8}, fmt[1] = {1};
+	const char *v[1] = { (const char *)&be };
+	int len[1] = { 8 }, fmt[1] = { 1 };
 	res b;
-	many mb = {&b, 1};
+	many mb = { &b, 1 };
 	memset(&b, 0, sizeof(b));
 	ST_CHECK(pgpool_submit(p, PGPOOL_PRIO_FILL, "SELECT $1::int8 + 1", 1, v, len, fmt, 1, on_done, &b) != NULL);
 	ST_CHECK(st_test_loop_until(B, all_done, &mb, 5000));
@@ -152,7 +152,7 @@ t_error(void)
 {
 	pgpool *p = pool(1);
 	res r[3];
-	many m = {r, 3};
+	many m = { r, 3 };
 
 	memset(r, 0, sizeof(r));
 	sub(p, PGPOOL_PRIO_FILL, "SELECT 1/0", &r[0]);
@@ -167,7 +167,7 @@ t_error(void)
 	ST_CHECK_STR(r[2].val, "7");
 	/* the session settings were applied */
 	res s;
-	many ms = {&s, 1};
+	many ms = { &s, 1 };
 	memset(&s, 0, sizeof(s));
 	sub(p, PGPOOL_PRIO_FILL,
 	    "SELECT current_setting('statement_timeout') || ' ' || current_setting('client_encoding') || ' ' || "
@@ -183,7 +183,7 @@ t_priority(void)
 {
 	pgpool *p = pool(1);
 	res r[5];
-	many m = {r, 5};
+	many m = { r, 5 };
 
 	memset(r, 0, sizeof(r));
 	ORDER = 0;
@@ -218,7 +218,7 @@ t_cancel(void)
 {
 	pgpool *p = pool(1);
 	res r[5];
-	many last = {&r[4], 1};
+	many last = { &r[4], 1 };
 
 	memset(r, 0, sizeof(r));
 	memset(&CANCELLER, 0, sizeof(CANCELLER));
@@ -232,7 +232,7 @@ t_cancel(void)
 	pgpool_cancel(inflight);
 	/* a callback cancels a queued query */
 	ST_CHECK(pgpool_submit(p, PGPOOL_PRIO_FILL, "SELECT 2", 0, NULL, NULL, NULL, 0, on_cancel_other, &r[2]) !=
-	         NULL);
+		 NULL);
 	VICTIM = sub(p, PGPOOL_PRIO_FILL, "SELECT 3", &r[3]);
 	sub(p, PGPOOL_PRIO_FILL, "SELECT 4", &r[4]);
 	ST_CHECK(st_test_loop_until(B, all_done, &last, 5000));
@@ -282,7 +282,7 @@ t_deadline(void)
 	st_clock_fake f;
 	pgpool *p = NULL;
 	res r[3];
-	many m0 = {&r[1], 1}, m1 = {&r[0], 1}, m2 = {&r[2], 1};
+	many m0 = { &r[1], 1 }, m1 = { &r[0], 1 }, m2 = { &r[2], 1 };
 	pgpool_query *q;
 
 	st_clock_fake_init(&f, 1000);
@@ -350,7 +350,7 @@ t_sweep_cancel(void)
 	pgpool *p = NULL;
 	pair a, b;
 	res c;
-	many mc = {&c, 1};
+	many mc = { &c, 1 };
 
 	memset(&a, 0, sizeof(a));
 	memset(&b, 0, sizeof(b));
@@ -390,7 +390,7 @@ t_reserve(void)
 {
 	pgpool *p = NULL;
 	res r[3];
-	many m = {r, 3};
+	many m = { r, 3 };
 
 	ST_CHECK(pgpool_new(B, DSN, 2, &p) == ST_OK);
 	pgpool_reserve_fills(p, 1);
@@ -425,7 +425,7 @@ kill_backends(void)
 	PGconn *c = PQconnectdb(DSN);
 	ST_CHECK(PQstatus(c) == CONNECTION_OK);
 	PGresult *r = PQexec(c, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-	                        "WHERE application_name = 'edge-gateway'");
+				"WHERE application_name = 'edge-gateway'");
 	ST_CHECK(PQresultStatus(r) == PGRES_TUPLES_OK);
 	PQclear(r);
 	PQfinish(c);
@@ -436,7 +436,7 @@ t_restart(void)
 {
 	pgpool *p = pool(4);
 	res r[4], after[6];
-	many m = {r, 4}, ma = {after, 6};
+	many m = { r, 4 }, ma = { after, 6 };
 
 	memset(r, 0, sizeof(r));
 	memset(after, 0, sizeof(after));
@@ -476,7 +476,7 @@ t_host_name(void)
 	const char *at = strstr(DSN, "host=127.0.0.1");
 	pgpool *p = NULL;
 	res r;
-	many m = {&r, 1};
+	many m = { &r, 1 };
 
 	if (at == NULL) {
 		printf("t_host_name: the DSN has no host=127.0.0.1, nothing to rename\n");

@@ -79,8 +79,9 @@ void refusal_answer_fini(refusal_answer *a);
  * the registry; its fields are this module's.
  */
 typedef struct refusals {
-	uint64_t rng;                       /* xorshift state */
-	st_counter *counted[REFUSAL_COUNT]; /* borrowed (studio_stream_refusals_total by reason; IP_LIMIT: studio_ip_limit_refused_total) */
+	uint64_t rng; /* xorshift state */
+	st_counter *counted
+		[REFUSAL_COUNT]; /* borrowed (studio_stream_refusals_total by reason; IP_LIMIT: studio_ip_limit_refused_total) */
 } refusals;
 
 /* seed: anything that differs between registries (0 is replaced: xorshift would stay at 0). */

@@ -16,10 +16,8 @@ t_tables(void)
 		const char *name;
 		uint32_t mid_ms;
 	} want[] = {
-		{ REFUSAL_DRAINING, "draining", 1000 },
-		{ REFUSAL_NOT_READY, "not_ready", 1000 },
-		{ REFUSAL_OVERLOADED, "overloaded", 5000 },
-		{ REFUSAL_UNAVAILABLE, "unavailable", 1000 },
+		{ REFUSAL_DRAINING, "draining", 1000 },     { REFUSAL_NOT_READY, "not_ready", 1000 },
+		{ REFUSAL_OVERLOADED, "overloaded", 5000 }, { REFUSAL_UNAVAILABLE, "unavailable", 1000 },
 		{ REFUSAL_IP_LIMIT, "overloaded", 12500 },
 	};
 	static const struct {
@@ -153,8 +151,8 @@ t_hints(void)
 		enum refusal why;
 		uint32_t lo, hi;
 	} want[] = {
-		{ REFUSAL_DRAINING, 500, 1500 },     { REFUSAL_NOT_READY, 500, 1500 },
-		{ REFUSAL_OVERLOADED, 2500, 7500 },  { REFUSAL_UNAVAILABLE, 500, 1500 },
+		{ REFUSAL_DRAINING, 500, 1500 },    { REFUSAL_NOT_READY, 500, 1500 },
+		{ REFUSAL_OVERLOADED, 2500, 7500 }, { REFUSAL_UNAVAILABLE, 500, 1500 },
 		{ REFUSAL_IP_LIMIT, 10000, 15000 },
 	};
 	st_counter *none[REFUSAL_COUNT] = { 0 };
@@ -173,7 +171,7 @@ t_hints(void)
 		}
 		if (min < want[i].lo || max > want[i].hi)
 			fprintf(stderr, "%s: drew [%u, %u], bound [%u, %u]\n", refusal_name(want[i].why), min, max,
-			        want[i].lo, want[i].hi);
+				want[i].lo, want[i].hi);
 		ST_CHECK(min >= want[i].lo && max <= want[i].hi);
 		ST_CHECK(min <= want[i].lo + span / 20 && max + span / 20 >= want[i].hi);
 	}

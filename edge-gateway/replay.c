@@ -45,8 +45,8 @@ static const char CHECK_SQL[] =
  * data column as the stored (TOAST) reference, which is only read when the
  * row is sent.
  */
-#define COST(t)                                                                                              \
-	"(160 + octet_length(" t ".topic) + octet_length(" t ".about::text) + coalesce(" t ".data_bytes, "     \
+#define COST(t)                                                                                            \
+	"(160 + octet_length(" t ".topic) + octet_length(" t ".about::text) + coalesce(" t ".data_bytes, " \
 	"octet_length(" t ".data::text), 0)) AS cost"
 
 /*
@@ -72,12 +72,13 @@ static const char FETCH_SQL[] =
 	"  (SELECT x.seq, x.topic, x.about, x.data, lead(x.seq) OVER o AS next,"
 	"    sum(x.cost) OVER o - x.cost AS before"
 	"   FROM (SELECT y.* FROM (SELECT DISTINCT u FROM unnest($1::text[]) AS u) AS t(topic)"
-	"    CROSS JOIN LATERAL (SELECT e.seq, e.topic, e.about, e.data, " COST("e") " FROM broker_event e"
-	"      WHERE e.topic = t.topic AND e.seq > $2::int8 AND e.seq <= $3::int8"
-	"      ORDER BY e.seq LIMIT $4::int8) AS y"
-	"    ORDER BY y.seq LIMIT $4::int8) AS x WINDOW o AS (ORDER BY x.seq)) AS w"
-	"  WHERE w.before < $5::int8) AS z ON true"
-	" ORDER BY z.seq";
+	"    CROSS JOIN LATERAL (SELECT e.seq, e.topic, e.about, e.data, " COST(
+		"e") " FROM broker_event e"
+		     "      WHERE e.topic = t.topic AND e.seq > $2::int8 AND e.seq <= $3::int8"
+		     "      ORDER BY e.seq LIMIT $4::int8) AS y"
+		     "    ORDER BY y.seq LIMIT $4::int8) AS x WINDOW o AS (ORDER BY x.seq)) AS w"
+		     "  WHERE w.before < $5::int8) AS z ON true"
+		     " ORDER BY z.seq";
 
 /*
  * The same for a single topic (most streams): the (topic, seq) index gives
@@ -90,19 +91,21 @@ static const char FETCH1_SQL[] =
 	" LEFT JOIN LATERAL (SELECT w.seq, w.topic, w.about, w.data, w.next FROM"
 	"  (SELECT x.seq, x.topic, x.about, x.data, lead(x.seq) OVER o AS next,"
 	"    sum(x.cost) OVER o - x.cost AS before"
-	"   FROM (SELECT e.seq, e.topic, e.about, e.data, " COST("e") " FROM broker_event e"
-	"     WHERE e.topic = ($1::text[])[1] AND e.seq > $2::int8 AND e.seq <= $3::int8"
-	"     ORDER BY e.seq LIMIT $4::int8) AS x WINDOW o AS (ORDER BY x.seq)) AS w"
-	"  WHERE w.before < $5::int8) AS z ON true"
-	" ORDER BY z.seq";
+	"   FROM (SELECT e.seq, e.topic, e.about, e.data, " COST(
+		"e") " FROM broker_event e"
+		     "     WHERE e.topic = ($1::text[])[1] AND e.seq > $2::int8 AND e.seq <= $3::int8"
+		     "     ORDER BY e.seq LIMIT $4::int8) AS x WINDOW o AS (ORDER BY x.seq)) AS w"
+		     "  WHERE w.before < $5::int8) AS z ON true"
+		     " ORDER BY z.seq";
 
 static const char FILL_SQL[] =
 	"SELECT w.seq, w.topic, w.about, w.data, w.next FROM"
 	" (SELECT e.seq, e.topic, e.about, e.data, lead(e.seq) OVER o AS next, sum(e.cost) OVER o - e.cost AS before"
-	"  FROM (SELECT b.seq, b.topic, b.about, b.data, " COST("b") " FROM broker_event b"
-	"   WHERE b.seq > $1::int8 AND b.seq <= $2::int8 ORDER BY b.seq LIMIT $3::int8) AS e"
-	"  WINDOW o AS (ORDER BY e.seq)) AS w"
-	" WHERE w.before < $4::int8 ORDER BY w.seq";
+	"  FROM (SELECT b.seq, b.topic, b.about, b.data, " COST(
+		"b") " FROM broker_event b"
+		     "   WHERE b.seq > $1::int8 AND b.seq <= $2::int8 ORDER BY b.seq LIMIT $3::int8) AS e"
+		     "  WINDOW o AS (ORDER BY e.seq)) AS w"
+		     " WHERE w.before < $4::int8 ORDER BY w.seq";
 
 enum job_kind { J_CHECK, J_FETCH, J_FILL };
 
@@ -141,15 +144,14 @@ row_frame(const PGresult *r, int row, frame **out)
 	const char *topic, *data = NULL;
 	size_t topic_len, data_len = 0;
 
-	if (!get_i8(r, row, 0, &seq) || seq == 0 || seq > INT64_MAX || PQgetisnull(r, row, 1) ||
-	    PQgetisnull(r, row, 2))
+	if (!get_i8(r, row, 0, &seq) || seq == 0 || seq > INT64_MAX || PQgetisnull(r, row, 1) || PQgetisnull(r, row, 2))
 		return ST_EPROTO;
 	topic = PQgetvalue(r, row, 1);
 	topic_len = (size_t)PQgetlength(r, row, 1);
 	if (topic_len == 0 || topic_len > MAX_TOPIC_BYTES)
 		return ST_EPROTO;
 	if (st_pgarray_binary_parse(PQgetvalue(r, row, 2), (size_t)PQgetlength(r, row, 2), el, REPLAY_MAX_ABOUT,
-	                          &n_about) != ST_OK)
+				    &n_about) != ST_OK)
 		return ST_EPROTO;
 	for (uint32_t i = 0; i < n_about; i++)
 		about[i] = (proto_str){ el[i].p, el[i].len };
@@ -232,7 +234,7 @@ on_result(void *arg, st_err err, const PGresult *res)
 	switch (j->kind) {
 	case J_CHECK:
 		if (err == ST_OK && (PQntuples(res) != 1 || PQnfields(res) != 3 || !get_i8(res, 0, 0, &d) ||
-		                     !get_i8(res, 0, 1, &horizon) || !get_i8(res, 0, 2, &count))) {
+				     !get_i8(res, 0, 1, &horizon) || !get_i8(res, 0, 2, &count))) {
 			st_warn("replay: unexpected check result");
 			err = ST_EPROTO;
 		}
@@ -283,7 +285,7 @@ clamp_i8(uint64_t v)
 /* Submits sql with binary params: an optional text[] followed by int8s. */
 static replay_job *
 job_submit(pgpool *p, enum pgpool_prio prio, const char *sql, replay_job *j, const char *arr, int arr_len,
-           const uint64_t *ints, int n_ints)
+	   const uint64_t *ints, int n_ints)
 {
 	const char *vals[5];
 	int lens[5], fmts[5], np = 0;
@@ -311,9 +313,9 @@ job_submit(pgpool *p, enum pgpool_prio prio, const char *sql, replay_job *j, con
 
 replay_job *
 replay_check(pgpool *p, const char *const *topics, const size_t *lens, size_t n, uint64_t after, uint64_t until,
-             uint64_t cap, replay_check_fn fn, void *arg)
+	     uint64_t cap, replay_check_fn fn, void *arg)
 {
-	uint64_t ints[3] = {after, cap >= INT64_MAX ? INT64_MAX : cap + 1, until >= INT64_MAX ? INT64_MAX : until};
+	uint64_t ints[3] = { after, cap >= INT64_MAX ? INT64_MAX : cap + 1, until >= INT64_MAX ? INT64_MAX : until };
 	replay_job *j = NULL;
 	st_buf arr;
 
@@ -333,9 +335,9 @@ replay_check(pgpool *p, const char *const *topics, const size_t *lens, size_t n,
 
 replay_job *
 replay_fetch(pgpool *p, const char *const *topics, const size_t *lens, size_t n, uint64_t cursor, uint64_t upto,
-             uint32_t limit, size_t max_bytes, replay_rows_fn fn, void *arg)
+	     uint32_t limit, size_t max_bytes, replay_rows_fn fn, void *arg)
 {
-	uint64_t ints[4] = {cursor, upto, limit, max_bytes};
+	uint64_t ints[4] = { cursor, upto, limit, max_bytes };
 	replay_job *j = NULL;
 	st_buf arr;
 
@@ -356,10 +358,9 @@ replay_fetch(pgpool *p, const char *const *topics, const size_t *lens, size_t n,
 }
 
 replay_job *
-replay_fill(pgpool *p, uint64_t after, uint64_t upto, uint32_t limit, size_t max_bytes, replay_fill_fn fn,
-            void *arg)
+replay_fill(pgpool *p, uint64_t after, uint64_t upto, uint32_t limit, size_t max_bytes, replay_fill_fn fn, void *arg)
 {
-	uint64_t ints[4] = {after, upto, limit, max_bytes};
+	uint64_t ints[4] = { after, upto, limit, max_bytes };
 	replay_job *j;
 
 	if (limit == 0 || limit > REPLAY_MAX_LIMIT || max_bytes == 0)

@@ -41,9 +41,9 @@
 #define REPLAY_CHECK_DEADLINE_MS 5000u
 #include "wire.h"
 
-#define REPLAY_MAX_TOPICS 64u     /* per query (the contract's bound per stream) */
-#define REPLAY_MAX_LIMIT 10000u   /* rows per chunk */
-#define REPLAY_MAX_ABOUT 1024u    /* entries of one about array read back */
+#define REPLAY_MAX_TOPICS 64u   /* per query (the contract's bound per stream) */
+#define REPLAY_MAX_LIMIT 10000u /* rows per chunk */
+#define REPLAY_MAX_ABOUT 1024u  /* entries of one about array read back */
 
 typedef struct replay_job replay_job;
 
@@ -56,8 +56,7 @@ typedef void (*replay_check_fn)(void *arg, st_err err, uint64_t d, uint64_t hori
  * or below it may be gone, so a horizon above the cursor means rows were deleted under
  * the replay).  The callee refs what it keeps; the frames are unreferenced after the
  * call.  err ST_EDB: the query failed; ST_EPROTO: a row could not be read (logged). */
-typedef void (*replay_rows_fn)(void *arg, st_err err, frame *const *frames, size_t n, bool done,
-                               uint64_t horizon);
+typedef void (*replay_rows_fn)(void *arg, st_err err, frame *const *frames, size_t n, bool done, uint64_t horizon);
 
 /* As replay_rows_fn; upto_reached is the seq up to which (after, upto_reached] is now
  * complete: upto when the range is exhausted, the last row's seq otherwise.
@@ -72,7 +71,7 @@ typedef void (*replay_fill_fn)(void *arg, st_err err, frame *const *frames, size
  */
 /* until: UINT64_MAX for no bound (no until, or until=head: the snapshot's own head bounds it). */
 replay_job *replay_check(pgpool *p, const char *const *topics, const size_t *lens, size_t n, uint64_t after,
-                         uint64_t until, uint64_t cap, replay_check_fn fn, void *arg);
+			 uint64_t until, uint64_t cap, replay_check_fn fn, void *arg);
 /*
  * A chunk: at most limit rows (1..REPLAY_MAX_LIMIT) and, counting each row
  * as an upper bound of its frame's cost from the sizes the database keeps
@@ -82,9 +81,9 @@ replay_job *replay_check(pgpool *p, const char *const *topics, const size_t *len
  * database once, by the chunk that keeps it.
  */
 replay_job *replay_fetch(pgpool *p, const char *const *topics, const size_t *lens, size_t n, uint64_t cursor,
-                         uint64_t upto, uint32_t limit, size_t max_bytes, replay_rows_fn fn, void *arg);
-replay_job *replay_fill(pgpool *p, uint64_t after, uint64_t upto, uint32_t limit, size_t max_bytes,
-                        replay_fill_fn fn, void *arg);
+			 uint64_t upto, uint32_t limit, size_t max_bytes, replay_rows_fn fn, void *arg);
+replay_job *replay_fill(pgpool *p, uint64_t after, uint64_t upto, uint32_t limit, size_t max_bytes, replay_fill_fn fn,
+			void *arg);
 
 /* The callback will never be called (the client went away).  NULL-safe; not after the
  * callback has returned; a no-op inside the job's own callback. */
@@ -103,11 +102,11 @@ void replay_cancel(replay_job *j);
 #define REPLAY_BUF_CHUNK_BYTES (SUBQ_MAX_BYTES / 2)
 
 typedef struct replay_buf {
-	frame **f;       /* the rows [i, n) not yet written, a reference each (owned) */
+	frame **f; /* the rows [i, n) not yet written, a reference each (owned) */
 	size_t n, i;
-	size_t mark;     /* where the newest chunk starts: the next read waits for the writer to reach it */
-	uint32_t limit;  /* rows asked of the next chunk */
-	uint64_t last;   /* seq of the newest row added: its frame may be written and gone */
+	size_t mark;    /* where the newest chunk starts: the next read waits for the writer to reach it */
+	uint32_t limit; /* rows asked of the next chunk */
+	uint64_t last;  /* seq of the newest row added: its frame may be written and gone */
 } replay_buf;
 
 /* Releases every row not yet written; empty after. */

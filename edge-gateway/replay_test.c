@@ -137,22 +137,23 @@ load_small(void)
 {
 	return sql("TRUNCATE broker_event") && sql("DELETE FROM broker_meta") &&
 	       sql("INSERT INTO broker_event (seq, topic, about, data) OVERRIDING SYSTEM VALUE VALUES"
-	           " (1, 't1', '{}', '{\"a\":1}'),"
-	           " (2, 't1', ARRAY['a\"b', 'c,d', E'\\u00fc\\u20ac\\U0001F600', '{x}', 'NULL', E'back\\\\slash', ' sp '], "
-	           "'{ \"a\" : [1, 2] }'),"
-	           " (3, 't2', '{one}', NULL),"
-	           " (4, 't3', '{}', '[]'),"
-	           " (6, 't1', '{}', NULL),"
-	           " (7, 't2', '{}', '\"x\"'),"
-	           " (9, 't3', '{}', '1'),"
-	           " (10, 't1', '{}', 'true')");
+		   " (1, 't1', '{}', '{\"a\":1}'),"
+		   " (2, 't1', ARRAY['a\"b', 'c,d', E'\\u00fc\\u20ac\\U0001F600', '{x}', 'NULL', E'back\\\\slash', ' "
+		   "sp '], "
+		   "'{ \"a\" : [1, 2] }'),"
+		   " (3, 't2', '{one}', NULL),"
+		   " (4, 't3', '{}', '[]'),"
+		   " (6, 't1', '{}', NULL),"
+		   " (7, 't2', '{}', '\"x\"'),"
+		   " (9, 't3', '{}', '1'),"
+		   " (10, 't1', '{}', 'true')");
 }
 
 static void
 t_check(void)
 {
-	const char *t[] = {T1, T2, T1};
-	const size_t l[] = {L2, L2, L2};
+	const char *t[] = { T1, T2, T1 };
+	const size_t l[] = { L2, L2, L2 };
 	got g;
 
 	ST_CHECK(load_small());
@@ -186,8 +187,8 @@ t_check(void)
 static void
 t_fetch(void)
 {
-	const char *t[] = {T1, T2, T2};
-	const size_t l[] = {L2, L2, L2};
+	const char *t[] = { T1, T2, T2 };
+	const size_t l[] = { L2, L2, L2 };
 	got g;
 
 	ST_CHECK(load_small());
@@ -199,8 +200,8 @@ t_fetch(void)
 	ST_CHECK_EQ_U64(g.seqs[2], 3);
 	ST_CHECK_STR(g.env[0], "{\"type\":\"item\",\"id\":\"1\",\"topic\":\"t1\",\"about\":[],\"data\":{\"a\":1}}");
 	ST_CHECK_STR(g.env[1], "{\"type\":\"item\",\"id\":\"2\",\"topic\":\"t1\",\"about\":[\"a\\\"b\",\"c,d\","
-	                       "\"\xc3\xbc\xe2\x82\xac\xf0\x9f\x98\x80\",\"{x}\",\"NULL\",\"back\\\\slash\",\" sp \"],"
-	                       "\"data\":{ \"a\" : [1, 2] }}");
+			       "\"\xc3\xbc\xe2\x82\xac\xf0\x9f\x98\x80\",\"{x}\",\"NULL\",\"back\\\\slash\",\" sp \"],"
+			       "\"data\":{ \"a\" : [1, 2] }}");
 	ST_CHECK_STR(g.env[2], "{\"type\":\"item\",\"id\":\"3\",\"topic\":\"t2\",\"about\":[\"one\"]}");
 	fetch(&g, t, l, 3, 3, 10, 3);
 	ST_CHECK_EQ_U64(g.n, 3);
@@ -216,13 +217,13 @@ t_fetch(void)
 	ST_CHECK_EQ_U64(g.n, 4);
 	ST_CHECK(g.done);
 	ST_CHECK_EQ_U64(g.seqs[3], 6);
-	const char *t3[] = {T3};
+	const char *t3[] = { T3 };
 	fetch(&g, t3, l, 1, 0, 10, 100);
 	ST_CHECK_EQ_U64(g.n, 2);
 	ST_CHECK_EQ_U64(g.seqs[0], 4);
 	ST_CHECK_EQ_U64(g.seqs[1], 9);
-	const char *none[] = {"nope"};
-	const size_t l4[] = {4};
+	const char *none[] = { "nope" };
+	const size_t l4[] = { 4 };
 	fetch(&g, none, l4, 1, 0, 10, 100);
 	ST_CHECK_EQ_U64(g.n, 0);
 	ST_CHECK(g.done);
@@ -289,8 +290,8 @@ t_array_parse(void)
 	got g;
 	memset(&g, 0, sizeof(g));
 	ST_CHECK(load_small());
-	ST_CHECK(pgpool_submit(P, PGPOOL_PRIO_FILL, "SELECT about FROM broker_event WHERE seq = 2", 0, NULL, NULL,
-	                       NULL, 1, on_raw, &g) != NULL);
+	ST_CHECK(pgpool_submit(P, PGPOOL_PRIO_FILL, "SELECT about FROM broker_event WHERE seq = 2", 0, NULL, NULL, NULL,
+			       1, on_raw, &g) != NULL);
 	ST_CHECK(st_test_loop_until(B, st_test_flag, &g.done_cb, 10000));
 	ST_CHECK(g.err == ST_OK);
 	ST_CHECK_EQ_U64(g.n, 7);
@@ -301,7 +302,6 @@ t_array_parse(void)
 	ST_CHECK_STR(g.env[4], "NULL");
 	ST_CHECK_STR(g.env[5], "back\\slash");
 	ST_CHECK_STR(g.env[6], " sp ");
-
 }
 
 static void
@@ -349,15 +349,16 @@ t_cancel_bounds(void)
 static void
 t_byte_cut(void)
 {
-	const char *t[] = {"cut"};
-	const size_t l[] = {3};
+	const char *t[] = { "cut" };
+	const size_t l[] = { 3 };
 	uint64_t cursor = 0, total = 0, prev = 0;
 	got g;
 	int chunks = 0;
 
 	ST_CHECK(sql("TRUNCATE broker_event"));
-	ST_CHECK(sql("INSERT INTO broker_event (topic, about, data) SELECT 'cut', '{}', ('\"' || repeat(md5(i::text), 3200) || '\"')::json"
-	             " FROM generate_series(1, 10) i"));
+	ST_CHECK(sql("INSERT INTO broker_event (topic, about, data) SELECT 'cut', '{}', ('\"' || repeat(md5(i::text), "
+		     "3200) || '\"')::json"
+		     " FROM generate_series(1, 10) i"));
 	MAXB = 250u * 1024;
 	for (;;) {
 		fetch(&g, t, l, 1, cursor, 1000, 100);
@@ -410,8 +411,8 @@ t_byte_cut(void)
 static void
 t_big(void)
 {
-	const char *t[] = {"big", T1};
-	const size_t l[] = {3, 2};
+	const char *t[] = { "big", T1 };
+	const size_t l[] = { 3, 2 };
 	uint64_t cursor = 0, total = 0, prev = 0, t0, ms;
 	got *g = calloc(1, sizeof(*g));
 	bool ordered = true;
@@ -420,7 +421,8 @@ t_big(void)
 	/* 50,000 events on "big" mixed with 50,000 on 200 other topics */
 	ST_CHECK(sql("TRUNCATE broker_event"));
 	ST_CHECK(sql("INSERT INTO broker_event (topic, about, data) SELECT CASE WHEN i % 2 = 0 THEN 'big' ELSE "
-	             "'other' || (i % 200) END, ARRAY['r' || i], ('{\"i\":' || i || '}')::json FROM generate_series(1, 100000) i"));
+		     "'other' || (i % 200) END, ARRAY['r' || i], ('{\"i\":' || i || '}')::json FROM generate_series(1, "
+		     "100000) i"));
 	ST_CHECK(sql("ANALYZE broker_event"));
 	check(g, t, l, 2, 0, 100000);
 	uint64_t d = g->d;
@@ -455,16 +457,16 @@ static void
 t_buf(void)
 {
 	static const struct {
-		size_t n;       /* rows in the chunk that arrives */
+		size_t n; /* rows in the chunk that arrives */
 		bool done;
 		size_t write;   /* rows written after it arrived */
 		uint32_t limit; /* the next limit */
 		bool ahead;     /* read-ahead due after the writes */
 	} steps[] = {
-		{ 1000, false, 0, 1000, true },   /* full chunk: limit stays at the cap; the writer is at its start */
-		{ 0, false, 0, 8, true },         /* an empty chunk cut by bytes: the floor of 8 */
-		{ 10, false, 5, 16, false },      /* appended after the 1,000 unwritten; a full chunk: doubles */
-		{ 10, true, 1015, 32, false },    /* the range is done: the limit still doubles; all written */
+		{ 1000, false, 0, 1000, true }, /* full chunk: limit stays at the cap; the writer is at its start */
+		{ 0, false, 0, 8, true },       /* an empty chunk cut by bytes: the floor of 8 */
+		{ 10, false, 5, 16, false },    /* appended after the 1,000 unwritten; a full chunk: doubles */
+		{ 10, true, 1015, 32, false },  /* the range is done: the limit still doubles; all written */
 	};
 	replay_buf b = { .limit = REPLAY_BUF_CHUNK_ROWS };
 	frame *rows[1000];
@@ -486,14 +488,14 @@ t_buf(void)
 				break;
 			if (frame_seq(f) != next)
 				fprintf(stderr, "  step %zu: wrote seq %llu, want %llu\n", i,
-				        (unsigned long long)frame_seq(f), (unsigned long long)next);
+					(unsigned long long)frame_seq(f), (unsigned long long)next);
 			ST_CHECK_EQ_U64(frame_seq(f), next);
 			next++;
 			frame_unref(f);
 		}
 		if (b.limit != steps[i].limit || replay_buf_read_ahead_due(&b) != steps[i].ahead)
 			fprintf(stderr, "  step %zu: limit %u ahead %d, want %u %d\n", i, b.limit,
-			        replay_buf_read_ahead_due(&b), steps[i].limit, steps[i].ahead);
+				replay_buf_read_ahead_due(&b), steps[i].limit, steps[i].ahead);
 		ST_CHECK_EQ_U64(b.limit, steps[i].limit);
 		ST_CHECK(replay_buf_read_ahead_due(&b) == steps[i].ahead);
 		ST_CHECK_EQ_U64(replay_buf_last_seq(&b, 0), b.n > 0 ? seq : 0);
@@ -530,15 +532,16 @@ main(void)
 		return 1;
 	}
 	snprintf(q, sizeof(q),
-	         "SET client_min_messages = warning; DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s; SET search_path = %s;"
-	         "CREATE TABLE broker_event (seq bigint GENERATED ALWAYS AS IDENTITY (CACHE 1) PRIMARY KEY,"
-	         " topic text NOT NULL, about text[] NOT NULL DEFAULT '{}', data json, key text,"
-	         " created_at timestamptz NOT NULL DEFAULT now(), data_bytes int);"
-	         "CREATE UNIQUE INDEX broker_event_topic_key ON broker_event (topic, key) WHERE key IS NOT NULL;"
-	         "CREATE INDEX broker_event_topic_seq ON broker_event (topic, seq);"
-	         "CREATE TABLE broker_meta (id int PRIMARY KEY CHECK (id = 1), horizon bigint NOT NULL DEFAULT 0,"
-	         " schema_version int NOT NULL)",
-	         SCHEMA, SCHEMA, SCHEMA);
+		 "SET client_min_messages = warning; DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s; SET "
+		 "search_path = %s;"
+		 "CREATE TABLE broker_event (seq bigint GENERATED ALWAYS AS IDENTITY (CACHE 1) PRIMARY KEY,"
+		 " topic text NOT NULL, about text[] NOT NULL DEFAULT '{}', data json, key text,"
+		 " created_at timestamptz NOT NULL DEFAULT now(), data_bytes int);"
+		 "CREATE UNIQUE INDEX broker_event_topic_key ON broker_event (topic, key) WHERE key IS NOT NULL;"
+		 "CREATE INDEX broker_event_topic_seq ON broker_event (topic, seq);"
+		 "CREATE TABLE broker_meta (id int PRIMARY KEY CHECK (id = 1), horizon bigint NOT NULL DEFAULT 0,"
+		 " schema_version int NOT NULL)",
+		 SCHEMA, SCHEMA, SCHEMA);
 	if (!sql(q))
 		return 1;
 

@@ -23,11 +23,12 @@ run(const char *name, const step *steps, size_t n, unsigned min_ms, unsigned max
 	for (size_t i = 0; i < n; i++) {
 		const step *s = &steps[i];
 		unsigned got = s->ev == 'p' ? reresolve_pipe_ms(&r, s->dialed, s->up, min_ms, max_ms)
-		                            : reresolve_next_ms(&r, s->dialed, s->up, min_ms, max_ms);
+					    : reresolve_next_ms(&r, s->dialed, s->up, min_ms, max_ms);
 
 		if (got != s->want_ms)
-			fprintf(stderr, "%s: step %zu ('%c', %u dialed, %u up): got %u ms, want %u ms (attempt %u, want %u)\n",
-			        name, i, s->ev, s->dialed, s->up, got, s->want_ms, r.attempt, r.want);
+			fprintf(stderr,
+				"%s: step %zu ('%c', %u dialed, %u up): got %u ms, want %u ms (attempt %u, want %u)\n",
+				name, i, s->ev, s->dialed, s->up, got, s->want_ms, r.attempt, r.want);
 		ST_CHECK(got == s->want_ms);
 	}
 }
@@ -50,8 +51,8 @@ t_replaced_on_new_address(void)
 	 * dialed address is up, but one fewer than before: still short), the
 	 * new pod's address is listed, dialed, connects. */
 	static const step s[] = {
-		{ 'k', 2, 2, 10000 }, { 'p', 2, 1, 250 }, { 'k', 1, 1, 500 }, { 'k', 1, 1, 1000 }, { 'k', 2, 1, 2000 },
-		{ 'p', 2, 2, 0 },     { 'k', 2, 2, 10000 },
+		{ 'k', 2, 2, 10000 }, { 'p', 2, 1, 250 }, { 'k', 1, 1, 500 },   { 'k', 1, 1, 1000 },
+		{ 'k', 2, 1, 2000 },  { 'p', 2, 2, 0 },   { 'k', 2, 2, 10000 },
 	};
 
 	run("replaced", s, ST_ARRAY_LEN(s), 250, 10000);
@@ -63,10 +64,18 @@ t_second_writer_right_after(void)
 	/* writer1 replaced and its new address up (whole again) before the
 	 * next lookup; writer2 goes: start over, not wait for writer1's 4 s. */
 	static const step s[] = {
-		{ 'k', 2, 2, 10000 }, { 'p', 2, 1, 250 }, { 'k', 1, 1, 500 }, { 'k', 2, 1, 1000 }, { 'p', 2, 2, 0 },
-		{ 'p', 2, 1, 250 },   { 'k', 1, 1, 500 },
+		{ 'k', 2, 2, 10000 },
+		{ 'p', 2, 1, 250 },
+		{ 'k', 1, 1, 500 },
+		{ 'k', 2, 1, 1000 },
+		{ 'p', 2, 2, 0 },
+		{ 'p', 2, 1, 250 },
+		{ 'k', 1, 1, 500 },
 		/* a loss while climbing, not whole since: left alone */
-		{ 'p', 1, 0, 0 },     { 'k', 2, 1, 1000 }, { 'p', 2, 2, 0 }, { 'k', 2, 2, 10000 },
+		{ 'p', 1, 0, 0 },
+		{ 'k', 2, 1, 1000 },
+		{ 'p', 2, 2, 0 },
+		{ 'k', 2, 2, 10000 },
 	};
 
 	run("second", s, ST_ARRAY_LEN(s), 250, 10000);
@@ -78,8 +87,8 @@ t_removed_for_good_settles(void)
 	/* Three writers scaled to two: short through the backoff, then the
 	 * name settles at two and is whole at the regular interval. */
 	static const step s[] = {
-		{ 'k', 3, 3, 10000 }, { 'p', 3, 2, 250 },   { 'k', 2, 2, 500 },   { 'k', 2, 2, 1000 },
-		{ 'k', 2, 2, 2000 },  { 'k', 2, 2, 4000 },  { 'k', 2, 2, 8000 },  { 'k', 2, 2, 10000 },
+		{ 'k', 3, 3, 10000 }, { 'p', 3, 2, 250 },  { 'k', 2, 2, 500 },  { 'k', 2, 2, 1000 },
+		{ 'k', 2, 2, 2000 },  { 'k', 2, 2, 4000 }, { 'k', 2, 2, 8000 }, { 'k', 2, 2, 10000 },
 		{ 'k', 2, 2, 10000 }, { 'p', 2, 1, 250 },
 	};
 
@@ -92,9 +101,9 @@ t_dead_address_capped(void)
 	/* An address listed but never up: quick lookups climb to the regular
 	 * interval and stay there; another loss there starts over once. */
 	static const step s[] = {
-		{ 'k', 2, 1, 250 },   { 'k', 2, 1, 500 },   { 'p', 2, 1, 0 },   { 'k', 2, 1, 1000 }, { 'k', 2, 1, 2000 },
-		{ 'k', 2, 1, 4000 },  { 'k', 2, 1, 8000 },  { 'k', 2, 1, 10000 }, { 'k', 2, 1, 10000 },
-		{ 'p', 2, 0, 250 },   { 'p', 2, 0, 0 },     { 'k', 2, 0, 500 },
+		{ 'k', 2, 1, 250 },   { 'k', 2, 1, 500 },  { 'p', 2, 1, 0 },    { 'k', 2, 1, 1000 },
+		{ 'k', 2, 1, 2000 },  { 'k', 2, 1, 4000 }, { 'k', 2, 1, 8000 }, { 'k', 2, 1, 10000 },
+		{ 'k', 2, 1, 10000 }, { 'p', 2, 0, 250 },  { 'p', 2, 0, 0 },    { 'k', 2, 0, 500 },
 	};
 
 	run("dead", s, ST_ARRAY_LEN(s), 250, 10000);

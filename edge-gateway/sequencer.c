@@ -33,7 +33,7 @@ typedef struct held {
 	uint64_t prev;
 	uint64_t last;
 	size_t n;
-	size_t bytes;   /* held_cost of the batch */
+	size_t bytes; /* held_cost of the batch */
 	frame **frames;
 } held;
 
@@ -47,7 +47,7 @@ struct sequencer {
 	uint64_t head;
 	uint64_t known;
 
-	held *held;     /* sorted by prev, ascending */
+	held *held; /* sorted by prev, ascending */
 	size_t n_held;
 	size_t cap_held;
 
@@ -58,7 +58,7 @@ struct sequencer {
 	uint64_t fill_upto;
 	bool backing_off;
 	uint64_t retry_at;
-	st_backoff backoff;      /* between failed fills: SEQUENCER_BACKOFF_MIN_MS doubling to _MAX_MS */
+	st_backoff backoff; /* between failed fills: SEQUENCER_BACKOFF_MIN_MS doubling to _MAX_MS */
 
 	sequencer_stats st;
 };
@@ -209,7 +209,7 @@ frames_make(const proto_pub_event *ev, size_t n, uint64_t origin_ns)
 
 	for (size_t i = 0; i < n; i++) {
 		f[i] = frame_item_new(ev[i].seq, ev[i].topic.p, ev[i].topic.len, ev[i].about, ev[i].n_about,
-		                      ev[i].has_data ? ev[i].data.p : NULL, ev[i].has_data ? ev[i].data.len : 0);
+				      ev[i].has_data ? ev[i].data.p : NULL, ev[i].has_data ? ev[i].data.len : 0);
 		frame_set_origin(f[i], origin_ns);
 	}
 	return f;
@@ -351,9 +351,7 @@ st_err
 sequencer_push(sequencer *s, const proto_pub *m, uint64_t origin_ns)
 {
 	switch (proto_pub_kind(m)) {
-	case PROTO_PUB_TICK:
-		sequencer_push_tick(s, proto_pub_head(m));
-		return ST_OK;
+	case PROTO_PUB_TICK: sequencer_push_tick(s, proto_pub_head(m)); return ST_OK;
 	case PROTO_PUB_BATCH: {
 		size_t n = proto_pub_count(m);
 		if (n == 0)
@@ -392,7 +390,7 @@ sequencer_fill_done(sequencer *s, st_err err, frame *const *frames, size_t n, ui
 	}
 	if (upto_reached > s->fill_upto) {
 		st_warn("sequencer: fill reached %llu beyond the %llu asked", (unsigned long long)upto_reached,
-		        (unsigned long long)s->fill_upto);
+			(unsigned long long)s->fill_upto);
 		upto_reached = s->fill_upto;
 	}
 	while (i0 < n && frame_seq(frames[i0]) <= s->head)

@@ -29,8 +29,8 @@
 #include "wire.h"
 #include "wire_pub.h"
 
-#define SEQUENCER_WAIT_MS 250u        /* wait for a missing message before filling */
-#define SEQUENCER_MAX_HELD 10000u     /* events held (before set_head, or behind a gap) */
+#define SEQUENCER_WAIT_MS 250u    /* wait for a missing message before filling */
+#define SEQUENCER_MAX_HELD 10000u /* events held (before set_head, or behind a gap) */
 /* ... and their cost (envelope bound + FRAME_OVERHEAD, from the wire lengths, before allocating). */
 #define SEQUENCER_MAX_HELD_BYTES (32u * 1024 * 1024)
 #define SEQUENCER_BACKOFF_MIN_MS 500u /* after a failed fill; doubles */
@@ -57,20 +57,19 @@ typedef void (*sequencer_emit_fn)(void *arg, frame *const *frames, size_t n);
 typedef st_err (*sequencer_fill_fn)(void *arg, uint64_t after, uint64_t upto);
 
 typedef struct sequencer_stats {
-	uint64_t duplicates;     /* events dropped as already emitted (or held twice) */
-	uint64_t fills;          /* fills completed successfully (each chunk counts) */
-	uint64_t filled_events;  /* events emitted from fills */
-	uint64_t fill_errors;    /* fills failed (and retried) */
-	uint64_t held;           /* events held right now */
-	uint64_t held_bytes;     /* their cost (bounded by SEQUENCER_MAX_HELD_BYTES) */
-	uint64_t held_dropped;   /* events dropped because the hold was full (a fill recovers them) */
-	uint64_t emitted;        /* events emitted in total */
-	uint64_t protocol_errors;/* messages refused as malformed (seqs not ascending, <= prev) */
+	uint64_t duplicates;      /* events dropped as already emitted (or held twice) */
+	uint64_t fills;           /* fills completed successfully (each chunk counts) */
+	uint64_t filled_events;   /* events emitted from fills */
+	uint64_t fill_errors;     /* fills failed (and retried) */
+	uint64_t held;            /* events held right now */
+	uint64_t held_bytes;      /* their cost (bounded by SEQUENCER_MAX_HELD_BYTES) */
+	uint64_t held_dropped;    /* events dropped because the hold was full (a fill recovers them) */
+	uint64_t emitted;         /* events emitted in total */
+	uint64_t protocol_errors; /* messages refused as malformed (seqs not ascending, <= prev) */
 } sequencer_stats;
 
 /* clock must outlive the sequencer.  Never fails but for programmer errors. */
-st_err sequencer_new(const st_clock *clock, sequencer_emit_fn emit, sequencer_fill_fn fill, void *arg,
-                     sequencer **out);
+st_err sequencer_new(const st_clock *clock, sequencer_emit_fn emit, sequencer_fill_fn fill, void *arg, sequencer **out);
 /* NULL-safe.  An outstanding fill is forgotten: the owner cancels its query first. */
 void sequencer_free(sequencer *s);
 

@@ -28,7 +28,7 @@ typedef struct rec {
 
 static rec R;
 static uint64_t ORIGIN; /* what batch() gives as the message's arrival */
-static sequencer *S; /* the one under test, for on_emit */
+static sequencer *S;    /* the one under test, for on_emit */
 static st_clock_fake C;
 
 static void
@@ -82,7 +82,7 @@ setup(void)
 static st_err
 batch(sequencer *s, uint64_t prev, uint64_t from, uint64_t to)
 {
-	static const proto_str about[2] = {{"a", 1}, {"b,\"c", 4}};
+	static const proto_str about[2] = { { "a", 1 }, { "b,\"c", 4 } };
 	proto_pub_event ev[64];
 	size_t n = 0;
 
@@ -210,8 +210,8 @@ t_origin(void)
 
 	sequencer_set_head(s, 0);
 	ORIGIN = 777;
-	batch(s, 0, 1, 2);  /* emitted at once */
-	batch(s, 4, 5, 6);  /* held: 3..4 missing */
+	batch(s, 0, 1, 2); /* emitted at once */
+	batch(s, 4, 5, 6); /* held: 3..4 missing */
 	ORIGIN = 0;
 	C.now += 1000;
 	sequencer_on_timer(s);
@@ -591,7 +591,7 @@ t_wire(void)
 {
 	sequencer *s = setup();
 	proto_pub_event ev[3];
-	proto_str about[1] = {{"x,\"y", 4}};
+	proto_str about[1] = { { "x,\"y", 4 } };
 	proto_pub *m = NULL;
 	st_buf b;
 

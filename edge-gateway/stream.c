@@ -101,39 +101,39 @@
 #define STREAM_PUMP_BYTES (64u * 1024)
 
 struct stream {
-	stream_reg reg;          /* the registry's part (streams.c) */
-	const stream_env *env;   /* the registry's, borrowed */
+	stream_reg reg;        /* the registry's part (streams.c) */
+	const stream_env *env; /* the registry's, borrowed */
 	enum stream_state state;
-	http_req *req;           /* until the response starts; then NULL */
-	http_stream *hs;         /* after the response started; NULL once closed */
-	hub_sub *sub;            /* NULL once out of the hub */
-	subq *q;                 /* live queue, owned */
-	subq *hold;              /* replay hold buffer, owned, only while CHECKING/REPLAYING */
-	replay_job *job;         /* the outstanding check or fetch, or NULL */
-	replay_buf rows;         /* replay rows read and not yet written (the chunk and the one read ahead) */
-	uint64_t fetch_from;     /* the cursor of the fetch in flight */
-	bool chunk_done;         /* the last fetch returned fewer rows than asked */
-	char **topics;           /* owned copies; kept while a replay may need them */
+	http_req *req;       /* until the response starts; then NULL */
+	http_stream *hs;     /* after the response started; NULL once closed */
+	hub_sub *sub;        /* NULL once out of the hub */
+	subq *q;             /* live queue, owned */
+	subq *hold;          /* replay hold buffer, owned, only while CHECKING/REPLAYING */
+	replay_job *job;     /* the outstanding check or fetch, or NULL */
+	replay_buf rows;     /* replay rows read and not yet written (the chunk and the one read ahead) */
+	uint64_t fetch_from; /* the cursor of the fetch in flight */
+	bool chunk_done;     /* the last fetch returned fewer rows than asked */
+	char **topics;       /* owned copies; kept while a replay may need them */
 	size_t *topic_lens;
 	size_t n_topics;
 	enum frame_format fmt;
 	enum stream_outcome handed; /* ENDING: the terminal envelope handed to the connection */
 	bool has_after, has_until;
-	bool until_head;         /* until=head: resolved to the check's database head */
-	bool until_known;        /* until holds its final value */
-	uint64_t after;          /* Last-Event-ID */
-	uint64_t until;          /* complete once the history reached this seq */
-	uint64_t h0;             /* hub head when registered */
-	uint64_t d;              /* database head of the replay snapshot */
-	uint64_t seam;           /* live: items at or below it were covered at release (overlap) */
-	uint64_t check_held;     /* items put in the hold while CHECKING (bounds what a hold overflow adds) */
-	uint64_t cursor;         /* last seq the replay fetched */
-	uint64_t last_id;        /* last id written (items and resyncs) */
-	uint64_t exp_ms;         /* access control: the token's exp (wall-clock ms), 0 = none */
-	uint64_t key_id;         /* access control: the verifying key (st_auth_grant_key), 0 = none or already ended */
-	struct event *ev_exp;    /* ends the stream at exp_ms (reconnect token_expired), owned */
-	bool ip_held;            /* holds one of ip's slots in the registry's ip_limit */
-	uint8_t ip[16];          /* the client's address (X-Forwarded-For from a trusted proxy) */
+	bool until_head;      /* until=head: resolved to the check's database head */
+	bool until_known;     /* until holds its final value */
+	uint64_t after;       /* Last-Event-ID */
+	uint64_t until;       /* complete once the history reached this seq */
+	uint64_t h0;          /* hub head when registered */
+	uint64_t d;           /* database head of the replay snapshot */
+	uint64_t seam;        /* live: items at or below it were covered at release (overlap) */
+	uint64_t check_held;  /* items put in the hold while CHECKING (bounds what a hold overflow adds) */
+	uint64_t cursor;      /* last seq the replay fetched */
+	uint64_t last_id;     /* last id written (items and resyncs) */
+	uint64_t exp_ms;      /* access control: the token's exp (wall-clock ms), 0 = none */
+	uint64_t key_id;      /* access control: the verifying key (st_auth_grant_key), 0 = none or already ended */
+	struct event *ev_exp; /* ends the stream at exp_ms (reconnect token_expired), owned */
+	bool ip_held;         /* holds one of ip's slots in the registry's ip_limit */
+	uint8_t ip[16];       /* the client's address (X-Forwarded-For from a trusted proxy) */
 };
 
 static void stream_pump(stream *s);
@@ -425,8 +425,7 @@ stream_hub_deliver(void *arg, frame *f)
 		 * the replay sends anyway, overflow it, and lose the live frames
 		 * above d with them (a needless resync).
 		 */
-		if (frame_type(f) == FRAME_ITEM &&
-		    frame_seq(f) <= (s->state == STREAM_REPLAYING ? s->d : s->after)) {
+		if (frame_type(f) == FRAME_ITEM && frame_seq(f) <= (s->state == STREAM_REPLAYING ? s->d : s->after)) {
 			st_counter_inc(s->env->m_seam_overlap);
 			break;
 		}
@@ -454,8 +453,7 @@ stream_hub_deliver(void *arg, frame *f)
 			s->env->registry.behind_check(s->env->registry.arg, &s->reg);
 		}
 		break;
-	case STREAM_ENDING:
-		break;
+	case STREAM_ENDING: break;
 	}
 }
 
@@ -511,7 +509,8 @@ stream_pump(stream *s)
 		if (s->state == STREAM_REPLAYING) {
 			/* The older chunk is written: read the next one while this one goes out. */
 			if (replay_buf_read_ahead_due(&s->rows) && s->job == NULL && !s->chunk_done) {
-				ref_batch_hand_over(s, &b); /* a fetch that cannot start writes a frame: ours go first */
+				ref_batch_hand_over(s,
+						    &b); /* a fetch that cannot start writes a frame: ours go first */
 				stream_fetch(s);
 				if (s->state != STREAM_REPLAYING)
 					return;
@@ -597,8 +596,7 @@ stream_heartbeat(stream *s, frame *hb, uint64_t now)
 		}
 		break;
 	case STREAM_CHECKING:
-	case STREAM_ENDING:
-		break;
+	case STREAM_ENDING: break;
 	}
 }
 
@@ -611,7 +609,7 @@ stream_reconnect(stream *s, uint32_t retry_ms, const char *reason)
 	if (s->state == STREAM_CHECKING) {
 		stream_cancel_job(s);
 		refusal_send(s->env->refusals, s->req, s->fmt, REFUSAL_DRAINING, retry_ms,
-		             "this edge is draining; reconnect");
+			     "this edge is draining; reconnect");
 		s->req = NULL;
 		stream_destroy(s, OUT_NONE);
 		return;
@@ -732,9 +730,9 @@ stream_fail(stream *s, st_err err, const char *detail)
 	if (err == ST_EPROTO)
 		stream_write_frame(s, frame_failure_new(500, "Replay failed", detail));
 	else
-		stream_write_frame(s, frame_reconnect_new(refusal_jitter(s->env->refusals,
-		                                                         refusal_retry_ms(REFUSAL_UNAVAILABLE)),
-		                                          refusal_name(REFUSAL_UNAVAILABLE)));
+		stream_write_frame(
+			s, frame_reconnect_new(refusal_jitter(s->env->refusals, refusal_retry_ms(REFUSAL_UNAVAILABLE)),
+					       refusal_name(REFUSAL_UNAVAILABLE)));
 }
 
 static void
@@ -745,8 +743,9 @@ on_rows(void *arg, st_err err, frame *const *frames, size_t n, bool done, uint64
 	s->job = NULL;
 	if (err != ST_OK) {
 		st_counter_inc(s->env->m_replay[RR_ERROR]);
-		stream_fail(s, err, err == ST_EPROTO ? "a stored event could not be read" :
-		                                      "the database failed during the replay; reconnect with Last-Event-ID");
+		stream_fail(s, err,
+			    err == ST_EPROTO ? "a stored event could not be read"
+					     : "the database failed during the replay; reconnect with Last-Event-ID");
 		return;
 	}
 	if (horizon > s->fetch_from) {
@@ -783,7 +782,7 @@ stream_fetch(stream *s)
 		return;
 	}
 	s->job = replay_fetch(s->env->pool, (const char *const *)s->topics, s->topic_lens, s->n_topics, s->fetch_from,
-	                      upto, s->rows.limit, REPLAY_BUF_CHUNK_BYTES, on_rows, s);
+			      upto, s->rows.limit, REPLAY_BUF_CHUNK_BYTES, on_rows, s);
 	if (s->job == NULL) {
 		st_counter_inc(s->env->m_replay[RR_ERROR]);
 		stream_fail(s, ST_EBUSY, "the replay queue is full; reconnect with Last-Event-ID");
@@ -806,7 +805,7 @@ stream_release(stream *s)
 		/* A frame the hub had before we registered is not in the replay. */
 		st_counter_inc(s->env->m_seam_gap);
 		st_warn("stream seam gap: hub head %llu above replay head %llu", (unsigned long long)s->h0,
-		        (unsigned long long)s->d);
+			(unsigned long long)s->d);
 		floor = ST_MAX(stream_head(s), s->last_id + 1);
 		stream_write_frame(s, frame_resync_new(floor, "gap"));
 	}
@@ -895,14 +894,14 @@ on_check(void *arg, st_err err, uint64_t d, uint64_t horizon, uint64_t count)
 	if (err != ST_OK) {
 		st_counter_inc(s->env->m_replay[RR_ERROR]);
 		refusal_send_jittered(s->env->refusals, s->req, s->fmt, REFUSAL_UNAVAILABLE,
-		                      "the event store cannot be reached; retry later");
+				      "the event store cannot be reached; retry later");
 		s->req = NULL;
 		goto drop;
 	}
 	if (s->after > d) {
 		st_counter_inc(s->env->m_replay[RR_FUTURE]);
 		http_reply_problem(s->req, 400, NULL, "Bad Request",
-		                   "Last-Event-ID is beyond the newest committed event", NULL);
+				   "Last-Event-ID is beyond the newest committed event", NULL);
 		s->req = NULL;
 		goto drop;
 	}
@@ -999,11 +998,11 @@ stream_open(const stream_env *env, http_req *req, streamreq *rq, uint64_t exp_ms
 	http_req_set_gone_cb(req, on_req_gone, s);
 	/* A numeric until bounds the count: events after it are never sent, so they cannot exceed the cap. */
 	s->job = replay_check(s->env->pool, (const char *const *)s->topics, s->topic_lens, s->n_topics, s->after,
-	                      s->has_until && !s->until_head ? s->until : UINT64_MAX, s->env->replay_cap, on_check, s);
+			      s->has_until && !s->until_head ? s->until : UINT64_MAX, s->env->replay_cap, on_check, s);
 	if (s->job == NULL) {
 		st_counter_inc(s->env->m_replay[RR_ERROR]);
 		refusal_send_jittered(s->env->refusals, req, s->fmt, REFUSAL_UNAVAILABLE,
-		                      "the replay queue is full; retry later");
+				      "the replay queue is full; retry later");
 		s->req = NULL;
 		stream_destroy(s, OUT_NONE);
 	}

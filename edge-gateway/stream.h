@@ -63,14 +63,14 @@ typedef struct stream_registry {
 typedef struct stream_env {
 	stream_registry registry; /* the hooks back into the registry */
 	struct event_base *base;
-	pgpool *pool;            /* borrowed */
-	const st_clock *clock;   /* borrowed */
-	hub *hub;                /* the registry's */
+	pgpool *pool;          /* borrowed */
+	const st_clock *clock; /* borrowed */
+	hub *hub;              /* the registry's */
 	uint64_t replay_cap;
-	st_auth_store *auth;     /* borrowed; NULL: no access control */
-	iplimit *ip_limit;       /* borrowed; NULL: no bound */
-	refusals *refusals;      /* the registry's: the retryable refusals' jitter and counters */
-	subq_counters dropped;   /* copies of the shared handles (subqs keep a pointer to this) */
+	st_auth_store *auth;   /* borrowed; NULL: no access control */
+	iplimit *ip_limit;     /* borrowed; NULL: no bound */
+	refusals *refusals;    /* the registry's: the retryable refusals' jitter and counters */
+	subq_counters dropped; /* copies of the shared handles (subqs keep a pointer to this) */
 	st_counter *m_outcome[OUT_COUNT];
 	st_counter *m_replay[RR_COUNT];
 	st_counter *m_frames;
@@ -85,12 +85,12 @@ typedef struct stream_env {
  * writes its fields (stream.c sets s at creation and passes it along).
  */
 struct stream_reg {
-	stream *s;               /* the stream it is part of */
-	st_dlink link;           /* on the registry's list of every stream while linked */
-	st_dlink blink;          /* on its behind list while behind (flow control) */
-	st_dlink ulink;          /* on its until list while bounded */
-	bool bounded;            /* has an until bound: visited when the head moves */
-	flow_honour honour;      /* on the behind list while honour.holding (flow.h) */
+	stream *s;          /* the stream it is part of */
+	st_dlink link;      /* on the registry's list of every stream while linked */
+	st_dlink blink;     /* on its behind list while behind (flow control) */
+	st_dlink ulink;     /* on its until list while bounded */
+	bool bounded;       /* has an until bound: visited when the head moves */
+	flow_honour honour; /* on the behind list while honour.holding (flow.h) */
 };
 
 /*
@@ -100,7 +100,7 @@ struct stream_reg {
  * env->registry, and answers req now or after the resume check.
  */
 void stream_open(const stream_env *env, http_req *req, streamreq *rq, uint64_t exp_ms, uint64_t key_id,
-                 const uint8_t *ip);
+		 const uint8_t *ip);
 /*
  * The auth keys were swapped: when the key that verified this stream's
  * token (key_id of stream_open) is gone, reconnect token_expired, as at

@@ -14,8 +14,9 @@ t_edges(void)
 	static const struct {
 		enum stream_state from, to;
 	} want[] = {
-		{ STREAM_CHECKING, STREAM_REPLAYING }, { STREAM_REPLAYING, STREAM_LIVE }, { STREAM_REPLAYING, STREAM_ENDING },
-		{ STREAM_LIVE, STREAM_CLOSING },       { STREAM_LIVE, STREAM_ENDING },    { STREAM_CLOSING, STREAM_ENDING },
+		{ STREAM_CHECKING, STREAM_REPLAYING }, { STREAM_REPLAYING, STREAM_LIVE },
+		{ STREAM_REPLAYING, STREAM_ENDING },   { STREAM_LIVE, STREAM_CLOSING },
+		{ STREAM_LIVE, STREAM_ENDING },        { STREAM_CLOSING, STREAM_ENDING },
 	};
 	size_t n = 0;
 
@@ -63,7 +64,7 @@ t_reaches_ending(void)
 		ST_CHECK(!stream_state_can(STREAM_ENDING, (enum stream_state)t));
 	ST_CHECK(stream_state_initial(STREAM_CHECKING) && stream_state_initial(STREAM_LIVE));
 	ST_CHECK(!stream_state_initial(STREAM_REPLAYING) && !stream_state_initial(STREAM_CLOSING) &&
-	         !stream_state_initial(STREAM_ENDING));
+		 !stream_state_initial(STREAM_ENDING));
 	ST_CHECK_STR(stream_state_name(STREAM_CLOSING), "closing");
 }
 

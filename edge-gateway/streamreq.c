@@ -119,9 +119,12 @@ streamreq_accept_format(const char *accept, enum frame_format *out)
 		const char *type;
 		enum frame_format fmt;
 	} served[] = {
-		{ "text/event-stream", FRAME_SSE },       { "application/x-ndjson", FRAME_NDJSON },
-		{ "application/json-seq", FRAME_JSONSEQ }, { "*/*", FRAME_SSE },
-		{ "text/*", FRAME_SSE },                  { "application/*", FRAME_NDJSON },
+		{ "text/event-stream", FRAME_SSE },
+		{ "application/x-ndjson", FRAME_NDJSON },
+		{ "application/json-seq", FRAME_JSONSEQ },
+		{ "*/*", FRAME_SSE },
+		{ "text/*", FRAME_SSE },
+		{ "application/*", FRAME_NDJSON },
 	};
 	const char *p = accept;
 
@@ -156,8 +159,8 @@ streamreq_accept_format(const char *accept, enum frame_format *out)
 }
 
 st_err
-streamreq_parse(const char *query, const char *accept, const char *last_event_id, bool keep_query_token,
-                streamreq *r, streamreq_problem *why)
+streamreq_parse(const char *query, const char *accept, const char *last_event_id, bool keep_query_token, streamreq *r,
+		streamreq_problem *why)
 {
 	parse_state ps = { .r = r, .keep_token = keep_query_token, .why = why };
 	st_err rv;

@@ -21,21 +21,21 @@
 #define STREAMREQ_MAX_TOPICS 64
 
 typedef struct streamreq {
-	char **topics;          /* owned: STREAMREQ_MAX_TOPICS slots, n_topics used, each a copy */
-	size_t *topic_lens;     /* owned, the same slots */
-	size_t n_topics;        /* 1..STREAMREQ_MAX_TOPICS, a repeated topic counted once */
-	enum frame_format fmt;  /* format= wins over Accept */
-	bool has_after;         /* Last-Event-ID (wins) or last_event_id= */
+	char **topics;         /* owned: STREAMREQ_MAX_TOPICS slots, n_topics used, each a copy */
+	size_t *topic_lens;    /* owned, the same slots */
+	size_t n_topics;       /* 1..STREAMREQ_MAX_TOPICS, a repeated topic counted once */
+	enum frame_format fmt; /* format= wins over Accept */
+	bool has_after;        /* Last-Event-ID (wins) or last_event_id= */
 	uint64_t after;
-	bool has_until;         /* until=head or until=N */
-	bool until_head;        /* until=head (resolved later against the database head) */
-	uint64_t until;         /* until=N */
-	char *access_token;     /* owned; access_token= when query tokens are allowed, else NULL */
+	bool has_until;     /* until=head or until=N */
+	bool until_head;    /* until=head (resolved later against the database head) */
+	uint64_t until;     /* until=N */
+	char *access_token; /* owned; access_token= when query tokens are allowed, else NULL */
 } streamreq;
 
 /* Why a request is refused: a status and static texts for the problem document. */
 typedef struct streamreq_problem {
-	int status;             /* 400 or 406 */
+	int status; /* 400 or 406 */
 	const char *title;
 	const char *detail;
 } streamreq_problem;
@@ -49,7 +49,7 @@ typedef struct streamreq_problem {
  * why, *r holds nothing (finished already).
  */
 st_err streamreq_parse(const char *query, const char *accept, const char *last_event_id, bool keep_query_token,
-                       streamreq *r, streamreq_problem *why);
+		       streamreq *r, streamreq_problem *why);
 
 /* Frees what *r owns (safe on a zeroed or finished one). */
 void streamreq_fini(streamreq *r);

@@ -16,8 +16,8 @@ t_accepted(void)
 		size_t n_topics;
 		const char *topic0;
 		enum frame_format fmt;
-		int after;      /* -1: none */
-		int until;      /* -1: none, -2: head */
+		int after; /* -1: none */
+		int until; /* -1: none, -2: head */
 		const char *token;
 	} cases[] = {
 		{ "topic=a", NULL, NULL, false, 1, "a", FRAME_SSE, -1, -1, NULL },
@@ -25,7 +25,8 @@ t_accepted(void)
 		{ "topic=a&format=ndjson", "text/event-stream", NULL, false, 1, "a", FRAME_NDJSON, -1, -1, NULL },
 		{ "topic=a&format=json-seq", NULL, NULL, false, 1, "a", FRAME_JSONSEQ, -1, -1, NULL },
 		{ "topic=a", "application/x-ndjson", NULL, false, 1, "a", FRAME_NDJSON, -1, -1, NULL },
-		{ "topic=a", "application/json-seq;q=1, text/event-stream", NULL, false, 1, "a", FRAME_JSONSEQ, -1, -1, NULL },
+		{ "topic=a", "application/json-seq;q=1, text/event-stream", NULL, false, 1, "a", FRAME_JSONSEQ, -1, -1,
+		  NULL },
 		{ "topic=a", "text/event-stream;q=0, application/*", NULL, false, 1, "a", FRAME_NDJSON, -1, -1, NULL },
 		{ "topic=a", "*/*", NULL, false, 1, "a", FRAME_SSE, -1, -1, NULL },
 		{ "topic=a", "TEXT/EVENT-STREAM", NULL, false, 1, "a", FRAME_SSE, -1, -1, NULL },
@@ -42,11 +43,12 @@ t_accepted(void)
 	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
 		streamreq r;
 		streamreq_problem why = { 0 };
-		st_err rv = streamreq_parse(cases[i].query, cases[i].accept, cases[i].lei, cases[i].keep_token, &r, &why);
+		st_err rv =
+			streamreq_parse(cases[i].query, cases[i].accept, cases[i].lei, cases[i].keep_token, &r, &why);
 
 		fprintf(stderr, "  case %zu: %s | %s | %s -> %s %s\n", i, cases[i].query,
-		        cases[i].accept ? cases[i].accept : "-", cases[i].lei ? cases[i].lei : "-", st_err_str(rv),
-		        rv == ST_OK ? "" : why.detail);
+			cases[i].accept ? cases[i].accept : "-", cases[i].lei ? cases[i].lei : "-", st_err_str(rv),
+			rv == ST_OK ? "" : why.detail);
 		ST_CHECK(rv == ST_OK);
 		if (rv != ST_OK)
 			continue;
@@ -100,7 +102,7 @@ t_refused(void)
 		st_err rv = streamreq_parse(cases[i].query, cases[i].accept, cases[i].lei, false, &r, &why);
 
 		fprintf(stderr, "  case %zu: %s -> %s %d %s\n", i, cases[i].query ? cases[i].query : "(none)",
-		        st_err_str(rv), why.status, why.detail ? why.detail : "");
+			st_err_str(rv), why.status, why.detail ? why.detail : "");
 		ST_CHECK(rv == ST_EINVAL);
 		ST_CHECK_EQ_U64(why.status, cases[i].status);
 		ST_CHECK_STR(why.detail, cases[i].detail);

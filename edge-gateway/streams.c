@@ -55,12 +55,12 @@ static const char *const outcome_names[OUT_COUNT] = { "complete", "failure", "re
 static const char *const replay_result_names[RR_COUNT] = { "ok", "replay_cap", "cursor_expired", "future", "error" };
 
 struct streams {
-	stream_env env;          /* what every stream borrows */
+	stream_env env; /* what every stream borrows */
 	streams_config cfg;
-	st_dlink all;            /* every stream (stream_reg.link), newest first */
-	size_t n_streams;        /* streams in the registry (a started response or a pending check) */
-	size_t n_until;          /* streams with an until bound */
-	uint64_t head;           /* the history head (sequencer) */
+	st_dlink all;     /* every stream (stream_reg.link), newest first */
+	size_t n_streams; /* streams in the registry (a started response or a pending check) */
+	size_t n_until;   /* streams with an until bound */
+	uint64_t head;    /* the history head (sequencer) */
 	bool head_known;
 	bool draining;
 	void (*drain_done)(void *arg);
@@ -68,13 +68,13 @@ struct streams {
 	struct event *ev_heartbeat;
 	struct event *ev_grace;
 	struct event *ev_drain_done;
-	stream_reg *hb_cursor;   /* where the heartbeat sweep goes on */
-	st_dlink behind;         /* live streams holding the intake back, flow control (stream_reg.blink) */
-	st_dlink untils;         /* streams with an until bound: visited when the head moves (stream_reg.ulink) */
+	stream_reg *hb_cursor; /* where the heartbeat sweep goes on */
+	st_dlink behind;       /* live streams holding the intake back, flow control (stream_reg.blink) */
+	st_dlink untils;       /* streams with an until bound: visited when the head moves (stream_reg.ulink) */
 	bool hb_sweeping;
-	frame *heartbeat;        /* one shared heartbeat frame, owned */
+	frame *heartbeat; /* one shared heartbeat frame, owned */
 	st_gauge *m_open;
-	refusals refusals;       /* the retryable refusals' jitter and counters; streams borrow it (env) */
+	refusals refusals; /* the retryable refusals' jitter and counters; streams borrow it (env) */
 	st_counter *m_auth[ST_AUTH_RESULT_COUNT]; /* refusals by reason; [ST_AUTH_OK] unused */
 };
 
@@ -249,14 +249,14 @@ streams_authorize(streams *ss, http_req *req, const streamreq *rq, uint64_t *exp
 	 */
 	if (http_req_header(req, "Origin") != NULL && !http_req_cors_allowed(req) &&
 	    st_auth_token_extract(authorization, cookie, st_auth_store_cookie_name(ss->cfg.auth), rq->access_token,
-	                          st_auth_store_query_token(ss->cfg.auth), &tok, &len) == ST_AUTH_SRC_COOKIE) {
+				  st_auth_store_query_token(ss->cfg.auth), &tok, &len) == ST_AUTH_SRC_COOKIE) {
 		st_counter_inc(ss->m_auth[ST_AUTH_FORBIDDEN]);
 		st_debug("stream refused (forbidden): a cookie token from an origin not in --cors-origins");
 		http_reply_problem(req, 403, NULL, "Forbidden", "a cookie is not accepted from this origin", NULL);
 		return false;
 	}
 	r = st_auth_store_check(ss->cfg.auth, authorization, cookie, rq->access_token, (const char *const *)rq->topics,
-	                        rq->topic_lens, rq->n_topics, exp, key_id, &why);
+				rq->topic_lens, rq->n_topics, exp, key_id, &why);
 	if (r == ST_AUTH_OK)
 		return true;
 	st_counter_inc(ss->m_auth[r]);
@@ -264,15 +264,15 @@ streams_authorize(streams *ss, http_req *req, const streamreq *rq, uint64_t *exp
 	switch (r) {
 	case ST_AUTH_MISSING:
 		http_reply_problem(req, 401, NULL, "Unauthorized", "this stream needs a bearer token",
-		                   "WWW-Authenticate: Bearer\r\n");
+				   "WWW-Authenticate: Bearer\r\n");
 		break;
 	case ST_AUTH_FORBIDDEN:
 		http_reply_problem(req, 403, NULL, "Forbidden", "the token does not allow every requested topic",
-		                   "WWW-Authenticate: Bearer error=\"insufficient_scope\"\r\n");
+				   "WWW-Authenticate: Bearer error=\"insufficient_scope\"\r\n");
 		break;
 	default:
 		http_reply_problem(req, 401, NULL, "Unauthorized", "the bearer token is not valid",
-		                   "WWW-Authenticate: Bearer error=\"invalid_token\"\r\n");
+				   "WWW-Authenticate: Bearer error=\"invalid_token\"\r\n");
 		break;
 	}
 	return false;
@@ -289,7 +289,7 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 	uint64_t exp = 0, key_id = 0;
 
 	if (streamreq_parse(http_req_query(req), http_req_header(req, "Accept"), http_req_header(req, "Last-Event-ID"),
-	                    ss->cfg.auth != NULL && st_auth_store_query_token(ss->cfg.auth), &rq, &why) != ST_OK) {
+			    ss->cfg.auth != NULL && st_auth_store_query_token(ss->cfg.auth), &rq, &why) != ST_OK) {
 		http_reply_problem(req, why.status, NULL, why.title, why.detail, NULL);
 		goto out;
 	}
@@ -335,9 +335,9 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 			char text[64];
 
 			st_debug("stream refused: %s holds its maximum of streams",
-			         iplimit_addr_str(ip, text, sizeof(text)));
+				 iplimit_addr_str(ip, text, sizeof(text)));
 			refusal_send_jittered(&ss->refusals, req, rq.fmt, REFUSAL_IP_LIMIT,
-			                      "too many streams from this address");
+					      "too many streams from this address");
 			goto out;
 		}
 		ip_held = true;
@@ -350,9 +350,9 @@ streams_handle(streams *ss, http_req *req, bool ready, bool draining)
 	 * stream: it only looks.
 	 */
 	if (is_head ? ss->cfg.max_streams && st_gauge_get(ss->m_open) >= (int64_t)ss->cfg.max_streams
-	            : !streams_slot_reserve(ss)) {
+		    : !streams_slot_reserve(ss)) {
 		refusal_send_jittered(&ss->refusals, req, rq.fmt, REFUSAL_OVERLOADED,
-		                      "this edge serves its maximum of streams");
+				      "this edge serves its maximum of streams");
 		goto out;
 	}
 	if (is_head) {
@@ -520,7 +520,8 @@ streams_keys_changed(streams *ss)
 		ended += stream_key_check(r->s); /* may free r's stream, never another */
 	}
 	if (ended > 0)
-		st_info("keys reloaded: %zu streams verified by a removed key told to reconnect (token_expired)", ended);
+		st_info("keys reloaded: %zu streams verified by a removed key told to reconnect (token_expired)",
+			ended);
 }
 
 bool
@@ -540,7 +541,7 @@ streams_count(const streams *ss)
 /* One counter per label value, values[from..n): one family, its help on the first. */
 static void
 counter_family(st_metrics *m, const char *name, const char *key, const char *const *values, int from, int n,
-               const char *help, st_counter **out)
+	       const char *help, st_counter **out)
 {
 	char labels[64];
 
@@ -558,36 +559,36 @@ streams_metrics_new(st_metrics *m)
 	const char *refusal_names[REFUSAL_RETRY_COUNT];
 
 	sm->dropped.coalesced = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"coalesced\"",
-	                                           "Frames dropped from stream queues, by reason (ADR-0197).");
+						   "Frames dropped from stream queues, by reason (ADR-0197).");
 	sm->dropped.overflow = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"overflow\"", NULL);
 	sm->dropped.replay = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"replay\"", NULL);
 	sm->dropped.blocked = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"blocked\"", NULL);
 	sm->open = st_metrics_gauge(m, "studio_streams_open", NULL, "Streams open now.");
 	counter_family(m, "studio_stream_outcomes_total", "outcome", outcome_names, 0, OUT_COUNT,
-	               "Streams ended, by outcome (ADR-WEB-ADV-001).", sm->outcome);
+		       "Streams ended, by outcome (ADR-WEB-ADV-001).", sm->outcome);
 	counter_family(m, "studio_replay_total", "result", replay_result_names, 0, RR_COUNT,
-	               "Resume requests, by result.", sm->replay);
-	sm->frames = st_metrics_counter(m, "studio_frames_delivered_total", NULL,
-	                                "Frames handed to client connections.");
+		       "Resume requests, by result.", sm->replay);
+	sm->frames =
+		st_metrics_counter(m, "studio_frames_delivered_total", NULL, "Frames handed to client connections.");
 	sm->refused = st_metrics_counter(m, "studio_ids_refused_total", NULL,
-	                                 "Frames refused because their id would repeat or regress.");
+					 "Frames refused because their id would repeat or regress.");
 	sm->seam_overlap = st_metrics_counter(m, "studio_seam_overlap_total", NULL,
-	                                      "Live frames dropped at the resume seam because the replay sent them.");
+					      "Live frames dropped at the resume seam because the replay sent them.");
 	sm->seam_gap = st_metrics_counter(m, "studio_seam_gaps_total", NULL,
-	                                  "Resume seams that would have left a hole (answered with resync gap).");
+					  "Resume seams that would have left a hole (answered with resync gap).");
 	for (int i = 0; i < REFUSAL_RETRY_COUNT; i++)
 		refusal_names[i] = refusal_name((enum refusal)i);
 	counter_family(m, "studio_stream_refusals_total", "reason", refusal_names, 0, REFUSAL_RETRY_COUNT,
-	               "Stream requests refused with a retry hint, by reason.", sm->refusal);
+		       "Stream requests refused with a retry hint, by reason.", sm->refusal);
 	sm->replay_rows = st_metrics_counter(m, "studio_replay_rows_total", NULL,
-	                                     "Rows replays received from the database (each row once).");
+					     "Rows replays received from the database (each row once).");
 	for (int i = 0; i < ST_AUTH_RESULT_COUNT; i++)
 		auth_names[i] = st_auth_result_name((enum st_auth_result)i);
 	counter_family(m, "studio_auth_refused_total", "reason", auth_names, ST_AUTH_MISSING, ST_AUTH_RESULT_COUNT,
-	               "Stream requests refused by access control, by reason.", sm->auth);
+		       "Stream requests refused by access control, by reason.", sm->auth);
 	sm->ip_refused = st_metrics_counter(m, "studio_ip_limit_refused_total", NULL,
-	                                    "Stream requests refused by --max-streams-per-ip "
-	                                    "(SSE: reconnect overloaded; NDJSON, JSON-seq: 429).");
+					    "Stream requests refused by --max-streams-per-ip "
+					    "(SSE: reconnect overloaded; NDJSON, JSON-seq: 429).");
 	/* The per-address refusal is answered like the others (refusal.h), counted in its own family. */
 	sm->refusal[REFUSAL_IP_LIMIT] = sm->ip_refused;
 	return sm;
@@ -609,7 +610,7 @@ streams_metrics_open(const streams_metrics *sm)
 
 streams *
 streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, const st_clock *clock,
-            const streams_config *cfg)
+	    const streams_config *cfg)
 {
 	streams *ss = st_xcalloc(1, sizeof(*ss));
 	stream_env *env = &ss->env;
@@ -645,7 +646,7 @@ streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, co
 	st_dlist_init(&ss->untils);
 	/* Jitter only spreads retries; any seed that differs between registries will do. */
 	refusal_init(&ss->refusals, (st_clock_now(clock) << 20) ^ (uint64_t)(uintptr_t)ss ^ 0x9e3779b97f4a7c15u,
-	             sm->refusal);
+		     sm->refusal);
 	env->refusals = &ss->refusals;
 	ss->ev_heartbeat = event_new(base, -1, 0, heartbeat_cb, ss);
 	ss->ev_grace = event_new(base, -1, 0, grace_cb, ss);

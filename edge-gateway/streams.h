@@ -43,10 +43,10 @@ struct event_base;
 typedef struct streams streams;
 
 typedef struct streams_config {
-	uint64_t replay_cap;      /* more events than this to replay -> resync replay_cap */
-	uint32_t heartbeat_ms;    /* heartbeat interval */
-	uint32_t max_streams;     /* 429 beyond (counted over every registry sharing the metrics) */
-	uint32_t drain_grace_ms;  /* reconnect hints are spread over this; the rest is closed after it */
+	uint64_t replay_cap;     /* more events than this to replay -> resync replay_cap */
+	uint32_t heartbeat_ms;   /* heartbeat interval */
+	uint32_t max_streams;    /* 429 beyond (counted over every registry sharing the metrics) */
+	uint32_t drain_grace_ms; /* reconnect hints are spread over this; the rest is closed after it */
 	/*
 	 * Access control (auth.h), borrowed, shared by every registry; NULL:
 	 * nothing is checked.  With it, GET and HEAD need a token covering
@@ -77,7 +77,7 @@ size_t streams_metrics_open(const streams_metrics *sm);
  * cfg->max_streams bounds the streams open in every registry sharing sm.
  */
 streams *streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, const st_clock *clock,
-                     const streams_config *cfg);
+		     const streams_config *cfg);
 /* Frees the registry.  Call after http_server_free (which closed every
  * started stream); requests still waiting for the database get 503.  NULL-safe. */
 void streams_free(streams *ss);

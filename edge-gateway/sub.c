@@ -61,19 +61,19 @@
 typedef struct slot {
 	_Atomic uint32_t dialer_id; /* 0: free */
 	atomic_int pipes;
-	nng_dialer d;               /* loop thread */
-	char addr[SUB_URL_MAX];     /* loop thread; "" when free */
+	nng_dialer d;           /* loop thread */
+	char addr[SUB_URL_MAX]; /* loop thread; "" when free */
 } slot;
 
 typedef struct url {
-	sub *owner;              /* the sub it is part of (lookup callbacks) */
-	st_resolve_req *lookup;  /* the lookup out, or NULL; the resolver's */
-	struct event *ev_timer;  /* owned (DNS URLs): the next lookup; one-shot */
-	reresolve backoff;       /* loop thread */
-	uint64_t due_ms;         /* when ev_timer fires (st_clock_system), if pending; loop thread */
-	atomic_bool posted;      /* a pipe change is posted and not yet seen by the loop */
+	sub *owner;             /* the sub it is part of (lookup callbacks) */
+	st_resolve_req *lookup; /* the lookup out, or NULL; the resolver's */
+	struct event *ev_timer; /* owned (DNS URLs): the next lookup; one-shot */
+	reresolve backoff;      /* loop thread */
+	uint64_t due_ms;        /* when ev_timer fires (st_clock_system), if pending; loop thread */
+	atomic_bool posted;     /* a pipe change is posted and not yet seen by the loop */
 	char text[SUB_URL_MAX];
-	char scheme[8];          /* "tcp" or "tls+tcp": what resolved addresses are dialed with */
+	char scheme[8]; /* "tcp" or "tls+tcp": what resolved addresses are dialed with */
 	bool dns;
 	char host[SUB_URL_MAX];
 	char port[16];
@@ -95,12 +95,12 @@ struct sub {
 	void *arg;
 	url *urls;
 	size_t n;
-	slot *slots;              /* n * SUB_MAX_ADDRS */
-	st_resolver *res;         /* owned; NULL: no DNS URL */
-	st_mailbox *pipe_mb;      /* owned: pipe changes of DNS URLs, nng threads -> loop */
-	bool closing;             /* sub_free has begun: changes still delivered are ignored */
+	slot *slots;         /* n * SUB_MAX_ADDRS */
+	st_resolver *res;    /* owned; NULL: no DNS URL */
+	st_mailbox *pipe_mb; /* owned: pipe changes of DNS URLs, nng threads -> loop */
+	bool closing;        /* sub_free has begun: changes still delivered are ignored */
 	bool paused;
-	int recv_fd;              /* NNG_OPT_RECVFD: readable while a message is queued; never read */
+	int recv_fd; /* NNG_OPT_RECVFD: readable while a message is queued; never read */
 
 	atomic_ullong received;
 	atomic_ullong errors;
@@ -459,7 +459,8 @@ sub_new(struct event_base *base, const char *const *urls, size_t n, sub_fn fn, v
 		goto nng_fail;
 	s->recv_fd = fd;
 	s->ev = event_new(base, fd, EV_READ | EV_PERSIST, on_recv, s);
-	if (s->ev == NULL || event_add(s->ev, NULL) != 0 || (s->pipe_mb = st_mailbox_new(base, on_pipe_change, s)) == NULL) {
+	if (s->ev == NULL || event_add(s->ev, NULL) != 0 ||
+	    (s->pipe_mb = st_mailbox_new(base, on_pipe_change, s)) == NULL) {
 		st_error("sub: libevent failed");
 		goto fail;
 	}

@@ -39,7 +39,7 @@ typedef struct sub sub;
 /* Messages nng queues for us: a writer's flush of 20,000 events is 79 messages
  * of 256 events, so two writers' bursts fit while the intake pauses. */
 #define SUB_RECVBUF 256
-#define SUB_MAX_ADDRS 32u   /* addresses dialed per DNS name */
+#define SUB_MAX_ADDRS 32u /* addresses dialed per DNS name */
 #define SUB_RESOLVE_MS 10000u
 /* The first lookup after a writer's pipe went away (then doubling). */
 #define SUB_RERESOLVE_MIN_MS 250u

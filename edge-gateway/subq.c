@@ -35,12 +35,12 @@
 struct subq {
 	const st_clock *clk;
 	const subq_counters *ctr;
-	frame **ring;     /* cap slots, NULL when cap == 0 */
-	uint16_t *idx;    /* signal index: ring slot + 1, 0 = free; idx_cap slots */
+	frame **ring;  /* cap slots, NULL when cap == 0 */
+	uint16_t *idx; /* signal index: ring slot + 1, 0 = free; idx_cap slots */
 	size_t bytes;
 	uint64_t overflow_at[SUBQ_OVERFLOW_LIMIT - 1]; /* previous overflows, oldest first */
 	uint64_t overflow_seq;
-	uint32_t head;    /* position of the oldest frame */
+	uint32_t head; /* position of the oldest frame */
 	uint32_t count;
 	uint16_t cap;
 	uint16_t idx_cap;

@@ -109,7 +109,7 @@ frame *subq_pop(subq *q);
 frame *subq_peek(const subq *q);
 
 size_t subq_count(const subq *q);
-size_t subq_bytes(const subq *q); /* sum of frame_cost of queued frames */
+size_t subq_bytes(const subq *q);    /* sum of frame_cost of queued frames */
 bool subq_is_dropped(const subq *q); /* SUBQ_DROP happened (slow_consumer or blocked) */
 bool subq_is_closed(const subq *q);  /* a terminal frame is queued or was written: pushes refused */
 bool subq_hold_overflowed(const subq *q);

@@ -54,15 +54,15 @@ pop_seq(subq *q)
 	return s;
 }
 
-#define CHECK_HEAD(q, want)                                      \
-	do {                                                     \
-		size_t l_;                                       \
-		frame *h_ = subq_peek(q);                        \
-		ST_CHECK(h_ != NULL);                            \
-		if (h_) {                                        \
+#define CHECK_HEAD(q, want)                                       \
+	do {                                                      \
+		size_t l_;                                        \
+		frame *h_ = subq_peek(q);                         \
+		ST_CHECK(h_ != NULL);                             \
+		if (h_) {                                         \
 			const char *e_ = frame_envelope(h_, &l_); \
-			ST_CHECK_MEM(e_, l_, (want));            \
-		}                                                \
+			ST_CHECK_MEM(e_, l_, (want));             \
+		}                                                 \
 	} while (0)
 
 /* Fills q with data frames seq first.. so that it holds exactly SUBQ_MAX_FRAMES. */
@@ -286,7 +286,7 @@ t_hold_mode(void)
 	setup();
 	q = subq_new(&clk.clock, &ctr, true);
 	ST_CHECK(push(q, item(1, 1, false), 0) == SUBQ_QUEUED);
-	ST_CHECK(push(q, item(2, 1, false), 0) == SUBQ_COALESCED); /* coalescing applies */
+	ST_CHECK(push(q, item(2, 1, false), 0) == SUBQ_COALESCED);  /* coalescing applies */
 	ST_CHECK(push(q, item(3, 2, true), 999999) == SUBQ_QUEUED); /* blocked_ms ignored */
 	seq = fill(q, 4);
 	ST_CHECK(!subq_hold_overflowed(q));
@@ -389,7 +389,11 @@ static void
 t_index_model(void)
 {
 	enum { N = 1200 };
-	struct { uint64_t seq; unsigned res; bool sig; } model[N];
+	struct {
+		uint64_t seq;
+		unsigned res;
+		bool sig;
+	} model[N];
 	size_t mn = 0, maxn = 0;
 	uint32_t rnd = 12345;
 	uint64_t seq = 1, coalesced = 0;

@@ -44,7 +44,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		FUZZ_CHECK(rv == ST_OK || rv == ST_EINVAL, "keys: %d", (int)rv);
 		FUZZ_CHECK((rv == ST_OK) == (ks != NULL), "keys: result and set disagree");
-		FUZZ_CHECK(rv != ST_OK || (st_auth_keys_count(ks) >= 1 && st_auth_keys_count(ks) <= ST_AUTH_KEYS_MAX), "count");
+		FUZZ_CHECK(rv != ST_OK || (st_auth_keys_count(ks) >= 1 && st_auth_keys_count(ks) <= ST_AUTH_KEYS_MAX),
+			   "count");
 		FUZZ_CHECK(rv == ST_OK || why[0] != '\0', "refused without a reason");
 		st_auth_keys_unref(ks);
 		return 0;
@@ -65,8 +66,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		const char *tok = NULL;
 		size_t len = 0;
 		bool allow = (data[0] & 2) != 0;
-		enum st_auth_source src = st_auth_token_extract(parts[0], parts[1], (data[0] & 4) ? "sid" : NULL, parts[2],
-							  allow, &tok, &len);
+		enum st_auth_source src = st_auth_token_extract(parts[0], parts[1], (data[0] & 4) ? "sid" : NULL,
+								parts[2], allow, &tok, &len);
 		st_auth_policy pol = { .leeway_s = 30, .audience = (data[0] & 8) ? "a" : NULL };
 		st_auth_grant *g = NULL;
 

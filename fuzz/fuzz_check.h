@@ -17,15 +17,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define FUZZ_CHECK(cond, ...)                                                              \
-	do {                                                                               \
-		if (!(cond)) {                                                             \
-			fprintf(stderr, "\nFUZZ_CHECK failed at %s:%d: %s\n  ", __FILE__, \
-			        __LINE__, #cond);                                          \
-			fprintf(stderr, __VA_ARGS__);                                      \
-			fputc('\n', stderr);                                               \
-			abort();                                                           \
-		}                                                                          \
+#define FUZZ_CHECK(cond, ...)                                                                               \
+	do {                                                                                                \
+		if (!(cond)) {                                                                              \
+			fprintf(stderr, "\nFUZZ_CHECK failed at %s:%d: %s\n  ", __FILE__, __LINE__, #cond); \
+			fprintf(stderr, __VA_ARGS__);                                                       \
+			fputc('\n', stderr);                                                                \
+			abort();                                                                            \
+		}                                                                                           \
 	} while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -81,8 +81,8 @@ check_get(const st_http_head *h, const char *name)
 static void
 check_accepted(const st_http_head *h, const char *buf, size_t hl)
 {
-	static const char *const names[] = {"Host",   "Last-Event-ID",  "Origin", "Connection",
-	                                    "Accept", "Content-Length", "X-Fuzz"};
+	static const char *const names[] = { "Host",   "Last-Event-ID",  "Origin", "Connection",
+					     "Accept", "Content-Length", "X-Fuzz" };
 	const char *m = h->method, *p = h->path, *q = h->query;
 	size_t ml, pl;
 
@@ -108,7 +108,7 @@ check_accepted(const st_http_head *h, const char *buf, size_t hl)
 	FUZZ_CHECK(fuzz_within(q, strlen(q) + 1, buf, hl + 1) || q[0] == '\0', "query outside the head");
 	for (const char *c = q; *c; c++)
 		FUZZ_CHECK((unsigned char)*c > 0x20 && (unsigned char)*c < 0x7f && *c != '#', "query byte 0x%02x",
-		           (unsigned char)*c);
+			   (unsigned char)*c);
 	FUZZ_CHECK(h->nfields <= 100, "%u fields", (unsigned)h->nfields);
 	for (unsigned i = 0; i < h->nfields; i++) {
 		const char *n, *v;
@@ -123,7 +123,7 @@ check_accepted(const st_http_head *h, const char *buf, size_t hl)
 		for (size_t j = 0; j < nl; j++)
 			FUZZ_CHECK(tchar((unsigned char)n[j]), "field name byte 0x%02x", (unsigned char)n[j]);
 		FUZZ_CHECK(vl == 0 || (v[0] != ' ' && v[0] != '\t' && v[vl - 1] != ' ' && v[vl - 1] != '\t'),
-		           "field %s not trimmed", n);
+			   "field %s not trimmed", n);
 		for (size_t j = 0; j < vl; j++)
 			FUZZ_CHECK(!ctl((unsigned char)v[j]), "field %s: control byte 0x%02x", n, (unsigned char)v[j]);
 		/* The first few names only: every name would cost O(fields^2) per input. */
@@ -151,7 +151,7 @@ check_round_trip(const st_http_head *h)
 
 	st_buf_init(&b);
 	st_buf_printf(&b, "%s %s%s%s HTTP/1.%c\r\n", h->method, h->path, h->query[0] ? "?" : "", h->query,
-	              h->keep_alive ? '1' : '0');
+		      h->keep_alive ? '1' : '0');
 	for (unsigned i = 0; i < h->nfields; i++)
 		st_buf_printf(&b, "%s: %s\r\n", h->buf + h->fields[i].name, h->buf + h->fields[i].value);
 	st_buf_puts(&b, "\r\n");
@@ -162,16 +162,16 @@ check_round_trip(const st_http_head *h)
 	rv = st_http_parse_head(&h2, buf2, n);
 	FUZZ_CHECK(rv == ST_OK, "canonical head refused: %d %s\n%s", h2.status, h2.detail ? h2.detail : "", b.p);
 	FUZZ_CHECK(strcmp(h2.method, h->method) == 0 && strcmp(h2.path, h->path) == 0 &&
-	                   strcmp(h2.query, h->query) == 0,
-	           "canonical head parses to another request line");
+			   strcmp(h2.query, h->query) == 0,
+		   "canonical head parses to another request line");
 	FUZZ_CHECK(h2.keep_alive == h->keep_alive, "canonical head: keep_alive %d, was %d", h2.keep_alive,
-	           h->keep_alive);
+		   h->keep_alive);
 	FUZZ_CHECK(h2.nfields == h->nfields, "canonical head: %u fields, was %u", (unsigned)h2.nfields,
-	           (unsigned)h->nfields);
+		   (unsigned)h->nfields);
 	for (unsigned i = 0; i < h->nfields; i++)
 		FUZZ_CHECK(strcmp(h2.buf + h2.fields[i].name, h->buf + h->fields[i].name) == 0 &&
-		                   strcmp(h2.buf + h2.fields[i].value, h->buf + h->fields[i].value) == 0,
-		           "canonical head: field %u differs", i);
+				   strcmp(h2.buf + h2.fields[i].value, h->buf + h->fields[i].value) == 0,
+			   "canonical head: field %u differs", i);
 	free(buf2);
 	st_buf_fini(&b);
 }
@@ -213,8 +213,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (rv != ST_OK) {
 			FUZZ_CHECK(rv == ST_EPROTO, "st_http_parse_head returned %d", (int)rv);
 			FUZZ_CHECK(h.status == 400 || h.status == 405 || h.status == 413 || h.status == 431 ||
-			                   h.status == 505,
-			           "refusal status %d", h.status);
+					   h.status == 505,
+				   "refusal status %d", h.status);
 			FUZZ_CHECK(h.detail && h.detail[0] && !strchr(h.detail, '\n'), "refusal detail");
 			free(buf);
 			break; /* the server answers and closes */

@@ -122,7 +122,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	size_t len = strnlen((const char *)data, size), nref = 0;
 	char *q = malloc(len + 1);
-	struct sink s = {0, SIZE_MAX};
+	struct sink s = { 0, SIZE_MAX };
 	bool ok;
 	st_err rv;
 
@@ -141,10 +141,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(s.n == nref, "%zu pairs, reference %zu", s.n, nref);
 	for (size_t i = 0; i < nref; i++)
 		FUZZ_CHECK(got[i].kl == ref[i].kl && memcmp(got[i].k, ref[i].k, ref[i].kl) == 0 &&
-		                   got[i].vl == ref[i].vl && memcmp(got[i].v, ref[i].v, ref[i].vl) == 0,
-		           "pair %zu differs from the reference", i);
+				   got[i].vl == ref[i].vl && memcmp(got[i].v, ref[i].v, ref[i].vl) == 0,
+			   "pair %zu differs from the reference", i);
 	if (nref > 0) {
-		struct sink s2 = {0, (size_t)data[0] % nref};
+		struct sink s2 = { 0, (size_t)data[0] % nref };
 
 		rv = http_query_each(q, on_pair, &s2);
 		FUZZ_CHECK(rv == ST_EBUSY, "fn's ST_EBUSY came back as %d", (int)rv);

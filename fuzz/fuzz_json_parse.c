@@ -87,7 +87,8 @@ walk(const st_json *j, int node, int depth)
 		}
 		FUZZ_CHECK(st_json_at(j, node, count) == -1, "node %d: st_json_at past the end", node);
 		if (t == ST_JSON_OBJECT)
-			FUZZ_CHECK(st_json_key_at(j, node, count) == NULL, "node %d: st_json_key_at past the end", node);
+			FUZZ_CHECK(st_json_key_at(j, node, count) == NULL, "node %d: st_json_key_at past the end",
+				   node);
 		else
 			FUZZ_CHECK(st_json_get(j, node, "") == -1, "node %d: st_json_get on an array", node);
 		break;
@@ -107,7 +108,7 @@ walk(const st_json *j, int node, int depth)
 
 		FUZZ_CHECK(count == 0, "number with count %zu", count);
 		FUZZ_CHECK(ra == rb && (ra != ST_OK || a == b), "node %d: st_json_u64 %d/%llu vs reference %d/%llu",
-		           node, (int)ra, (unsigned long long)a, (int)rb, (unsigned long long)b);
+			   node, (int)ra, (unsigned long long)a, (int)rb, (unsigned long long)b);
 		break;
 	}
 	default:
@@ -131,7 +132,7 @@ escape_round_trip(const char *s, size_t n)
 	FUZZ_CHECK(st_json_escaped_len(s, n) == b.len, "st_json_escaped_len differs from what st_json_escape wrote");
 	/* Valid JSON whatever s holds (the DOM below refuses \u0000, so NULs are checked here only). */
 	FUZZ_CHECK(st_json_compact(b.p, b.len, NULL, NULL, NULL) == ST_OK && b.len >= 2 && b.p[0] == '"',
-	           "st_json_escape output is not a JSON string");
+		   "st_json_escape output is not a JSON string");
 	if (!st_utf8_valid(s, n)) {
 		st_buf_fini(&b);
 		return;
@@ -164,7 +165,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	st_json_free(j);
 	if (nodes > 1) {
 		FUZZ_CHECK(st_json_parse(in, size, nodes - 1, &j2) == ST_EINVAL, "accepted with max_nodes = %zu < %zu",
-		           nodes - 1, nodes);
+			   nodes - 1, nodes);
 		st_json_free(j2);
 	}
 	return 0;

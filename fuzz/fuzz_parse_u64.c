@@ -52,7 +52,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	FUZZ_CHECK(ra == rb, "st_parse_u64 returns %d, reference %d (len %zu)", (int)ra, (int)rb, size);
 	FUZZ_CHECK(ra != ST_OK || a == b, "st_parse_u64 value %llu, reference %llu", (unsigned long long)a,
-	           (unsigned long long)b);
+		   (unsigned long long)b);
 	if (size >= 8) {
 		uint64_t v, back = 0;
 		char buf[21];
@@ -62,7 +62,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		n = st_fmt_u64(buf, v);
 		FUZZ_CHECK(n >= 1 && n <= 20, "st_fmt_u64 length %zu", n);
 		FUZZ_CHECK(st_parse_u64(buf, n, &back) == ST_OK && back == v, "fmt/parse round trip of %llu",
-		           (unsigned long long)v);
+			   (unsigned long long)v);
 	}
 	return 0;
 }

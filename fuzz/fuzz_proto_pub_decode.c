@@ -40,7 +40,7 @@ check_event(const proto_pub_event *ev, size_t i, const uint8_t *data, size_t siz
 	}
 	if (ev->has_data) {
 		FUZZ_CHECK(ev->data.len >= 1 && ev->data.len <= PROTO_MAX_DATA, "event %zu: data len %zu", i,
-		           ev->data.len);
+			   ev->data.len);
 		FUZZ_CHECK(st_utf8_valid(ev->data.p, ev->data.len), "event %zu: data not UTF-8 or has NUL", i);
 		FUZZ_CHECK(fuzz_within(ev->data.p, ev->data.len, data, size), "event %zu: data outside the input", i);
 	}
@@ -60,8 +60,8 @@ check_same(const proto_pub *a, const proto_pub *b)
 		const proto_pub_event *x = proto_pub_event_at(a, i), *y = proto_pub_event_at(b, i);
 
 		FUZZ_CHECK(x->seq == y->seq && str_eq(x->topic, y->topic) && x->n_about == y->n_about &&
-		                   x->has_data == y->has_data && (!x->has_data || str_eq(x->data, y->data)),
-		           "round trip: event %zu differs", i);
+				   x->has_data == y->has_data && (!x->has_data || str_eq(x->data, y->data)),
+			   "round trip: event %zu differs", i);
 		for (uint32_t k = 0; k < x->n_about; k++)
 			FUZZ_CHECK(str_eq(x->about[k], y->about[k]), "round trip: event %zu about[%u] differs", i, k);
 	}
@@ -103,12 +103,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 			FUZZ_CHECK(ev != NULL, "event %zu is NULL", i);
 			FUZZ_CHECK(ev->seq > last, "event %zu: seq %llu not above %llu", i, (unsigned long long)ev->seq,
-			           (unsigned long long)last);
+				   (unsigned long long)last);
 			last = ev->seq;
 			check_event(ev, i, data, size);
 		}
 		FUZZ_CHECK(proto_pub_head(m) == last, "head %llu is not the last seq %llu",
-		           (unsigned long long)proto_pub_head(m), (unsigned long long)last);
+			   (unsigned long long)proto_pub_head(m), (unsigned long long)last);
 		evs = malloc(n * sizeof(*evs));
 		FUZZ_CHECK(evs != NULL, "malloc");
 		for (size_t i = 0; i < n; i++)
@@ -117,11 +117,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		free(evs);
 		break;
 	}
-	case PROTO_PUB_TICK:
-		proto_pub_tick_encode(&b, writer, proto_pub_head(m));
-		break;
-	default:
-		FUZZ_CHECK(0, "kind %d", (int)proto_pub_kind(m));
+	case PROTO_PUB_TICK: proto_pub_tick_encode(&b, writer, proto_pub_head(m)); break;
+	default: FUZZ_CHECK(0, "kind %d", (int)proto_pub_kind(m));
 	}
 	rv = proto_pub_decode(b.p, b.len, &m2);
 	FUZZ_CHECK(rv == ST_OK, "re-encoded message refused (%d)", (int)rv);

@@ -33,7 +33,7 @@ static void
 check_event(const proto_event *ev, size_t i, const uint8_t *data, size_t size)
 {
 	FUZZ_CHECK(fuzz_topic_ok(ev->topic.p, ev->topic.len), "event %zu: bad topic accepted (len %zu)", i,
-	           ev->topic.len);
+		   ev->topic.len);
 	FUZZ_CHECK(fuzz_within(ev->topic.p, ev->topic.len, data, size), "event %zu: topic outside the input", i);
 	FUZZ_CHECK(ev->n_about <= PROTO_MAX_ABOUT, "event %zu: %u about entries", i, ev->n_about);
 	FUZZ_CHECK(ev->n_about == 0 || ev->about != NULL, "event %zu: about is NULL", i);
@@ -55,13 +55,13 @@ check_event(const proto_event *ev, size_t i, const uint8_t *data, size_t size)
 		const char *err = NULL;
 
 		FUZZ_CHECK(ev->data.len >= 1 && ev->data.len <= PROTO_MAX_DATA, "event %zu: data len %zu", i,
-		           ev->data.len);
+			   ev->data.len);
 		tmp = malloc(ev->data.len);
 		FUZZ_CHECK(tmp != NULL, "malloc");
 		FUZZ_CHECK(st_json_compact(ev->data.p, ev->data.len, tmp, &n, &err) == ST_OK,
-		           "event %zu: stored data is not valid JSON (%s)", i, err ? err : "?");
+			   "event %zu: stored data is not valid JSON (%s)", i, err ? err : "?");
 		FUZZ_CHECK(n == ev->data.len && memcmp(tmp, ev->data.p, n) == 0,
-		           "event %zu: stored data is not in compact form", i);
+			   "event %zu: stored data is not in compact form", i);
 		free(tmp);
 	}
 }
@@ -74,9 +74,9 @@ check_same(const proto_event *a, const proto_event *b, size_t i)
 	for (uint32_t k = 0; k < a->n_about; k++)
 		FUZZ_CHECK(str_eq(a->about[k], b->about[k]), "round trip: event %zu about[%u] differs", i, k);
 	FUZZ_CHECK(a->has_data == b->has_data && (!a->has_data || str_eq(a->data, b->data)),
-	           "round trip: event %zu data differs", i);
+		   "round trip: event %zu data differs", i);
 	FUZZ_CHECK(a->has_key == b->has_key && (!a->has_key || str_eq(a->key, b->key)),
-	           "round trip: event %zu key differs", i);
+		   "round trip: event %zu key differs", i);
 }
 
 int
@@ -120,7 +120,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(proto_request_bytes(r) >= size, "proto_request_bytes %zu < input %zu", proto_request_bytes(r), size);
 	/* the writer charges proto_request_bytes_max before decoding: it must cover the result */
 	FUZZ_CHECK(proto_request_bytes(r) <= proto_request_bytes_max(size), "proto_request_bytes %zu > max %zu",
-	           proto_request_bytes(r), proto_request_bytes_max(size));
+		   proto_request_bytes(r), proto_request_bytes_max(size));
 	for (size_t i = 0; i < n; i++) {
 		const proto_event *ev = proto_request_event(r, i);
 
@@ -160,8 +160,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				for (size_t i = 0; i < n; i++)
 					check_same(&evs[i], proto_request_event(r2, i), i);
 				FUZZ_CHECK(proto_request_token_peek(m.p, m.len, &got) && got.len == 5 &&
-				                   memcmp(got.p, "a.b.c", 5) == 0,
-				           "request map: token not peeked");
+						   memcmp(got.p, "a.b.c", 5) == 0,
+					   "request map: token not peeked");
 			}
 			proto_request_free(r2);
 			st_buf_fini(&m);

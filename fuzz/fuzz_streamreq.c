@@ -43,8 +43,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			FUZZ_CHECK(strlen(r.topics[i]) == r.topic_lens[i], "topic %zu length", i);
 			for (size_t k = 0; k < i; k++)
 				FUZZ_CHECK(r.topic_lens[k] != r.topic_lens[i] ||
-				                   memcmp(r.topics[k], r.topics[i], r.topic_lens[i]) != 0,
-				           "topic %zu repeats topic %zu", i, k);
+						   memcmp(r.topics[k], r.topics[i], r.topic_lens[i]) != 0,
+					   "topic %zu repeats topic %zu", i, k);
 		}
 		FUZZ_CHECK(r.fmt == FRAME_SSE || r.fmt == FRAME_NDJSON || r.fmt == FRAME_JSONSEQ, "format %d", r.fmt);
 		FUZZ_CHECK(keep || r.access_token == NULL, "a token kept although tokens are not");

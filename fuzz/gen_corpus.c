@@ -46,14 +46,14 @@ put_s(const char *target, int i, const char *s)
 static proto_str
 S(const char *s)
 {
-	proto_str r = {s, strlen(s)};
+	proto_str r = { s, strlen(s) };
 	return r;
 }
 
 static void
 requests(void)
 {
-	static const proto_str about[] = {{"user:42", 7}, {"room/7", 6}};
+	static const proto_str about[] = { { "user:42", 7 }, { "room/7", 6 } };
 	proto_event ev[3];
 	st_buf b;
 
@@ -101,7 +101,7 @@ requests(void)
 static void
 pubs(void)
 {
-	static const proto_str about[] = {{"user:42", 7}};
+	static const proto_str about[] = { { "user:42", 7 } };
 	proto_pub_event ev[2];
 	st_buf b;
 
@@ -130,7 +130,7 @@ pubs(void)
 static void
 replies(void)
 {
-	static const uint64_t seqs[] = {1, 2, 300, 70000, 5000000000ull};
+	static const uint64_t seqs[] = { 1, 2, 300, 70000, 5000000000ull };
 	st_buf b;
 
 	st_buf_init(&b);
@@ -177,8 +177,9 @@ texts(void)
 		"\r\nGET /metrics HTTP/1.1\nContent-Length: 0\n\n",
 		"POST /x HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
 	};
-	static const char *const nums[] = {"0", "42", "18446744073709551615", "18446744073709551616",
-	                                   "00000000000000000001", "-1"};
+	static const char *const nums[] = {
+		"0", "42", "18446744073709551615", "18446744073709551616", "00000000000000000001", "-1"
+	};
 
 	for (size_t i = 0; i < sizeof(json) / sizeof(json[0]); i++) {
 		put_s("json_compact", (int)i, json[i]);
@@ -237,7 +238,7 @@ text_array(unsigned char *out, const char *const *s, uint32_t n)
 static void
 arrays(void)
 {
-	static const char *const a[] = {"user:42", "room/7", "", "caf\xc3\xa9"};
+	static const char *const a[] = { "user:42", "room/7", "", "caf\xc3\xa9" };
 	unsigned char buf[256];
 
 	put("pgarray_binary_parse", 0, buf, text_array(buf, a, 0));

@@ -39,7 +39,7 @@ main(int argc, char **argv)
 	studio_producer *p = NULL;
 	int count = argc > 3 ? atoi(argv[3]) : 3;
 	studio_event *ev;
-	char (*data)[32];
+	char(*data)[32];
 	uint64_t *seqs;
 	char why[512], base[STUDIO_KEY_BASE_MAX] = "";
 	studio_status st;

@@ -111,44 +111,44 @@ struct studio_options {
 };
 
 struct studio_producer {
-	nng_socket *socks;         /* n_urls, owned */
-	char **urls;               /* n_urls, owned copies (for messages) */
+	nng_socket *socks; /* n_urls, owned */
+	char **urls;       /* n_urls, owned copies (for messages) */
 	size_t n_urls;
-	studio_options o;          /* defaults filled in; TLS paths not kept */
-	uint8_t id[16];            /* this producer's key prefix */
+	studio_options o;            /* defaults filled in; TLS paths not kept */
+	uint8_t id[16];              /* this producer's key prefix */
 	atomic_uint_fast64_t base_n; /* key bases made so far */
-	atomic_uint_fast64_t rng;  /* splitmix64 state, when no random64 is given */
-	atomic_size_t url_good;    /* where the last request succeeded: the next one starts there */
+	atomic_uint_fast64_t rng;    /* splitmix64 state, when no random64 is given */
+	atomic_size_t url_good;      /* where the last request succeeded: the next one starts there */
 	pthread_mutex_t mu;
-	pthread_cond_t cv;         /* on CLOCK_MONOTONIC: a slot freed, an op ended, a user left */
-	size_t inflight;           /* under mu */
-	size_t users;              /* under mu: API calls inside that may wait on p */
-	size_t slot_waiters;       /* under mu: calls waiting for a slot (tests read it) */
-	bool closing;              /* under mu */
-	op *ops;                   /* under mu: every op in flight (op.next) */
+	pthread_cond_t cv;   /* on CLOCK_MONOTONIC: a slot freed, an op ended, a user left */
+	size_t inflight;     /* under mu */
+	size_t users;        /* under mu: API calls inside that may wait on p */
+	size_t slot_waiters; /* under mu: calls waiting for a slot (tests read it) */
+	bool closing;        /* under mu */
+	op *ops;             /* under mu: every op in flight (op.next) */
 };
 
 struct op {
 	studio_producer *p;
-	op *next, **pprev;         /* on p->ops */
-	nng_aio *aio;              /* sends and receives; owned (reaped at the end) */
-	nng_aio *timer;            /* the start and back-off sleeps, owned (reaped): never the send/recv aio,
+	op *next, **pprev; /* on p->ops */
+	nng_aio *aio;      /* sends and receives; owned (reaped at the end) */
+	nng_aio *timer;    /* the start and back-off sleeps, owned (reaped): never the send/recv aio,
 	                              as nng 1.5 leaves a slept aio finishing a later timeout with result 0 */
 	nng_ctx ctx;
 	bool ctx_open;
-	bool unanswered;           /* a try went out and was never answered: it may be stored */
+	bool unanswered; /* a try went out and was never answered: it may be stored */
 	size_t url_i;
 	enum op_state st;
 	enum op_heard heard;
-	uint32_t attempt;          /* retries so far, for the back-off */
-	uint64_t deadline;         /* on p's clock */
-	uint64_t try_start;        /* when this try was sent, on p's clock */
-	st_buf req;                /* the encoded request (the bare batch), owned */
+	uint32_t attempt;                        /* retries so far, for the back-off */
+	uint64_t deadline;                       /* on p's clock */
+	uint64_t try_start;                      /* when this try was sent, on p's clock */
+	st_buf req;                              /* the encoded request (the bare batch), owned */
 	unsigned char head[PROTO_WRAP_HEAD_MAX]; /* the request map's head with this try's token */
-	size_t head_len;           /* 0: no token configured */
-	bool auth_retried;         /* an unauthorized answer was retried with the function's next token */
+	size_t head_len;                         /* 0: no token configured */
+	bool auth_retried;                       /* an unauthorized answer was retried with the function's next token */
 	size_t n;
-	uint64_t *seqs;            /* n, owned */
+	uint64_t *seqs; /* n, owned */
 	studio_publish_fn cb;
 	void *arg;
 	char key_base[STUDIO_KEY_BASE_MAX]; /* "" with keys off */
@@ -167,13 +167,12 @@ const char *
 studio_status_str(studio_status st)
 {
 	static const char *const names[] = { "ok",     "invalid", "busy", "unavailable", "timeout",
-		                             "closed", "usage",   "full", "nomem" };
+					     "closed", "usage",   "full", "nomem" };
 
 	return (unsigned)st < ST_ARRAY_LEN(names) ? names[st] : "unknown";
 }
 
-static void
-say(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 static void
 say(char *buf, size_t cap, const char *fmt, ...)
@@ -351,7 +350,8 @@ studio_options_set(studio_options *o, const char *name, const char *value, char 
 			continue;
 		/* nng durations are int32 ms: anything above INT32_MAX would wrap into a negative one */
 		if (!parse_u32(value, 1, nums[i].hi, (uint32_t *)(void *)((char *)o + nums[i].off))) {
-			say(err, err_len, "option %s: \"%.40s\" is not a whole number in 1..%u", name, value, nums[i].hi);
+			say(err, err_len, "option %s: \"%.40s\" is not a whole number in 1..%u", name, value,
+			    nums[i].hi);
 			return STUDIO_USAGE;
 		}
 		return STUDIO_OK;
@@ -437,7 +437,7 @@ encode_checked(const studio_event *ev, size_t n, const char *key_base, st_buf *o
 {
 	proto_event *pe = NULL;
 	proto_str *pool = NULL;
-	char (*keys)[KEY_MAX] = NULL;
+	char(*keys)[KEY_MAX] = NULL;
 	size_t n_about = 0, used = 0;
 	proto_request *r = NULL;
 	char why[DETAIL_MAX];
@@ -452,8 +452,10 @@ encode_checked(const studio_event *ev, size_t n, const char *key_base, st_buf *o
 	for (size_t i = 0; i < n; i++) {
 		/* the layout check of a growing ABI: an event of another size is not read as ours */
 		if (ev[i].size != sizeof(studio_event)) {
-			say(detail, cap, "event %zu: size %zu is not sizeof(studio_event) %zu: start every event with "
-			    "STUDIO_EVENT_INIT", i, ev[i].size, sizeof(studio_event));
+			say(detail, cap,
+			    "event %zu: size %zu is not sizeof(studio_event) %zu: start every event with "
+			    "STUDIO_EVENT_INIT",
+			    i, ev[i].size, sizeof(studio_event));
 			return STUDIO_USAGE;
 		}
 		if (ev[i].n_about > 0 && ev[i].about == NULL) {
@@ -589,10 +591,10 @@ op_finish_maybe_stored(op *o, studio_status st)
 
 	if (len < sizeof(o->detail) && o->key_base[0] != '\0')
 		snprintf(o->detail + len, sizeof(o->detail) - len, "; it may be stored: publish again with key base %s",
-		         o->key_base);
+			 o->key_base);
 	else if (len < sizeof(o->detail))
 		snprintf(o->detail + len, sizeof(o->detail) - len,
-		         "; it may be stored: publishing again is safe only for events with keys of their own");
+			 "; it may be stored: publishing again is safe only for events with keys of their own");
 	op_finish(o, st);
 }
 
@@ -672,8 +674,8 @@ token_head(op *o)
 		int n = opt->token_fn(opt->token_arg, tok, sizeof(tok));
 
 		if (n <= 0 || (size_t)n > PROTO_MAX_TOKEN) {
-			say(o->detail, sizeof(o->detail), "the token function gave no token (returned %d; 1..%u bytes)", n,
-			    PROTO_MAX_TOKEN);
+			say(o->detail, sizeof(o->detail), "the token function gave no token (returned %d; 1..%u bytes)",
+			    n, PROTO_MAX_TOKEN);
 			return -1;
 		}
 		t = (proto_str){ tok, (size_t)n };
@@ -862,8 +864,7 @@ op_cb(void *arg)
 
 	switch (o->st) {
 	case OP_START:
-	case OP_WAIT:
-		return; /* not this aio's states: the timer's (op_timer_cb) */
+	case OP_WAIT: return; /* not this aio's states: the timer's (op_timer_cb) */
 	case OP_SEND:
 		if (rv != 0) {
 			/* the message is still ours: it never left */
@@ -971,7 +972,7 @@ op_free_unstarted(op *o)
 /* studio_publish_async once the call is counted in p->users. */
 static studio_status
 publish_async_in(studio_producer *p, const studio_event *ev, size_t n, char *key_base, uint32_t timeout_ms,
-                 unsigned flags, studio_publish_fn cb, void *arg, char *detail, size_t detail_len)
+		 unsigned flags, studio_publish_fn cb, void *arg, char *detail, size_t detail_len)
 {
 	const char *base = NULL;
 	op *o = NULL;
@@ -988,8 +989,9 @@ publish_async_in(studio_producer *p, const studio_event *ev, size_t n, char *key
 	if (!p->o.no_keys) {
 		if (key_base != NULL && key_base[0] != '\0') {
 			if (!producer_key_base_valid(key_base)) {
-				say(detail, detail_len, "key base \"%.40s\": 1..%d bytes of printable ASCII without space",
-				    key_base, STUDIO_KEY_BASE_MAX - 1);
+				say(detail, detail_len,
+				    "key base \"%.40s\": 1..%d bytes of printable ASCII without space", key_base,
+				    STUDIO_KEY_BASE_MAX - 1);
 				op_free_unstarted(o);
 				return STUDIO_USAGE;
 			}
@@ -1062,7 +1064,7 @@ fail:
 
 studio_status
 studio_publish_async(studio_producer *p, const studio_event *ev, size_t n, char *key_base, uint32_t timeout_ms,
-                     unsigned flags, studio_publish_fn cb, void *arg, char *detail, size_t detail_len)
+		     unsigned flags, studio_publish_fn cb, void *arg, char *detail, size_t detail_len)
 {
 	studio_status st;
 
@@ -1108,7 +1110,7 @@ waiter_cb(void *arg, studio_status st, const uint64_t *seqs, size_t n, const cha
 
 studio_status
 studio_publish(studio_producer *p, const studio_event *ev, size_t n, char *key_base, uint64_t *seqs_out,
-               uint32_t timeout_ms, char *detail, size_t detail_len)
+	       uint32_t timeout_ms, char *detail, size_t detail_len)
 {
 	waiter w = { .seqs_out = seqs_out, .detail = detail, .detail_len = detail_len };
 	studio_status st;
@@ -1211,7 +1213,7 @@ tls_pem_load(const studio_options *o, tls_pem *t, char *err, size_t cap)
 	if ((st = read_pem("tls_ca", o->tls_ca, &t->ca, err, cap)) != STUDIO_OK)
 		return st;
 	if (o->tls_cert != NULL && ((st = read_pem("tls_cert", o->tls_cert, &t->cert, err, cap)) != STUDIO_OK ||
-	                            (st = read_pem("tls_key", o->tls_key, &t->key, err, cap)) != STUDIO_OK))
+				    (st = read_pem("tls_key", o->tls_key, &t->key, err, cap)) != STUDIO_OK))
 		return st;
 	if (t->cert != NULL && !st_pem_pair_matches(t->cert, t->key)) {
 		say(err, cap, "option tls_key %s is not the key of tls_cert %s (or one of them is not PEM)", o->tls_key,

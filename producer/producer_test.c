@@ -65,7 +65,7 @@ static void
 t_key_base(void)
 {
 	const uint8_t id[16] = { 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef,
-		                 0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32, 0x10 };
+				 0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32, 0x10 };
 	char k[PRODUCER_KEY_BASE_LEN + 1], k2[PRODUCER_KEY_BASE_LEN + 1], long_base[STUDIO_KEY_BASE_MAX + 1];
 
 	producer_key_base_format(id, 0, k);
@@ -96,7 +96,8 @@ t_events_check(void)
 	static const char *const about65[65] = { "a" };
 	const char *about_ok[2] = { "x", "y" };
 	char long_topic[202], detail[512];
-	studio_event ok = { STUDIO_EVENT_INIT, .topic = "t", .about = about_ok, .n_about = 2, .data = "{\"a\": 1}", .key = "k1" };
+	studio_event ok = { STUDIO_EVENT_INIT, .topic = "t",         .about = about_ok,
+			    .n_about = 2,      .data = "{\"a\": 1}", .key = "k1" };
 	static const struct {
 		studio_event ev;
 		studio_status want;
@@ -108,8 +109,12 @@ t_events_check(void)
 		{ { STUDIO_EVENT_INIT, .topic = "t", .data = "{" }, STUDIO_INVALID, "event 0: data: " },
 		{ { STUDIO_EVENT_INIT, .topic = "t", .data = "1 2" }, STUDIO_INVALID, "event 0: data: " },
 		{ { STUDIO_EVENT_INIT, .topic = "t", .key = "" }, STUDIO_INVALID, "event 0: key: empty" },
-		{ { STUDIO_EVENT_INIT, .topic = "t", .about = about65, .n_about = 65 }, STUDIO_INVALID, "event 0: about: too many entries (65, max 64)" },
-		{ { STUDIO_EVENT_INIT, .topic = "t", .n_about = 2 }, STUDIO_USAGE, "event 0: n_about 2 with about NULL" },
+		{ { STUDIO_EVENT_INIT, .topic = "t", .about = about65, .n_about = 65 },
+		  STUDIO_INVALID,
+		  "event 0: about: too many entries (65, max 64)" },
+		{ { STUDIO_EVENT_INIT, .topic = "t", .n_about = 2 },
+		  STUDIO_USAGE,
+		  "event 0: n_about 2 with about NULL" },
 	};
 
 	ST_CHECK(studio_events_check(&ok, 1, detail, sizeof(detail)) == STUDIO_OK);
@@ -337,7 +342,7 @@ t_callback_not_on_caller(void)
 	seen_wait(&s, 1);
 	same = pthread_equal(s.thread, pthread_self());
 	fprintf(stderr, "  callback status %s, on the caller's thread: %s\n", studio_status_str(s.st),
-	        same ? "yes" : "no");
+		same ? "yes" : "no");
 	ST_CHECK(!same);
 	ST_CHECK(s.st == STUDIO_UNAVAILABLE);
 	studio_producer_free(p);
@@ -451,7 +456,6 @@ t_free_while_waiting_for_slot(void)
 	studio_options_free(o);
 }
 
-
 /* The encoder's growth fails: ST_ENOMEM, and the buffer is as it was before the call (not half an encoding). */
 static void
 t_nomem_encoder_leaves_buffer(void)
@@ -512,8 +516,8 @@ t_nomem_publish(void)
 			break;
 		failed++;
 		if (st != STUDIO_NOMEM) {
-			fprintf(stderr, "  allocation %lu failed: got %s \"%s\", want nomem\n", n, studio_status_str(st),
-			        detail);
+			fprintf(stderr, "  allocation %lu failed: got %s \"%s\", want nomem\n", n,
+				studio_status_str(st), detail);
 			ST_CHECK(st == STUDIO_NOMEM);
 		}
 		snprintf(last, sizeof(last), "%s", detail);
@@ -522,8 +526,8 @@ t_nomem_publish(void)
 		(void)studio_events_check(ev, 3, detail, sizeof(detail));
 		st_alloc_fail_arm(0);
 	}
-	fprintf(stderr, "  %lu allocations failed in turn (the last: \"%s\"); allocation %lu not reached: %s\n",
-	        failed, last, n, studio_status_str(st));
+	fprintf(stderr, "  %lu allocations failed in turn (the last: \"%s\"); allocation %lu not reached: %s\n", failed,
+		last, n, studio_status_str(st));
 	ST_CHECK(failed >= 6); /* op, events, about pool, keys, the buffer's growths, the decoder's, seqs */
 	ST_CHECK(st == STUDIO_OK);
 	ST_CHECK_EQ_U64(s.calls, 0); /* no callback for a refused call */
@@ -548,12 +552,12 @@ t_nomem_publish(void)
 				break;
 			if (st != STUDIO_NOMEM || p != NULL) {
 				fprintf(stderr, "  studio_producer_new, allocation %lu failed: %s \"%s\"\n", n,
-				        studio_status_str(st), err);
+					studio_status_str(st), err);
 				ST_CHECK(st == STUDIO_NOMEM && p == NULL);
 			}
 		}
 		fprintf(stderr, "  studio_producer_new: %lu allocations failed in turn, then %s\n", n - 1,
-		        studio_status_str(st));
+			studio_status_str(st));
 		ST_CHECK(n > 3 && st == STUDIO_OK);
 		studio_producer_free(p);
 		st_alloc_fail_arm(1);
@@ -621,7 +625,7 @@ t_nomem_reply(void)
 		fired = st_alloc_fail_fired();
 		st_alloc_fail_arm(0);
 		fprintf(stderr, "  allocation %lu of the reply %s: %s \"%s\"\n", n, fired ? "failed" : "not reached",
-		        studio_status_str(s.st), s.detail);
+			studio_status_str(s.st), s.detail);
 		if (!fired) {
 			ST_CHECK(s.st == STUDIO_OK);
 			ST_CHECK_EQ_U64(s.seq0, seq);
@@ -704,8 +708,8 @@ t_waits_ignore_wall_clock(void)
 		}
 		took = since_s(&t0);
 		fprintf(stderr, "  %s with the wall clock an hour off: %s after %.3f s\n",
-		        publish ? "studio_publish(300 ms) waiting for a slot" : "studio_producer_flush(300 ms)",
-		        atomic_load(&c.done) ? studio_status_str(c.st) : "still waiting", took);
+			publish ? "studio_publish(300 ms) waiting for a slot" : "studio_producer_flush(300 ms)",
+			atomic_load(&c.done) ? studio_status_str(c.st) : "still waiting", took);
 		ST_CHECK(atomic_load(&c.done));
 		if (!atomic_load(&c.done)) {
 			/* free wakes the waiter (broadcast), which returns CLOSED */

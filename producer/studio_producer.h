@@ -53,8 +53,8 @@ STUDIO_API const char *studio_version(void);
 
 typedef enum studio_status {
 	STUDIO_OK = 0,
-	STUDIO_INVALID,     /* an event breaks a rule: refused here (nothing sent) or by the writer; detail says which */
-	STUDIO_BUSY,        /* every try was answered and the last said busy: nothing of it was stored */
+	STUDIO_INVALID, /* an event breaks a rule: refused here (nothing sent) or by the writer; detail says which */
+	STUDIO_BUSY,    /* every try was answered and the last said busy: nothing of it was stored */
 	STUDIO_UNAVAILABLE, /* every try was answered and the last said unavailable, or no writer could be
 	                       reached (no try left): nothing was stored */
 	STUDIO_TIMEOUT,     /* the outcome is unknown (a try went out and was left unanswered): the events may
@@ -77,15 +77,15 @@ STUDIO_API const char *studio_status_str(studio_status st);
  * Strings with a length of 0 are taken up to their NUL.
  */
 typedef struct studio_event {
-	size_t size;               /* sizeof(studio_event) of the caller's header: the library checks it */
-	const char *topic;         /* 1..200 bytes of [A-Za-z0-9._:/-] */
+	size_t size;       /* sizeof(studio_event) of the caller's header: the library checks it */
+	const char *topic; /* 1..200 bytes of [A-Za-z0-9._:/-] */
 	size_t topic_len;
-	const char *const *about;  /* n_about (0..64) strings of 1..200 bytes of UTF-8, or NULL */
-	const size_t *about_lens;  /* NULL: each up to its NUL */
+	const char *const *about; /* n_about (0..64) strings of 1..200 bytes of UTF-8, or NULL */
+	const size_t *about_lens; /* NULL: each up to its NUL */
 	size_t n_about;
-	const char *data;          /* one JSON text of at most 256 KiB; NULL: a change signal */
+	const char *data; /* one JSON text of at most 256 KiB; NULL: a change signal */
 	size_t data_len;
-	const char *key;           /* idempotency key, 1..200 bytes of UTF-8; NULL: KEY_BASE-INDEX */
+	const char *key; /* idempotency key, 1..200 bytes of UTF-8; NULL: KEY_BASE-INDEX */
 	size_t key_len;
 } studio_event;
 
@@ -115,7 +115,7 @@ typedef struct studio_options studio_options;
 
 STUDIO_API studio_options *studio_options_new(void);
 STUDIO_API studio_status studio_options_set(studio_options *o, const char *name, const char *value, char *err,
-                                            size_t err_len);
+					    size_t err_len);
 STUDIO_API void studio_options_free(studio_options *o);
 /*
  * A token that rotates: fn is asked before every try of every request
@@ -142,7 +142,7 @@ typedef struct studio_producer studio_producer;
  * yet is not an error.
  */
 STUDIO_API studio_status studio_producer_new(const char *urls, const studio_options *opt, studio_producer **out,
-                                             char *err, size_t err_len);
+					     char *err, size_t err_len);
 
 /*
  * Checks events against the writer's rules without sending anything:
@@ -173,7 +173,7 @@ STUDIO_API studio_status studio_events_check(const studio_event *ev, size_t n, c
  * max_inflight requests are out (STUDIO_FULL if none frees in time).
  */
 STUDIO_API studio_status studio_publish(studio_producer *p, const studio_event *ev, size_t n, char *key_base,
-                                        uint64_t *seqs_out, uint32_t timeout_ms, char *detail, size_t detail_len);
+					uint64_t *seqs_out, uint32_t timeout_ms, char *detail, size_t detail_len);
 
 /*
  * The callback of studio_publish_async: called exactly once, on a library
@@ -195,8 +195,8 @@ typedef void (*studio_publish_fn)(void *arg, studio_status st, const uint64_t *s
  * STUDIO_NOMEM.
  */
 STUDIO_API studio_status studio_publish_async(studio_producer *p, const studio_event *ev, size_t n, char *key_base,
-                                              uint32_t timeout_ms, unsigned flags, studio_publish_fn cb, void *arg,
-                                              char *detail, size_t detail_len);
+					      uint32_t timeout_ms, unsigned flags, studio_publish_fn cb, void *arg,
+					      char *detail, size_t detail_len);
 
 /*
  * Waits until no request is in flight (every callback has returned):

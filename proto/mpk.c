@@ -228,37 +228,51 @@ mpk_rd_skip(mpk_rd *r, int depth)
 		return MPK_OK;
 	}
 	switch (c) {
-	case 0xc4: case 0xc5: case 0xc6: /* bin 8/16/32 */
+	case 0xc4:
+	case 0xc5:
+	case 0xc6: /* bin 8/16/32 */
 		if ((rv = mpk_rd_head(r, (size_t)1 << (c - 0xc4), &len)) != MPK_OK)
 			return rv;
 		break;
-	case 0xc7: case 0xc8: case 0xc9: /* ext 8/16/32: length, then a type byte */
+	case 0xc7:
+	case 0xc8:
+	case 0xc9: /* ext 8/16/32: length, then a type byte */
 		if ((rv = mpk_rd_head(r, (size_t)1 << (c - 0xc7), &len)) != MPK_OK)
 			return rv;
 		len += 1;
 		break;
-	case 0xca: case 0xcb: /* float32/64 */
+	case 0xca:
+	case 0xcb: /* float32/64 */
 		len = c == 0xca ? 4 : 8;
 		r->p++;
 		r->n--;
 		break;
-	case 0xcc: case 0xcd: case 0xce: case 0xcf:
+	case 0xcc:
+	case 0xcd:
+	case 0xce:
+	case 0xcf:
 		len = (uint64_t)1 << (c - 0xcc);
 		r->p++;
 		r->n--;
 		break;
-	case 0xd0: case 0xd1: case 0xd2: case 0xd3:
+	case 0xd0:
+	case 0xd1:
+	case 0xd2:
+	case 0xd3:
 		len = (uint64_t)1 << (c - 0xd0);
 		r->p++;
 		r->n--;
 		break;
-	case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8: /* fixext 1..16 */
+	case 0xd4:
+	case 0xd5:
+	case 0xd6:
+	case 0xd7:
+	case 0xd8: /* fixext 1..16 */
 		len = 1 + ((uint64_t)1 << (c - 0xd4));
 		r->p++;
 		r->n--;
 		break;
-	default: /* 0xc1: never used */
-		return MPK_TYPE;
+	default: /* 0xc1: never used */ return MPK_TYPE;
 	}
 	if (len > r->n)
 		return MPK_SHORT;
@@ -286,8 +300,8 @@ proto_topic_check(proto_str s)
 		return "too long";
 	for (size_t i = 0; i < s.len; i++) {
 		unsigned char c = (unsigned char)s.p[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '.' || c == '_' || c == ':' || c == '/' || c == '-'))
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+		      c == '_' || c == ':' || c == '/' || c == '-'))
 			return "bad character";
 	}
 	return NULL;

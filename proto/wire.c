@@ -49,13 +49,12 @@ struct proto_request {
 	proto_str *abouts; /* pool shared by all events */
 	size_t n_abouts;
 	size_t abouts_cap; /* allocated entries of the pool (it grew by doubling) */
-	char *arena; /* compact data of all events, in order */
+	char *arena;       /* compact data of all events, in order */
 	size_t arena_len;
 	size_t in_len;
 };
 
-static void
-set_detail(char *detail, size_t dlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_detail(char *detail, size_t dlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 static void
 set_detail(char *detail, size_t dlen, const char *fmt, ...)
@@ -115,7 +114,7 @@ event_decode(req_ctx *c, size_t idx, proto_event *ev)
 
 		if ((rv = mpk_rd_str(&c->r, &k)) != MPK_OK) {
 			set_detail(c->detail, c->dlen, "event %zu: %s", idx,
-			           rv == MPK_TYPE ? "a key is not a str" : "truncated");
+				   rv == MPK_TYPE ? "a key is not a str" : "truncated");
 			return ST_EINVAL;
 		}
 		if (mpk_str_is(k, "topic"))
@@ -142,7 +141,7 @@ event_decode(req_ctx *c, size_t idx, proto_event *ev)
 		case F_TOPIC:
 			if ((rv = mpk_rd_str(&c->r, &ev->topic)) != MPK_OK) {
 				set_detail(c->detail, c->dlen, "event %zu: topic: %s", idx,
-				           rv == MPK_TYPE ? "not a str" : "truncated");
+					   rv == MPK_TYPE ? "not a str" : "truncated");
 				return ST_EINVAL;
 			}
 			if ((why = proto_topic_check(ev->topic)) != NULL) {
@@ -158,18 +157,18 @@ event_decode(req_ctx *c, size_t idx, proto_event *ev)
 			}
 			if ((rv = mpk_rd_arr(&c->r, &na)) != MPK_OK) {
 				set_detail(c->detail, c->dlen, "event %zu: about: %s", idx,
-				           rv == MPK_TYPE ? "not an array" : "truncated");
+					   rv == MPK_TYPE ? "not an array" : "truncated");
 				return ST_EINVAL;
 			}
 			if (na > PROTO_MAX_ABOUT) {
-				set_detail(c->detail, c->dlen, "event %zu: about: too many entries (%u, max %u)",
-				           idx, na, PROTO_MAX_ABOUT);
+				set_detail(c->detail, c->dlen, "event %zu: about: too many entries (%u, max %u)", idx,
+					   na, PROTO_MAX_ABOUT);
 				return ST_EINVAL;
 			}
 			for (uint32_t a = 0; a < na; a++) {
 				if ((rv = mpk_rd_str(&c->r, &s)) != MPK_OK) {
 					set_detail(c->detail, c->dlen, "event %zu: about[%u]: %s", idx, a,
-					           rv == MPK_TYPE ? "not a str" : "truncated");
+						   rv == MPK_TYPE ? "not a str" : "truncated");
 					return ST_EINVAL;
 				}
 				if ((why = mpk_text_check(s, PROTO_MAX_ABOUT_LEN)) != NULL) {
@@ -192,12 +191,12 @@ event_decode(req_ctx *c, size_t idx, proto_event *ev)
 			}
 			if ((rv = mpk_rd_str(&c->r, &s)) != MPK_OK) {
 				set_detail(c->detail, c->dlen, "event %zu: data: %s", idx,
-				           rv == MPK_TYPE ? "not a str or nil" : "truncated");
+					   rv == MPK_TYPE ? "not a str or nil" : "truncated");
 				return ST_EINVAL;
 			}
 			if (s.len > PROTO_MAX_DATA) {
-				set_detail(c->detail, c->dlen, "event %zu: data: too long (%zu bytes, max %u)",
-				           idx, s.len, PROTO_MAX_DATA);
+				set_detail(c->detail, c->dlen, "event %zu: data: too long (%zu bytes, max %u)", idx,
+					   s.len, PROTO_MAX_DATA);
 				return ST_EINVAL;
 			}
 			/* bounded by the request: the arena never exceeds the input */
@@ -221,7 +220,7 @@ event_decode(req_ctx *c, size_t idx, proto_event *ev)
 			}
 			if ((rv = mpk_rd_str(&c->r, &ev->key)) != MPK_OK) {
 				set_detail(c->detail, c->dlen, "event %zu: key: %s", idx,
-				           rv == MPK_TYPE ? "not a str or nil" : "truncated");
+					   rv == MPK_TYPE ? "not a str or nil" : "truncated");
 				return ST_EINVAL;
 			}
 			if ((why = mpk_text_check(ev->key, PROTO_MAX_KEY)) != NULL) {
@@ -327,7 +326,7 @@ envelope_read(mpk_rd r, proto_str *token, bool *has_token, mpk_rd *events, char 
 bool
 proto_request_token_peek(const void *buf, size_t len, proto_str *token)
 {
-	mpk_rd r = {.p = buf, .n = len}, events;
+	mpk_rd r = { .p = buf, .n = len }, events;
 	bool has;
 
 	token->p = NULL;
@@ -380,7 +379,7 @@ proto_request_try_decode(const void *buf, size_t len, proto_request **out, char 
 	if (!single) {
 		if ((rv = mpk_rd_arr(&c.r, &n)) != MPK_OK) {
 			set_detail(detail, detail_len, "%s",
-			           rv == MPK_TYPE ? "request is not a map or an array" : "truncated");
+				   rv == MPK_TYPE ? "request is not a map or an array" : "truncated");
 			goto fail;
 		}
 		if (n == 0) {
@@ -466,8 +465,7 @@ proto_request_event(const proto_request *r, size_t i)
 size_t
 proto_request_bytes(const proto_request *r)
 {
-	return sizeof(*r) + r->in_len + r->arena_len + r->n * sizeof(*r->ev) +
-	       r->abouts_cap * sizeof(*r->abouts);
+	return sizeof(*r) + r->in_len + r->arena_len + r->n * sizeof(*r->ev) + r->abouts_cap * sizeof(*r->abouts);
 }
 
 /*
@@ -636,7 +634,7 @@ copy_trunc(char *dst, size_t cap, proto_str s)
 st_err
 proto_reply_try_decode(const void *buf, size_t len, proto_reply *out)
 {
-	mpk_rd r = {buf, len};
+	mpk_rd r = { buf, len };
 	uint32_t n, ns = 0;
 	bool have_ok = false, have_seqs = false, have_error = false, have_detail = false;
 	st_err err = ST_EPROTO;

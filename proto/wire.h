@@ -66,9 +66,9 @@ typedef struct proto_event {
 	proto_str topic;
 	const proto_str *about; /* n_about entries */
 	uint32_t n_about;
-	proto_str data;         /* valid when has_data */
-	bool has_data;          /* false: a change signal */
-	proto_str key;          /* valid when has_key */
+	proto_str data; /* valid when has_data */
+	bool has_data;  /* false: a change signal */
+	proto_str key;  /* valid when has_key */
 	bool has_key;
 } proto_event;
 

@@ -117,13 +117,12 @@ pub_event_decode(mpk_rd *r, proto_pub_event *e, mpk_str_pool *abouts)
 st_err
 proto_pub_decode(const void *buf, size_t len, proto_pub **out)
 {
-	mpk_rd r = {buf, len};
+	mpk_rd r = { buf, len };
 	proto_pub *m = NULL;
-	mpk_str_pool abouts = {NULL, 0, 0};
+	mpk_str_pool abouts = { NULL, 0, 0 };
 	uint32_t n;
 	uint64_t v = 0;
-	bool have_v = false, have_k = false, have_w = false, have_prev = false, have_head = false,
-	     have_ev = false;
+	bool have_v = false, have_k = false, have_w = false, have_prev = false, have_head = false, have_ev = false;
 	proto_str k, s;
 
 	*out = NULL;

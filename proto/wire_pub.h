@@ -40,9 +40,9 @@ typedef struct proto_pub proto_pub;
 st_err proto_pub_decode(const void *buf, size_t len, proto_pub **out);
 enum proto_pub_kind proto_pub_kind(const proto_pub *m);
 proto_str proto_pub_writer(const proto_pub *m);
-uint64_t proto_pub_prev(const proto_pub *m);   /* batch */
-uint64_t proto_pub_head(const proto_pub *m);   /* tick: head; batch: seq of the last event */
-size_t proto_pub_count(const proto_pub *m);    /* batch */
+uint64_t proto_pub_prev(const proto_pub *m); /* batch */
+uint64_t proto_pub_head(const proto_pub *m); /* tick: head; batch: seq of the last event */
+size_t proto_pub_count(const proto_pub *m);  /* batch */
 const proto_pub_event *proto_pub_event_at(const proto_pub *m, size_t i);
 void proto_pub_free(proto_pub *m); /* NULL-safe */
 

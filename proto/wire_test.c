@@ -27,7 +27,7 @@ buf_write(void *data, const char *b, size_t n)
 static proto_str
 S(const char *s)
 {
-	proto_str r = {s, strlen(s)};
+	proto_str r = { s, strlen(s) };
 	return r;
 }
 
@@ -53,7 +53,7 @@ decode_req(const void *p, size_t len, proto_request **out, char *detail, size_t 
 static void
 t_request_roundtrip(void)
 {
-	proto_str ab[2] = {S("user:1"), S("\xc3\xa9t\xc3\xa9")};
+	proto_str ab[2] = { S("user:1"), S("\xc3\xa9t\xc3\xa9") };
 	proto_event ev[3];
 	proto_request *r = NULL;
 	st_buf b;
@@ -130,17 +130,73 @@ struct ev_case {
 	const char *detail; /* expected substring */
 };
 
-static void mk_topic_char(proto_event *e) { e->topic = S("a b"); }
-static void mk_topic_nul(proto_event *e) { e->topic.p = "a\0b"; e->topic.len = 3; }
-static void mk_topic_utf8(proto_event *e) { e->topic = S("caf\xc3\xa9"); }
-static void mk_topic_empty(proto_event *e) { e->topic = S(""); }
-static void mk_topic_201(proto_event *e) { fill_big(201, 'a'); e->topic.p = big; e->topic.len = 201; }
-static void mk_about_65(proto_event *e) { e->about = many_about; e->n_about = 65; }
-static void mk_about_201(proto_event *e) { fill_big(201, 'a'); many_about[0].p = big; many_about[0].len = 201; e->about = many_about; e->n_about = 1; }
-static void mk_about_empty(proto_event *e) { many_about[0] = S(""); e->about = many_about; e->n_about = 1; }
-static void mk_about_utf8(proto_event *e) { many_about[0] = S("\xc0\xaf"); e->about = many_about; e->n_about = 1; }
-static void mk_about_nul(proto_event *e) { many_about[0].p = "a\0"; many_about[0].len = 2; e->about = many_about; e->n_about = 1; }
-static void mk_data_big(proto_event *e)
+static void
+mk_topic_char(proto_event *e)
+{
+	e->topic = S("a b");
+}
+static void
+mk_topic_nul(proto_event *e)
+{
+	e->topic.p = "a\0b";
+	e->topic.len = 3;
+}
+static void
+mk_topic_utf8(proto_event *e)
+{
+	e->topic = S("caf\xc3\xa9");
+}
+static void
+mk_topic_empty(proto_event *e)
+{
+	e->topic = S("");
+}
+static void
+mk_topic_201(proto_event *e)
+{
+	fill_big(201, 'a');
+	e->topic.p = big;
+	e->topic.len = 201;
+}
+static void
+mk_about_65(proto_event *e)
+{
+	e->about = many_about;
+	e->n_about = 65;
+}
+static void
+mk_about_201(proto_event *e)
+{
+	fill_big(201, 'a');
+	many_about[0].p = big;
+	many_about[0].len = 201;
+	e->about = many_about;
+	e->n_about = 1;
+}
+static void
+mk_about_empty(proto_event *e)
+{
+	many_about[0] = S("");
+	e->about = many_about;
+	e->n_about = 1;
+}
+static void
+mk_about_utf8(proto_event *e)
+{
+	many_about[0] = S("\xc0\xaf");
+	e->about = many_about;
+	e->n_about = 1;
+}
+static void
+mk_about_nul(proto_event *e)
+{
+	many_about[0].p = "a\0";
+	many_about[0].len = 2;
+	e->about = many_about;
+	e->n_about = 1;
+}
+static void
+mk_data_big(proto_event *e)
 {
 	/* a valid JSON string of 256 KiB + 1 bytes */
 	fill_big(PROTO_MAX_DATA + 1, 'x');
@@ -150,37 +206,85 @@ static void mk_data_big(proto_event *e)
 	e->data.len = PROTO_MAX_DATA + 1;
 	e->has_data = true;
 }
-static void mk_data_bad(proto_event *e) { e->data = S("{\"a\":}"); e->has_data = true; }
-static void mk_data_nl(proto_event *e) { e->data = S("\"a\nb\""); e->has_data = true; }
-static void mk_data_empty(proto_event *e) { e->data = S(""); e->has_data = true; }
-static void mk_data_nan(proto_event *e) { e->data = S("[NaN]"); e->has_data = true; }
-static void mk_data_two(proto_event *e) { e->data = S("1 2"); e->has_data = true; }
-static void mk_key_empty(proto_event *e) { e->key = S(""); e->has_key = true; }
-static void mk_key_201(proto_event *e) { fill_big(201, 'k'); e->key.p = big; e->key.len = 201; e->has_key = true; }
-static void mk_key_nul(proto_event *e) { e->key.p = "k\0"; e->key.len = 2; e->has_key = true; }
-static void mk_key_utf8(proto_event *e) { e->key = S("\xff"); e->has_key = true; }
+static void
+mk_data_bad(proto_event *e)
+{
+	e->data = S("{\"a\":}");
+	e->has_data = true;
+}
+static void
+mk_data_nl(proto_event *e)
+{
+	e->data = S("\"a\nb\"");
+	e->has_data = true;
+}
+static void
+mk_data_empty(proto_event *e)
+{
+	e->data = S("");
+	e->has_data = true;
+}
+static void
+mk_data_nan(proto_event *e)
+{
+	e->data = S("[NaN]");
+	e->has_data = true;
+}
+static void
+mk_data_two(proto_event *e)
+{
+	e->data = S("1 2");
+	e->has_data = true;
+}
+static void
+mk_key_empty(proto_event *e)
+{
+	e->key = S("");
+	e->has_key = true;
+}
+static void
+mk_key_201(proto_event *e)
+{
+	fill_big(201, 'k');
+	e->key.p = big;
+	e->key.len = 201;
+	e->has_key = true;
+}
+static void
+mk_key_nul(proto_event *e)
+{
+	e->key.p = "k\0";
+	e->key.len = 2;
+	e->has_key = true;
+}
+static void
+mk_key_utf8(proto_event *e)
+{
+	e->key = S("\xff");
+	e->has_key = true;
+}
 
 static const struct ev_case ev_cases[] = {
-	{"topic with a space", mk_topic_char, "event 1: topic: bad character"},
-	{"topic with NUL", mk_topic_nul, "event 1: topic: bad character"},
-	{"topic non-ASCII", mk_topic_utf8, "event 1: topic: bad character"},
-	{"topic 0 bytes", mk_topic_empty, "event 1: topic: empty"},
-	{"topic 201 bytes", mk_topic_201, "event 1: topic: too long"},
-	{"65 about entries", mk_about_65, "event 1: about: too many entries"},
-	{"about entry 201 bytes", mk_about_201, "event 1: about[0]: too long"},
-	{"about entry empty", mk_about_empty, "event 1: about[0]: empty"},
-	{"about entry overlong UTF-8", mk_about_utf8, "event 1: about[0]: invalid UTF-8"},
-	{"about entry with NUL", mk_about_nul, "event 1: about[0]: invalid UTF-8 or NUL"},
-	{"data 256 KiB + 1", mk_data_big, "event 1: data: too long"},
-	{"data invalid JSON", mk_data_bad, "event 1: data: invalid JSON"},
-	{"data raw newline in string", mk_data_nl, "event 1: data: invalid JSON: control character"},
-	{"data empty", mk_data_empty, "event 1: data: invalid JSON"},
-	{"data NaN", mk_data_nan, "event 1: data: invalid JSON"},
-	{"data two values", mk_data_two, "event 1: data: invalid JSON"},
-	{"key empty", mk_key_empty, "event 1: key: empty"},
-	{"key 201 bytes", mk_key_201, "event 1: key: too long"},
-	{"key with NUL", mk_key_nul, "event 1: key: invalid UTF-8"},
-	{"key invalid UTF-8", mk_key_utf8, "event 1: key: invalid UTF-8"},
+	{ "topic with a space", mk_topic_char, "event 1: topic: bad character" },
+	{ "topic with NUL", mk_topic_nul, "event 1: topic: bad character" },
+	{ "topic non-ASCII", mk_topic_utf8, "event 1: topic: bad character" },
+	{ "topic 0 bytes", mk_topic_empty, "event 1: topic: empty" },
+	{ "topic 201 bytes", mk_topic_201, "event 1: topic: too long" },
+	{ "65 about entries", mk_about_65, "event 1: about: too many entries" },
+	{ "about entry 201 bytes", mk_about_201, "event 1: about[0]: too long" },
+	{ "about entry empty", mk_about_empty, "event 1: about[0]: empty" },
+	{ "about entry overlong UTF-8", mk_about_utf8, "event 1: about[0]: invalid UTF-8" },
+	{ "about entry with NUL", mk_about_nul, "event 1: about[0]: invalid UTF-8 or NUL" },
+	{ "data 256 KiB + 1", mk_data_big, "event 1: data: too long" },
+	{ "data invalid JSON", mk_data_bad, "event 1: data: invalid JSON" },
+	{ "data raw newline in string", mk_data_nl, "event 1: data: invalid JSON: control character" },
+	{ "data empty", mk_data_empty, "event 1: data: invalid JSON" },
+	{ "data NaN", mk_data_nan, "event 1: data: invalid JSON" },
+	{ "data two values", mk_data_two, "event 1: data: invalid JSON" },
+	{ "key empty", mk_key_empty, "event 1: key: empty" },
+	{ "key 201 bytes", mk_key_201, "event 1: key: too long" },
+	{ "key with NUL", mk_key_nul, "event 1: key: invalid UTF-8" },
+	{ "key invalid UTF-8", mk_key_utf8, "event 1: key: invalid UTF-8" },
 };
 
 static void
@@ -261,7 +365,10 @@ struct raw_case {
 	const char *detail;
 };
 
-#define RAW(name, lit, detail) {name, lit, sizeof(lit) - 1, detail}
+#define RAW(name, lit, detail)                     \
+	{                                          \
+		name, lit, sizeof(lit) - 1, detail \
+	}
 /* a string literal and its length, NULs included */
 #define B(lit) lit, sizeof(lit) - 1
 
@@ -273,21 +380,50 @@ static const struct raw_case raw_cases[] = {
 	RAW("empty array", "\x90", "empty batch"),
 	RAW("array of a non-map", "\x91\x01", "event 0: not a map"),
 	RAW("empty map", "\x80", "event 0: topic: missing"),
-	RAW("unknown key", "\x82\xa5topic\xa1t\xa3" "foo\x01", "event 0: unknown key \"foo\""),
-	RAW("unknown key, quotes made safe", "\x81\xa3" "a\"\n\x01", "event 0: unknown key \"a??\""),
+	RAW("unknown key",
+	    "\x82\xa5topic\xa1t\xa3"
+	    "foo\x01",
+	    "event 0: unknown key \"foo\""),
+	RAW("unknown key, quotes made safe",
+	    "\x81\xa3"
+	    "a\"\n\x01",
+	    "event 0: unknown key \"a??\""),
 	RAW("duplicate key", "\x82\xa5topic\xa1t\xa5topic\xa1u", "event 0: duplicate key \"topic\""),
-	RAW("duplicate about", "\x83\xa5topic\xa1t\xa5" "about\x90\xa5" "about\x90", "event 0: duplicate key \"about\""),
+	RAW("duplicate about",
+	    "\x83\xa5topic\xa1t\xa5"
+	    "about\x90\xa5"
+	    "about\x90",
+	    "event 0: duplicate key \"about\""),
 	RAW("non-str key", "\x81\x01\xa1t", "event 0: a key is not a str"),
 	RAW("bin key", "\x81\xc4\x05topic\xa1t", "event 0: a key is not a str"),
 	RAW("topic int", "\x81\xa5topic\x01", "event 0: topic: not a str"),
 	RAW("topic bin", "\x81\xa5topic\xc4\x01t", "event 0: topic: not a str"),
 	RAW("topic nil", "\x81\xa5topic\xc0", "event 0: topic: not a str"),
-	RAW("about str", "\x82\xa5topic\xa1t\xa5" "about\xa1x", "event 0: about: not an array"),
-	RAW("about map", "\x82\xa5topic\xa1t\xa5" "about\x80", "event 0: about: not an array"),
-	RAW("about entry int", "\x82\xa5topic\xa1t\xa5" "about\x91\x01", "event 0: about[0]: not a str"),
-	RAW("data map", "\x82\xa5topic\xa1t\xa4" "data\x80", "event 0: data: not a str or nil"),
-	RAW("data bin", "\x82\xa5topic\xa1t\xa4" "data\xc4\x01" "1", "event 0: data: not a str or nil"),
-	RAW("data int", "\x82\xa5topic\xa1t\xa4" "data\x01", "event 0: data: not a str or nil"),
+	RAW("about str",
+	    "\x82\xa5topic\xa1t\xa5"
+	    "about\xa1x",
+	    "event 0: about: not an array"),
+	RAW("about map",
+	    "\x82\xa5topic\xa1t\xa5"
+	    "about\x80",
+	    "event 0: about: not an array"),
+	RAW("about entry int",
+	    "\x82\xa5topic\xa1t\xa5"
+	    "about\x91\x01",
+	    "event 0: about[0]: not a str"),
+	RAW("data map",
+	    "\x82\xa5topic\xa1t\xa4"
+	    "data\x80",
+	    "event 0: data: not a str or nil"),
+	RAW("data bin",
+	    "\x82\xa5topic\xa1t\xa4"
+	    "data\xc4\x01"
+	    "1",
+	    "event 0: data: not a str or nil"),
+	RAW("data int",
+	    "\x82\xa5topic\xa1t\xa4"
+	    "data\x01",
+	    "event 0: data: not a str or nil"),
 	RAW("key int", "\x82\xa5topic\xa1t\xa3key\x01", "event 0: key: not a str or nil"),
 	RAW("key bool", "\x82\xa5topic\xa1t\xa3key\xc3", "event 0: key: not a str or nil"),
 	RAW("trailing bytes", "\x81\xa5topic\xa1t\x00", "trailing bytes"),
@@ -298,8 +434,15 @@ static const struct raw_case raw_cases[] = {
 	RAW("map16 of 65535", "\xde\xff\xff", "event 0: truncated"),
 	RAW("map32 of 4e9", "\xdf\xff\xff\xff\xff", "event 0: truncated"),
 	RAW("str32 topic of 4 GB", "\x81\xa5topic\xdb\xff\xff\xff\xff", "event 0: topic: truncated"),
-	RAW("str32 data of 4 GB", "\x82\xa5topic\xa1t\xa4" "data\xdb\xff\xff\xff\xff" "1", "event 0: data: truncated"),
-	RAW("array32 about of 4e9", "\x82\xa5topic\xa1t\xa5" "about\xdd\xff\xff\xff\xff", "event 0: about: truncated"),
+	RAW("str32 data of 4 GB",
+	    "\x82\xa5topic\xa1t\xa4"
+	    "data\xdb\xff\xff\xff\xff"
+	    "1",
+	    "event 0: data: truncated"),
+	RAW("array32 about of 4e9",
+	    "\x82\xa5topic\xa1t\xa5"
+	    "about\xdd\xff\xff\xff\xff",
+	    "event 0: about: truncated"),
 	RAW("str32 key name of 4 GB", "\x81\xdb\xff\xff\xff\xff", "event 0: truncated"),
 	RAW("reserved byte", "\xc1", "not a map or an array"),
 };
@@ -380,15 +523,21 @@ t_request_encodings(void)
 {
 	/* map32 { str16 "topic": str32 "t", str8 "about": array32 [str8 "a"],
 	 *         str32 "data": str16 "[ 1 ]", fixstr "key": nil } */
-	static const char req[] =
-		"\xdd\x00\x00\x00\x01"
-		"\xdf\x00\x00\x00\x04"
-		"\xda\x00\x05topic" "\xdb\x00\x00\x00\x01t"
-		"\xd9\x05" "about" "\xdd\x00\x00\x00\x01" "\xd9\x01" "a"
-		"\xdb\x00\x00\x00\x04" "data" "\xda\x00\x05[ 1 ]"
-		"\xa3key\xc0";
-	static const char req16[] =
-		"\xdc\x00\x01\xde\x00\x02\xa5topic\xa1t\xa5" "about\xdc\x00\x00";
+	static const char req[] = "\xdd\x00\x00\x00\x01"
+				  "\xdf\x00\x00\x00\x04"
+				  "\xda\x00\x05topic"
+				  "\xdb\x00\x00\x00\x01t"
+				  "\xd9\x05"
+				  "about"
+				  "\xdd\x00\x00\x00\x01"
+				  "\xd9\x01"
+				  "a"
+				  "\xdb\x00\x00\x00\x04"
+				  "data"
+				  "\xda\x00\x05[ 1 ]"
+				  "\xa3key\xc0";
+	static const char req16[] = "\xdc\x00\x01\xde\x00\x02\xa5topic\xa1t\xa5"
+				    "about\xdc\x00\x00";
 	proto_request *r = NULL;
 	char detail[128];
 
@@ -407,7 +556,9 @@ t_request_encodings(void)
 	proto_request_free(r);
 	r = NULL;
 	/* about nil and data nil are "absent" */
-	static const char nils[] = "\x83\xa5topic\xa1t\xa5" "about\xc0\xa4" "data\xc0";
+	static const char nils[] = "\x83\xa5topic\xa1t\xa5"
+				   "about\xc0\xa4"
+				   "data\xc0";
 	ST_CHECK(decode_req(nils, sizeof(nils) - 1, &r, detail, sizeof(detail)) == ST_OK);
 	ST_CHECK(r && !proto_request_event(r, 0)->has_data);
 	proto_request_free(r);
@@ -417,7 +568,7 @@ t_request_encodings(void)
 static void
 t_request_truncated(void)
 {
-	proto_str ab[2] = {S("a"), S("bb")};
+	proto_str ab[2] = { S("a"), S("bb") };
 	proto_event ev[2];
 	st_buf b;
 	char detail[128];
@@ -467,9 +618,10 @@ rnd(void)
 static void
 t_mutations(void)
 {
-	proto_str ab[1] = {S("a")};
-	proto_pub_event pe[2] = {{5, {"t", 1}, ab, 1, {"{}", 2}, true}, {7, {"u", 1}, NULL, 0, {NULL, 0}, false}};
-	proto_event ev = {{"topic", 5}, ab, 1, {"[1,{\"a\":2}]", 11}, true, {"k", 1}, true};
+	proto_str ab[1] = { S("a") };
+	proto_pub_event pe[2] = { { 5, { "t", 1 }, ab, 1, { "{}", 2 }, true },
+				  { 7, { "u", 1 }, NULL, 0, { NULL, 0 }, false } };
+	proto_event ev = { { "topic", 5 }, ab, 1, { "[1,{\"a\":2}]", 11 }, true, { "k", 1 }, true };
 	st_buf req, pub;
 	char m[256], detail[64];
 	int accepted = 0;
@@ -511,7 +663,7 @@ t_mutations(void)
 static void
 t_reply(void)
 {
-	uint64_t seqs[3] = {1, 300, UINT64_MAX};
+	uint64_t seqs[3] = { 1, 300, UINT64_MAX };
 	proto_reply rep;
 	st_buf b;
 
@@ -551,28 +703,30 @@ t_reply(void)
 		"\x83\xa2ok\xc3\xa4seqs\x97"
 		"\x05\xcc\xc8\xcd\x01\x00\xce\x00\x01\x00\x00\xcf\x00\x00\x00\x01\x00\x00\x00\x00"
 		"\xd0\x07\xd3\x00\x00\x00\x00\x00\x00\x00\x09"
-		"\xa5" "extra\x82\xa1x\x92\xcb\x00\x00\x00\x00\x00\x00\x00\x00\xc4\x01z\xa1y\xd6\x01\x00\x00\x00\x00";
+		"\xa5"
+		"extra\x82\xa1x\x92\xcb\x00\x00\x00\x00\x00\x00\x00\x00\xc4\x01z\xa1y\xd6\x01\x00\x00\x00\x00";
 	ST_CHECK(proto_reply_decode(ints, sizeof(ints) - 1, &rep) == ST_OK);
 	ST_CHECK(rep.n_seqs == 7 && rep.seqs[0] == 5 && rep.seqs[1] == 200 && rep.seqs[2] == 256 &&
-	         rep.seqs[3] == 65536 && rep.seqs[4] == 1ull << 32 && rep.seqs[5] == 7 && rep.seqs[6] == 9);
+		 rep.seqs[3] == 65536 && rep.seqs[4] == 1ull << 32 && rep.seqs[5] == 7 && rep.seqs[6] == 9);
 	proto_reply_fini(&rep);
 
 	static const struct {
 		const char *b;
 		size_t len;
 	} bad[] = {
-		{B("")},
-		{B("\x80")},                                /* no ok */
-		{B("\x81\xa2ok\xc3")},                      /* ok without seqs */
-		{B("\x81\xa2ok\xc2")},                      /* error without code */
-		{B("\x82\xa2ok\x01\xa4seqs\x90")},         /* ok not a bool */
-		{B("\x82\xa2ok\xc3\xa4seqs\x91\xff")},     /* negative seq */
-		{B("\x82\xa2ok\xc3\xa4seqs\x91\xd0\x80")}, /* negative int8 */
-		{B("\x82\xa2ok\xc3\xa4seqs\x91\xa1x")},    /* str seq */
-		{B("\x82\xa2ok\xc3\xa4seqs\x90\x00")},     /* trailing */
-		{B("\x82\xa2ok\xc3\xa4seqs\xdd\xff\xff\xff\xff")}, /* array32 of 4e9 */
-		{B("\xde\xff\xff")},
-		{B("\x82\xa2ok\xc2\xa5" "error\xdb\xff\xff\xff\xff")},
+		{ B("") },
+		{ B("\x80") },                                       /* no ok */
+		{ B("\x81\xa2ok\xc3") },                             /* ok without seqs */
+		{ B("\x81\xa2ok\xc2") },                             /* error without code */
+		{ B("\x82\xa2ok\x01\xa4seqs\x90") },                 /* ok not a bool */
+		{ B("\x82\xa2ok\xc3\xa4seqs\x91\xff") },             /* negative seq */
+		{ B("\x82\xa2ok\xc3\xa4seqs\x91\xd0\x80") },         /* negative int8 */
+		{ B("\x82\xa2ok\xc3\xa4seqs\x91\xa1x") },            /* str seq */
+		{ B("\x82\xa2ok\xc3\xa4seqs\x90\x00") },             /* trailing */
+		{ B("\x82\xa2ok\xc3\xa4seqs\xdd\xff\xff\xff\xff") }, /* array32 of 4e9 */
+		{ B("\xde\xff\xff") },
+		{ B("\x82\xa2ok\xc2\xa5"
+		    "error\xdb\xff\xff\xff\xff") },
 	};
 	for (size_t i = 0; i < ST_ARRAY_LEN(bad); i++) {
 		char *copy = st_xmalloc(bad[i].len ? bad[i].len : 1);
@@ -601,7 +755,7 @@ t_reply(void)
 static void
 t_pub_roundtrip(void)
 {
-	proto_str ab[2] = {S("a"), S("b:2")};
+	proto_str ab[2] = { S("a"), S("b:2") };
 	proto_pub_event ev[3];
 	proto_pub *m = NULL;
 	st_buf b;
@@ -725,24 +879,31 @@ t_pub_refused(void)
 		const char *name, *b;
 		size_t len;
 	} bad[] = {
-		{"version 2", B("\x84\xa1v\x02\xa1k\xa4tick\xa1w\xa1w\xa4head\x01")},
-		{"no version", B("\x83\xa1k\xa4tick\xa1w\xa1w\xa4head\x01")},
-		{"version str", B("\x84\xa1v\xa1" "1\xa1k\xa4tick\xa1w\xa1w\xa4head\x01")},
-		{"unknown kind", B("\x84\xa1v\x01\xa1k\xa4tock\xa1w\xa1w\xa4head\x01")},
-		{"tick without head", B("\x83\xa1v\x01\xa1k\xa4tick\xa1w\xa1w")},
-		{"tick without writer", B("\x83\xa1v\x01\xa1k\xa4tick\xa4head\x01")},
-		{"batch without ev", B("\x84\xa1v\x01\xa1k\xa5" "batch\xa1w\xa1w\xa4prev\x01")},
-		{"event not 4 long", B("\x85\xa1v\x01\xa1k\xa5" "batch\xa1w\xa1w\xa4prev\x01\xa2" "ev\x91\x93\x02\xa1t\x90")},
-		{"array32 of 4e9 events", B("\x85\xa1v\x01\xa1k\xa5" "batch\xa1w\xa1w\xa4prev\x01\xa2" "ev\xdd\xff\xff\xff\xff")},
-		{"array32 of 4e9", B("\xdd\xff\xff\xff\xff")},
-		{"map16 of 65535", B("\xde\xff\xff")},
-		{"str32 of 4 GB", B("\x81\xdb\xff\xff\xff\xff")},
-		{"tick with events", B("\x85\xa1v\x01\xa1k\xa4tick\xa1w\xa1w\xa4head\x01\xa2" "ev\x90")},
-		{"trailing", B("\x84\xa1v\x01\xa1k\xa4tick\xa1w\xa1w\xa4head\x01\xc0")},
-		{"deep unknown value", B("\x85\xa1v\x01\xa1k\xa4tick\xa1w\xa1w\xa4head\x01\xa1x"
-		                       "\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91"
-		                       "\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91"
-		                       "\x91\x91\x91\x91\xc0")},
+		{ "version 2", B("\x84\xa1v\x02\xa1k\xa4tick\xa1w\xa1w\xa4head\x01") },
+		{ "no version", B("\x83\xa1k\xa4tick\xa1w\xa1w\xa4head\x01") },
+		{ "version str", B("\x84\xa1v\xa1"
+				   "1\xa1k\xa4tick\xa1w\xa1w\xa4head\x01") },
+		{ "unknown kind", B("\x84\xa1v\x01\xa1k\xa4tock\xa1w\xa1w\xa4head\x01") },
+		{ "tick without head", B("\x83\xa1v\x01\xa1k\xa4tick\xa1w\xa1w") },
+		{ "tick without writer", B("\x83\xa1v\x01\xa1k\xa4tick\xa4head\x01") },
+		{ "batch without ev", B("\x84\xa1v\x01\xa1k\xa5"
+					"batch\xa1w\xa1w\xa4prev\x01") },
+		{ "event not 4 long", B("\x85\xa1v\x01\xa1k\xa5"
+					"batch\xa1w\xa1w\xa4prev\x01\xa2"
+					"ev\x91\x93\x02\xa1t\x90") },
+		{ "array32 of 4e9 events", B("\x85\xa1v\x01\xa1k\xa5"
+					     "batch\xa1w\xa1w\xa4prev\x01\xa2"
+					     "ev\xdd\xff\xff\xff\xff") },
+		{ "array32 of 4e9", B("\xdd\xff\xff\xff\xff") },
+		{ "map16 of 65535", B("\xde\xff\xff") },
+		{ "str32 of 4 GB", B("\x81\xdb\xff\xff\xff\xff") },
+		{ "tick with events", B("\x85\xa1v\x01\xa1k\xa4tick\xa1w\xa1w\xa4head\x01\xa2"
+					"ev\x90") },
+		{ "trailing", B("\x84\xa1v\x01\xa1k\xa4tick\xa1w\xa1w\xa4head\x01\xc0") },
+		{ "deep unknown value", B("\x85\xa1v\x01\xa1k\xa4tick\xa1w\xa1w\xa4head\x01\xa1x"
+					  "\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91"
+					  "\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91"
+					  "\x91\x91\x91\x91\xc0") },
 	};
 	for (size_t i = 0; i < ST_ARRAY_LEN(bad); i++) {
 		char *copy = st_xmalloc(bad[i].len);
@@ -836,10 +997,14 @@ t_request_map(void)
 
 	/* events first, token second; then a map without a token (valid on the wire) */
 	const char *bad[][2] = {
-		{"events-first", NULL}, {"no-token", NULL}, {"no-events", "events: missing"},
-		{"extra-key", "request map: too many keys"}, {"events-map", "events: not an array"},
-		{"token-int", "token: not a str of 1..8192 bytes"}, {"trailing", "trailing bytes after the request (1)"},
-		{"empty-events", "empty batch"},
+		{ "events-first", NULL },
+		{ "no-token", NULL },
+		{ "no-events", "events: missing" },
+		{ "extra-key", "request map: too many keys" },
+		{ "events-map", "events: not an array" },
+		{ "token-int", "token: not a str of 1..8192 bytes" },
+		{ "trailing", "trailing bytes after the request (1)" },
+		{ "empty-events", "empty batch" },
 	};
 	for (size_t i = 0; i < ST_ARRAY_LEN(bad); i++) {
 		const char *name = bad[i][0];

@@ -47,50 +47,88 @@
 
 #define PROG "studioctl"
 #define FILE_BATCH_BYTES (8u * 1024 * 1024)
-#define MAX_LINE (1024u * 1024)        /* one NDJSON event line */
-#define MAX_LINE_NODES 300000          /* 256 KiB of data is at most ~131k values */
+#define MAX_LINE (1024u * 1024) /* one NDJSON event line */
+#define MAX_LINE_NODES 300000   /* 256 KiB of data is at most ~131k values */
 
-enum { O_WRITER, O_CONTROL, O_TOPIC, O_ABOUT, O_DATA, O_KEY, O_KEY_BASE, O_FILE, O_TICKS, O_COUNT, O_TIMEOUT_S,
-       O_TIMEOUT_MS, O_TLS_CERT, O_TLS_KEY, O_TLS_CA, O_TOKEN, O_N };
+enum {
+	O_WRITER,
+	O_CONTROL,
+	O_TOPIC,
+	O_ABOUT,
+	O_DATA,
+	O_KEY,
+	O_KEY_BASE,
+	O_FILE,
+	O_TICKS,
+	O_COUNT,
+	O_TIMEOUT_S,
+	O_TIMEOUT_MS,
+	O_TLS_CERT,
+	O_TLS_KEY,
+	O_TLS_CA,
+	O_TOKEN,
+	O_N
+};
 
 static st_opt opts[O_N] = {
-	[O_WRITER] = { .name = "writer", .kind = ST_OPT_STR,
-	               .help = "publish: the writer's ingest URL; tail: its publish URL",
-	               .check = st_preflight_dial_urls },
-	[O_CONTROL] = { .name = "control", .kind = ST_OPT_STR, .help = "stats, drain, reload: the control URL",
-	                .check = st_preflight_dial_urls },
+	[O_WRITER] = { .name = "writer",
+		       .kind = ST_OPT_STR,
+		       .help = "publish: the writer's ingest URL; tail: its publish URL",
+		       .check = st_preflight_dial_urls },
+	[O_CONTROL] = { .name = "control",
+			.kind = ST_OPT_STR,
+			.help = "stats, drain, reload: the control URL",
+			.check = st_preflight_dial_urls },
 	[O_TOPIC] = { .name = "topic", .kind = ST_OPT_STR, .help = "publish: the event's topic" },
-	[O_ABOUT] = { .name = "about", .kind = ST_OPT_LIST,
-	              .help = "publish: what the event is about (values with commas: use --file)" },
-	[O_DATA] = { .name = "data", .kind = ST_OPT_STR,
-	             .help = "publish: the event's data, a JSON text (absent: a change signal)" },
+	[O_ABOUT] = { .name = "about",
+		      .kind = ST_OPT_LIST,
+		      .help = "publish: what the event is about (values with commas: use --file)" },
+	[O_DATA] = { .name = "data",
+		     .kind = ST_OPT_STR,
+		     .help = "publish: the event's data, a JSON text (absent: a change signal)" },
 	[O_KEY] = { .name = "key", .kind = ST_OPT_STR, .help = "publish: idempotency key" },
-	[O_KEY_BASE] = { .name = "key-base", .kind = ST_OPT_STR,
-	                 .help = "publish: key base of the events without a key (a rerun after an unknown outcome "
-	                         "passes the one printed; default: a new random one)" },
-	[O_FILE] = { .name = "file", .kind = ST_OPT_STR,
-	             .help = "publish: NDJSON file of events, one a line (- for stdin)" },
+	[O_KEY_BASE] = { .name = "key-base",
+			 .kind = ST_OPT_STR,
+			 .help = "publish: key base of the events without a key (a rerun after an unknown outcome "
+				 "passes the one printed; default: a new random one)" },
+	[O_FILE] = { .name = "file",
+		     .kind = ST_OPT_STR,
+		     .help = "publish: NDJSON file of events, one a line (- for stdin)" },
 	[O_TICKS] = { .name = "ticks", .kind = ST_OPT_BOOL, .def = "false", .help = "tail: also print ticks" },
-	[O_COUNT] = { .name = "count", .kind = ST_OPT_INT, .def = "0", .min = 0, .max = INT64_MAX,
-	              .help = "tail: exit after N events (0: no limit)" },
-	[O_TIMEOUT_S] = { .name = "timeout-s", .kind = ST_OPT_INT, .def = "0", .min = 0, .max = 31536000,
-	                  .help = "tail: exit 0 after S seconds (0: no limit)" },
-	[O_TIMEOUT_MS] = { .name = "timeout-ms", .kind = ST_OPT_INT, .def = "10000", .min = 1, .max = 3600000,
-	                   .help = "publish, stats, drain: give up on a request after this long" },
+	[O_COUNT] = { .name = "count",
+		      .kind = ST_OPT_INT,
+		      .def = "0",
+		      .min = 0,
+		      .max = INT64_MAX,
+		      .help = "tail: exit after N events (0: no limit)" },
+	[O_TIMEOUT_S] = { .name = "timeout-s",
+			  .kind = ST_OPT_INT,
+			  .def = "0",
+			  .min = 0,
+			  .max = 31536000,
+			  .help = "tail: exit 0 after S seconds (0: no limit)" },
+	[O_TIMEOUT_MS] = { .name = "timeout-ms",
+			   .kind = ST_OPT_INT,
+			   .def = "10000",
+			   .min = 1,
+			   .max = 3600000,
+			   .help = "publish, stats, drain: give up on a request after this long" },
 	/* Mutual TLS on tls+tcp:// URLs (docs/security.md). */
 	[O_TLS_CERT] = ST_OPT_TLS_CERT,
 	[O_TLS_KEY] = ST_OPT_TLS_KEY,
 	[O_TLS_CA] = ST_OPT_TLS_CA,
 	/* Producer credentials (docs/security.md); STUDIO_TOKEN keeps it out of the process list. */
-	[O_TOKEN] = { .name = "token", .kind = ST_OPT_STR, .def = "",
-	              .help = "publish: the producer token (JWT) for a writer with --ingest-keys" },
+	[O_TOKEN] = { .name = "token",
+		      .kind = ST_OPT_STR,
+		      .def = "",
+		      .help = "publish: the producer token (JWT) for a writer with --ingest-keys" },
 };
 
 static const char usage[] =
 	PROG " publish --writer URL [--token JWT] --topic T [--about A]... [--data JSON] [--key K | --key-base B]\n"
-	"       " PROG " publish --writer URL [--token JWT] --file EVENTS.ndjson [--key-base B]\n"
-	"       " PROG " tail --writer URL [--ticks] [--count N] [--timeout-s S]\n"
-	"       " PROG " stats|drain|reload --control URL";
+	     "       " PROG " publish --writer URL [--token JWT] --file EVENTS.ndjson [--key-base B]\n"
+	     "       " PROG " tail --writer URL [--ticks] [--count N] [--timeout-s S]\n"
+	     "       " PROG " stats|drain|reload --control URL";
 
 static uint64_t
 now_ms(void)
@@ -151,8 +189,8 @@ event_bytes(const studio_event *ev)
 /* One parsed NDJSON line: the DOM owns every string the event points to. */
 typedef struct ev_line {
 	st_json *j;
-	const char **about;  /* owned array; the strings are the DOM's */
-	size_t *about_lens;  /* owned */
+	const char **about; /* owned array; the strings are the DOM's */
+	size_t *about_lens; /* owned */
 	studio_event ev;
 } ev_line;
 
@@ -363,8 +401,8 @@ publish_request(studio_producer *p, const studio_event *ev, size_t n, char *base
 {
 	uint64_t *seqs = st_xcalloc(n, sizeof(*seqs));
 	char detail[600];
-	studio_status st = studio_publish(p, ev, n, base, seqs, (uint32_t)opts[O_TIMEOUT_MS].ival, detail,
-	                                  sizeof(detail));
+	studio_status st =
+		studio_publish(p, ev, n, base, seqs, (uint32_t)opts[O_TIMEOUT_MS].ival, detail, sizeof(detail));
 
 	switch (st) {
 	case STUDIO_OK:
@@ -377,10 +415,10 @@ publish_request(studio_producer *p, const studio_event *ev, size_t n, char *base
 	case STUDIO_BUSY:
 	case STUDIO_UNAVAILABLE:
 		/* the writer's answer, "code: detail", or no writer reached: nothing of this request was stored */
-		fprintf(stderr, PROG ": %s: %s\n", strstr(detail, "nothing was sent") ? "not stored" : "refused", detail);
+		fprintf(stderr, PROG ": %s: %s\n", strstr(detail, "nothing was sent") ? "not stored" : "refused",
+			detail);
 		break;
-	case STUDIO_USAGE:
-		st_config_fail(PROG, "%s", detail);
+	case STUDIO_USAGE: st_config_fail(PROG, "%s", detail);
 	case STUDIO_TIMEOUT: {
 		/* one line: the library's reason (its own key advice cut: ours is the run's base) */
 		char *cut = strstr(detail, "; it may be stored");
@@ -388,17 +426,18 @@ publish_request(studio_producer *p, const studio_event *ev, size_t n, char *base
 		if (cut != NULL)
 			*cut = '\0';
 		if (opts[O_KEY].sval == NULL)
-			fprintf(stderr, PROG ": outcome unknown after %lld ms (%s): run the same command again with "
-			        "--key-base %s, and nothing is stored twice\n", (long long)opts[O_TIMEOUT_MS].ival,
-			        detail, run_base);
+			fprintf(stderr,
+				PROG ": outcome unknown after %lld ms (%s): run the same command again with "
+				     "--key-base %s, and nothing is stored twice\n",
+				(long long)opts[O_TIMEOUT_MS].ival, detail, run_base);
 		else
-			fprintf(stderr, PROG ": outcome unknown after %lld ms (%s): run the same command again (same "
-			        "--key), and it is stored once\n", (long long)opts[O_TIMEOUT_MS].ival, detail);
+			fprintf(stderr,
+				PROG ": outcome unknown after %lld ms (%s): run the same command again (same "
+				     "--key), and it is stored once\n",
+				(long long)opts[O_TIMEOUT_MS].ival, detail);
 		break;
 	}
-	default:
-		fprintf(stderr, PROG ": %s: %s\n", studio_status_str(st), detail);
-		break;
+	default: fprintf(stderr, PROG ": %s: %s\n", studio_status_str(st), detail); break;
 	}
 	exit(1);
 }
@@ -514,7 +553,8 @@ events_pass(FILE *f, const char *path, studio_producer *p)
 		lineno++;
 		/* a line is bounded to read it; an event's data is at most 256 KiB */
 		if (r < 0)
-			refuse("%s: line %zu: longer than %u bytes, larger than any valid event", path, lineno, MAX_LINE);
+			refuse("%s: line %zu: longer than %u bytes, larger than any valid event", path, lineno,
+			       MAX_LINE);
 		if (blank(&line))
 			continue;
 		if ((rv = ev_line_parse(&l, line.p, line.len, err, sizeof(err))) == ST_EPROTO)
@@ -691,7 +731,7 @@ cmd_tail(void)
 
 				if (!render_event(&out, e, &scratch, &scratch_cap)) {
 					fprintf(stderr, PROG ": %s: skipped seq %llu: not printable\n", url,
-					        (unsigned long long)e->seq);
+						(unsigned long long)e->seq);
 					continue;
 				}
 				got++;
@@ -753,8 +793,9 @@ main(int argc, char **argv)
 
 	st_log_init(PROG);
 	st_config_parse_or_exit(opts, O_N, argc, argv, PROG, usage, &first);
-	st_preflight_tls(PROG, opts, O_N,
-	                 &(st_preflight_tls_opts){ .cert = &opts[O_TLS_CERT], .key = &opts[O_TLS_KEY], .ca = &opts[O_TLS_CA] });
+	st_preflight_tls(
+		PROG, opts, O_N,
+		&(st_preflight_tls_opts){ .cert = &opts[O_TLS_CERT], .key = &opts[O_TLS_KEY], .ca = &opts[O_TLS_CA] });
 	if (first >= argc)
 		st_config_fail(PROG, "missing command: publish, tail, stats, drain or reload (see --help)");
 	if (first + 1 < argc)

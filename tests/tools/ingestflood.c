@@ -41,8 +41,8 @@ typedef struct producer {
 	nng_aio *aio;
 	int sending;
 	int result;
-	int err;          /* the nng error of a producer left without an answer */
-	int err_in_send;  /* that error ended the send, not the receive */
+	int err;         /* the nng error of a producer left without an answer */
+	int err_in_send; /* that error ended the send, not the receive */
 	double at_ms;
 } producer;
 
@@ -79,13 +79,14 @@ classify(const void *p, size_t n)
 				res = R_OK;
 				break;
 			}
-			if (k->via.str.size == 5 && memcmp(k->via.str.ptr, "error", 5) == 0 && v->type == MSGPACK_OBJECT_STR) {
+			if (k->via.str.size == 5 && memcmp(k->via.str.ptr, "error", 5) == 0 &&
+			    v->type == MSGPACK_OBJECT_STR) {
 				const char *e = v->via.str.ptr;
 				size_t el = v->via.str.size;
-				res = el == 4 && memcmp(e, "busy", 4) == 0           ? R_BUSY
-				      : el == 7 && memcmp(e, "invalid", 7) == 0      ? R_INVALID
+				res = el == 4 && memcmp(e, "busy", 4) == 0            ? R_BUSY
+				      : el == 7 && memcmp(e, "invalid", 7) == 0       ? R_INVALID
 				      : el == 11 && memcmp(e, "unavailable", 11) == 0 ? R_UNAVAILABLE
-				                                                       : R_OTHER;
+										      : R_OTHER;
 			}
 		}
 	}
@@ -296,8 +297,11 @@ main(int argc, char **argv)
 		/* why, on stderr: the test prints it when a producer is left without an answer */
 		if (r == R_NONE)
 			fprintf(stderr, "ingestflood: producer %ld: no answer: %s%s after %.0f ms\n", k,
-			        ps[k].err == 0 ? "still waiting" : nng_strerror(ps[k].err),
-			        ps[k].err == 0 ? "" : ps[k].err_in_send ? " (send)" : " (receive)", ps[k].at_ms);
+				ps[k].err == 0 ? "still waiting" : nng_strerror(ps[k].err),
+				ps[k].err == 0      ? ""
+				: ps[k].err_in_send ? " (send)"
+						    : " (receive)",
+				ps[k].at_ms);
 		if (r != R_NONE) {
 			if (first < 0 || ps[k].at_ms < first)
 				first = ps[k].at_ms;

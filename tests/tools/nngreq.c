@@ -63,7 +63,7 @@ static void
 usage(void)
 {
 	fprintf(stderr, "usage: nngreq [--timeout-ms N] [--resend-ms N] [--raw] [--repeat N] "
-	                "[--contexts N | --request-id ID] URL [HEX]\n");
+			"[--contexts N | --request-id ID] URL [HEX]\n");
 	exit(EXIT_USAGE);
 }
 
@@ -189,25 +189,13 @@ print_obj(FILE *f, const msgpack_object *o)
 	uint32_t i;
 
 	switch (o->type) {
-	case MSGPACK_OBJECT_NIL:
-		fputs("null", f);
-		break;
-	case MSGPACK_OBJECT_BOOLEAN:
-		fputs(o->via.boolean ? "true" : "false", f);
-		break;
-	case MSGPACK_OBJECT_POSITIVE_INTEGER:
-		fprintf(f, "%llu", (unsigned long long)o->via.u64);
-		break;
-	case MSGPACK_OBJECT_NEGATIVE_INTEGER:
-		fprintf(f, "%lld", (long long)o->via.i64);
-		break;
+	case MSGPACK_OBJECT_NIL: fputs("null", f); break;
+	case MSGPACK_OBJECT_BOOLEAN: fputs(o->via.boolean ? "true" : "false", f); break;
+	case MSGPACK_OBJECT_POSITIVE_INTEGER: fprintf(f, "%llu", (unsigned long long)o->via.u64); break;
+	case MSGPACK_OBJECT_NEGATIVE_INTEGER: fprintf(f, "%lld", (long long)o->via.i64); break;
 	case MSGPACK_OBJECT_FLOAT32:
-	case MSGPACK_OBJECT_FLOAT64:
-		fprintf(f, "%.17g", o->via.f64);
-		break;
-	case MSGPACK_OBJECT_STR:
-		print_jstr(f, o->via.str.ptr, o->via.str.size);
-		break;
+	case MSGPACK_OBJECT_FLOAT64: fprintf(f, "%.17g", o->via.f64); break;
+	case MSGPACK_OBJECT_STR: print_jstr(f, o->via.str.ptr, o->via.str.size); break;
 	case MSGPACK_OBJECT_BIN:
 		fputs("{\"$bin\":\"", f);
 		print_hex(f, (const unsigned char *)o->via.bin.ptr, o->via.bin.size);
@@ -238,9 +226,7 @@ print_obj(FILE *f, const msgpack_object *o)
 		}
 		fputc('}', f);
 		break;
-	default:
-		fputs("null", f);
-		break;
+	default: fputs("null", f); break;
 	}
 }
 
@@ -435,7 +421,7 @@ main(int argc, char **argv)
 	    (rv = nng_socket_set_ms(sock, NNG_OPT_RECVTIMEO, (nng_duration)timeout_ms)) != 0 ||
 	    (request_id < 0 &&
 	     (rv = nng_socket_set_ms(sock, NNG_OPT_REQ_RESENDTIME,
-	                             resend_ms > 0 ? (nng_duration)resend_ms : NNG_DURATION_INFINITE)) != 0) ||
+				     resend_ms > 0 ? (nng_duration)resend_ms : NNG_DURATION_INFINITE)) != 0) ||
 	    (rv = nng_socket_set_size(sock, NNG_OPT_RECVMAXSZ, NNGREQ_MAX_INPUT)) != 0) {
 		code = nng_fail("nng_socket_set", rv);
 		goto done;

@@ -46,10 +46,21 @@
 
 enum state { ST_IDLE, ST_CONNECTING, ST_SENDING, ST_HEADERS, ST_BODY, ST_DONE };
 enum chunk_state { CH_SIZE, CH_DATA, CH_CRLF, CH_TRAILER, CH_END };
-enum outcome { OC_OPEN, OC_COMPLETE, OC_FAILURE, OC_RECONNECT, OC_ABRUPT, OC_REJECTED,
-	       OC_CONNECT_ERROR, OC_NO_RESPONSE, OC_CLIENT_CLOSED, OC_COUNT };
-static const char *outcome_names[OC_COUNT] = {"open", "complete", "failure", "reconnect",
-	"abrupt_close", "rejected", "connect_error", "no_response", "client_closed"};
+enum outcome {
+	OC_OPEN,
+	OC_COMPLETE,
+	OC_FAILURE,
+	OC_RECONNECT,
+	OC_ABRUPT,
+	OC_REJECTED,
+	OC_CONNECT_ERROR,
+	OC_NO_RESPONSE,
+	OC_CLIENT_CLOSED,
+	OC_COUNT
+};
+static const char *outcome_names[OC_COUNT] = { "open",          "complete",     "failure",
+					       "reconnect",     "abrupt_close", "rejected",
+					       "connect_error", "no_response",  "client_closed" };
 
 struct buf {
 	char *p;
@@ -64,9 +75,9 @@ struct stream {
 	int chunked;
 	enum chunk_state ch;
 	uint64_t chunk_left;
-	struct buf hdr;   /* response head, then chunk-size lines */
-	struct buf line;  /* current SSE line */
-	struct buf data;  /* data of the current event */
+	struct buf hdr;  /* response head, then chunk-size lines */
+	struct buf line; /* current SSE line */
+	struct buf data; /* data of the current event */
 	char id[32];
 	int has_id;
 	char event[32];
@@ -74,13 +85,13 @@ struct stream {
 	/* results */
 	uint64_t items, resyncs, heartbeats, bytes, regressions, missing_id, after_terminal;
 	uint64_t last_id;
-	int terminal;     /* enum outcome of the terminal envelope, or OC_OPEN */
+	int terminal; /* enum outcome of the terminal envelope, or OC_OPEN */
 	char reason[32];
 	long retry_ms;
 	double t_connect, t_headers, t_terminal, t_end;
 	enum outcome outcome;
 	int parse_error;
-	int err;          /* errno of a connect error */
+	int err; /* errno of a connect error */
 };
 
 static struct {
@@ -97,7 +108,7 @@ static struct {
 	int nheaders;
 	const char *ready_file;
 	int per_stream;
-} opt = {"127.0.0.1", 0, NULL, 1, 500.0, 0.0, 0, 120.0, 0.0, {NULL}, 0, NULL, 0};
+} opt = { "127.0.0.1", 0, NULL, 1, 500.0, 0.0, 0, 120.0, 0.0, { NULL }, 0, NULL, 0 };
 
 static struct stream *streams;
 static int epfd = -1;
@@ -118,10 +129,12 @@ now_s(void)
 static void
 die_usage(const char *msg)
 {
-	fprintf(stderr, "streamload: %s\n"
-	        "usage: streamload --port P --path '/v1/stream?topic=t' [-n N] [--host 127.0.0.1]\n"
-	        "       [--rate CONNECTS_PER_S] [--stall-s S] [--rcvbuf BYTES] [--timeout-s S]\n"
-	        "       [--hold-s S] [--header 'K: V']... [--ready-file PATH] [--per-stream]\n", msg);
+	fprintf(stderr,
+		"streamload: %s\n"
+		"usage: streamload --port P --path '/v1/stream?topic=t' [-n N] [--host 127.0.0.1]\n"
+		"       [--rate CONNECTS_PER_S] [--stall-s S] [--rcvbuf BYTES] [--timeout-s S]\n"
+		"       [--hold-s S] [--header 'K: V']... [--ready-file PATH] [--per-stream]\n",
+		msg);
 	exit(2);
 }
 
@@ -260,8 +273,7 @@ dispatch(struct stream *s)
 	} else if (strcmp(type, "heartbeat") == 0) {
 		s->heartbeats++;
 	} else if (s->terminal == OC_OPEN &&
-	           (strcmp(type, "reconnect") == 0 || strcmp(type, "complete") == 0 ||
-	            strcmp(type, "failure") == 0)) {
+		   (strcmp(type, "reconnect") == 0 || strcmp(type, "complete") == 0 || strcmp(type, "failure") == 0)) {
 		s->terminal = type[0] == 'r' ? OC_RECONNECT : type[0] == 'c' ? OC_COMPLETE : OC_FAILURE;
 		s->t_terminal = now_s();
 		if (s->terminal == OC_RECONNECT) {
@@ -399,7 +411,7 @@ stream_eof(struct stream *s)
 		return;
 	}
 	if (s->line.len > 0 || s->data.len > 0)
-		s->parse_error++;  /* a frame cut in the middle */
+		s->parse_error++; /* a frame cut in the middle */
 	stream_close(s, s->terminal != OC_OPEN ? (enum outcome)s->terminal : OC_ABRUPT);
 }
 
@@ -562,16 +574,16 @@ stream_write(struct stream *s, int reading)
 static void
 print_json(void)
 {
-	uint64_t oc[OC_COUNT] = {0};
+	uint64_t oc[OC_COUNT] = { 0 };
 	uint64_t items = 0, resyncs = 0, hb = 0, reg = 0, miss = 0, after = 0, perr = 0, bytes = 0;
 	uint64_t items_min = UINT64_MAX, items_max = 0, last_min = UINT64_MAX, last_max = 0;
 	double term_min = 0, term_max = 0, end_max = 0, hdr_max = 0;
-	int statuses[600] = {0};
+	int statuses[600] = { 0 };
 	int sent = 0;
 
 	/* reasons: small fixed table */
 	char rnames[8][32];
-	int rcount[8] = {0}, nr = 0;
+	int rcount[8] = { 0 }, nr = 0;
 
 	for (int i = 0; i < opt.n; i++) {
 		struct stream *s = &streams[i];
@@ -641,11 +653,10 @@ print_json(void)
 	       "\"heartbeats\":%llu,\"last_id_min\":%llu,\"last_id_max\":%llu,"
 	       "\"id_regressions\":%llu,\"missing_sse_id\":%llu,\"frames_after_terminal\":%llu,"
 	       "\"parse_errors\":%llu,\"bytes\":%llu,",
-	       (unsigned long long)items, (unsigned long long)items_min,
-	       (unsigned long long)items_max, (unsigned long long)resyncs, (unsigned long long)hb,
-	       (unsigned long long)last_min, (unsigned long long)last_max, (unsigned long long)reg,
-	       (unsigned long long)miss, (unsigned long long)after, (unsigned long long)perr,
-	       (unsigned long long)bytes);
+	       (unsigned long long)items, (unsigned long long)items_min, (unsigned long long)items_max,
+	       (unsigned long long)resyncs, (unsigned long long)hb, (unsigned long long)last_min,
+	       (unsigned long long)last_max, (unsigned long long)reg, (unsigned long long)miss,
+	       (unsigned long long)after, (unsigned long long)perr, (unsigned long long)bytes);
 	printf("\"t_start\":%.6f,\"t_headers_max\":%.6f,\"t_terminal_min\":%.6f,"
 	       "\"t_terminal_max\":%.6f,\"t_end_max\":%.6f,\"retry_ms\":[",
 	       t_start, hdr_max, term_min, term_max, end_max);
@@ -657,7 +668,7 @@ print_json(void)
 		}
 	printf("],\"connect_errno\":{");
 	{
-		int cnt[256] = {0}, first = 1;
+		int cnt[256] = { 0 }, first = 1;
 		for (int i = 0; i < opt.n; i++)
 			if (streams[i].err > 0 && streams[i].err < 256)
 				cnt[streams[i].err]++;
@@ -678,8 +689,8 @@ print_json(void)
 			       "\"retry_field\":%ld,\"t_terminal\":%.6f,\"t_end\":%.6f,\"parse_errors\":%d}",
 			       i ? "," : "", s->status, outcome_names[o], (unsigned long long)s->items,
 			       (unsigned long long)s->resyncs, (unsigned long long)s->last_id,
-			       (unsigned long long)s->regressions, s->reason, s->retry_ms,
-			       s->retry_field, s->t_terminal, s->t_end, s->parse_error);
+			       (unsigned long long)s->regressions, s->reason, s->retry_ms, s->retry_field,
+			       s->t_terminal, s->t_end, s->parse_error);
 		}
 		printf("]");
 	}
@@ -754,8 +765,8 @@ main(int argc, char **argv)
 		die_usage("-n must be 1..100000 and --rate positive");
 
 	off = (size_t)snprintf(request, sizeof(request),
-	                       "GET %s HTTP/1.1\r\nHost: %s:%d\r\nAccept: text/event-stream\r\n",
-	                       opt.path, opt.host, opt.port);
+			       "GET %s HTTP/1.1\r\nHost: %s:%d\r\nAccept: text/event-stream\r\n", opt.path, opt.host,
+			       opt.port);
 	for (int i = 0; i < opt.nheaders && off < sizeof(request); i++)
 		off += (size_t)snprintf(request + off, sizeof(request) - off, "%s\r\n", opt.headers[i]);
 	if (off + 3 >= sizeof(request))
@@ -814,8 +825,7 @@ main(int argc, char **argv)
 		}
 		if (!ready_written && opened == opt.n && settled == opt.n) {
 			ready_written = 1;
-			fprintf(stderr, "streamload: READY %d streams %.3f s after start\n", opt.n,
-			        now_s() - t_start);
+			fprintf(stderr, "streamload: READY %d streams %.3f s after start\n", opt.n, now_s() - t_start);
 			if (opt.ready_file != NULL) {
 				FILE *f = fopen(opt.ready_file, "w");
 				if (f != NULL) {
