@@ -19,7 +19,7 @@ set -euo pipefail
 cd "$ST_ROOT"
 
 t0=$(date +%s)
-st_install "${ST_BUILD_PKGS[@]}" "${ST_DEPLOY_PKGS[@]}" chromium clang libclang-rt-14-dev valgrind
+st_install "${ST_BUILD_PKGS[@]}" "${ST_DEPLOY_PKGS[@]}" chromium clang clang-format libclang-rt-14-dev valgrind
 st_need_cmd kubectl kubernetes-client
 st_need_cmd npm npm
 # TypeScript (clients/js devDependency, pinned by its package-lock.json) for
