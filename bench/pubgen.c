@@ -393,10 +393,10 @@ run_http(void)
 			continue;
 		}
 		int dl = data_text(data, sizeof(data), opt.n_base + sent, now_ns());
-		int rl = snprintf(req, sizeof(req),
-				  "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: "
-				  "%d\r\n\r\n%s",
-				  opt.path, opt.url, dl, data);
+		int rl = snprintf(
+			req, sizeof(req),
+			"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+			opt.path, opt.url, dl, data);
 
 		int status = write(fd, req, (size_t)rl) == rl ? http_response(fd, rb, sizeof(rb), &have) : -1;
 

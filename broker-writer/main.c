@@ -192,13 +192,11 @@ static st_opt opts[W_N] = {
 	[W_INGEST_KEYS] = { .name = "ingest-keys",
 			    .kind = ST_OPT_STR,
 			    .def = "",
-			    .help = "JWKS file of the producers' token keys; empty = no producer credentials (reload: "
-				    "SIGHUP, reload)" },
+			    .help = "JWKS file of the producers' token keys; empty = no producer credentials (reload: SIGHUP, reload)" },
 	[W_INGEST_KEYS_WATCH] = { .name = "ingest-keys-watch",
 				  .kind = ST_OPT_DURATION,
 				  .def = "10s",
-				  .help = "how often the --ingest-keys file is looked at; a changed file (a rotated "
-					  "Secret) is reloaded",
+				  .help = "how often the --ingest-keys file is looked at; a changed file (a rotated Secret) is reloaded",
 				  .min = 0,
 				  .max = 3600000,
 				  .allowed = "0 (only SIGHUP and reload) or a duration up to 1h" },
@@ -206,8 +204,7 @@ static st_opt opts[W_N] = {
 	[W_MIGRATE_WAIT] = { .name = "migrate-wait",
 			     .kind = ST_OPT_DURATION,
 			     .def = "60s",
-			     .help = "`migrate`: how long a database that cannot be reached (down, starting, not "
-				     "resolvable) is waited for",
+			     .help = "`migrate`: how long a database that cannot be reached (down, starting, not resolvable) is waited for",
 			     .min = 0,
 			     .max = 3600000,
 			     .allowed = "0 (fail at once) or a duration up to 1h" },
@@ -595,8 +592,7 @@ open_warning(const char *ingest_url, const char *publish_url)
 
 	if (!in && !pub)
 		return;
-	st_warn("no producer credentials (--ingest-keys) and plain tcp:// or ws:// on a non-loopback "
-		"address:%s%s%s%s%s%s%s; "
+	st_warn("no producer credentials (--ingest-keys) and plain tcp:// or ws:// on a non-loopback address:%s%s%s%s%s%s%s; "
 		"set --ingest-keys, use tls+tcp:// (mutual TLS) or listen on loopback (docs/security.md)",
 		in ? " anyone who reaches --ingest " : "", in ? ingest_url : "", in ? " can publish to any topic" : "",
 		in && pub ? ", and" : "", pub ? " anyone who reaches --publish " : "", pub ? publish_url : "",
@@ -826,11 +822,11 @@ main(int argc, char **argv)
 
 	memset(&w, 0, sizeof(w));
 	st_log_init(PROG);
-	st_config_parse_or_exit(opts, W_N, argc, argv, PROG,
-				"broker-writer [migrate] --pg-dsn DSN [--ingest URL] [--publish URL] [--control URL] "
-				"[--http ADDR:PORT] [--ingest-http ADDR:PORT] [--flush-interval-ms 1000] [--lock-key "
-				"N] [--retention DURATION]",
-				&first);
+	st_config_parse_or_exit(
+		opts, W_N, argc, argv, PROG,
+		"broker-writer [migrate] --pg-dsn DSN [--ingest URL] [--publish URL] [--control URL] "
+		"[--http ADDR:PORT] [--ingest-http ADDR:PORT] [--flush-interval-ms 1000] [--lock-key N] [--retention DURATION]",
+		&first);
 	if (first < argc && strcmp(argv[first], "migrate") == 0) {
 		if (first + 1 < argc)
 			st_config_fail(PROG, "unexpected argument after migrate: %s", argv[first + 1]);

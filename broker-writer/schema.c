@@ -241,13 +241,11 @@ static const char functions_sql[] =
 	"      PERFORM setval(v_seq, v_first + v_n - 1);\n"
 	"    END IF;\n"
 	"    IF cardinality(v_do) = 0 THEN\n"
-	"      INSERT INTO broker_event (seq, topic, about, data, key, created_at, data_bytes) OVERRIDING SYSTEM "
-	"VALUE\n"
+	"      INSERT INTO broker_event (seq, topic, about, data, key, created_at, data_bytes) OVERRIDING SYSTEM VALUE\n"
 	"      SELECT v_first - 1 + i.o, i.t, i.a::text[], i.d::json, i.k, v_now, octet_length(i.d)\n"
 	"        FROM unnest(topics, abouts, datas, keys) WITH ORDINALITY AS i(t, a, d, k, o);\n"
 	"    ELSE\n"
-	"      INSERT INTO broker_event (seq, topic, about, data, key, created_at, data_bytes) OVERRIDING SYSTEM "
-	"VALUE\n"
+	"      INSERT INTO broker_event (seq, topic, about, data, key, created_at, data_bytes) OVERRIDING SYSTEM VALUE\n"
 	"      SELECT v_first - 1 + row_number() OVER (ORDER BY i.o), i.t, i.a::text[], i.d::json, i.k, v_now,\n"
 	"             octet_length(i.d)\n"
 	"        FROM unnest(topics, abouts, datas, keys) WITH ORDINALITY AS i(t, a, d, k, o)\n"
@@ -306,31 +304,21 @@ static const char functions_sql[] =
 					 "END\n"
 					 "$fn$;\n"
 					 "\n"
-					 "CREATE OR REPLACE FUNCTION broker_append3(lock_key bigint, flush_id text, "
-					 "topics text[],\n"
+					 "CREATE OR REPLACE FUNCTION broker_append3(lock_key bigint, flush_id text, topics text[],\n"
 					 "    abouts text[], datas text[], keys text[])\n"
-					 "  RETURNS TABLE(prev bigint, first_seq bigint, n_fresh int, dup_ords int[], "
-					 "dup_seqs bigint[])\n"
-					 "  LANGUAGE sql AS $fn$ SELECT * FROM broker_append4(lock_key, flush_id, "
-					 "topics, abouts, datas, keys) $fn$;\n"
+					 "  RETURNS TABLE(prev bigint, first_seq bigint, n_fresh int, dup_ords int[], dup_seqs bigint[])\n"
+					 "  LANGUAGE sql AS $fn$ SELECT * FROM broker_append4(lock_key, flush_id, topics, abouts, datas, keys) $fn$;\n"
 					 "\n"
-					 "CREATE OR REPLACE FUNCTION broker_retain3(lock_key bigint, older_than "
-					 "interval, chunk int)\n"
-					 "  RETURNS int LANGUAGE sql AS $fn$ SELECT broker_retain4(lock_key, "
-					 "older_than, chunk) $fn$;\n"
+					 "CREATE OR REPLACE FUNCTION broker_retain3(lock_key bigint, older_than interval, chunk int)\n"
+					 "  RETURNS int LANGUAGE sql AS $fn$ SELECT broker_retain4(lock_key, older_than, chunk) $fn$;\n"
 					 "\n"
-					 "CREATE OR REPLACE FUNCTION broker_append2(lock_key bigint, flush_id text, "
-					 "topics text[],\n"
+					 "CREATE OR REPLACE FUNCTION broker_append2(lock_key bigint, flush_id text, topics text[],\n"
 					 "    abouts text[], datas text[], keys text[])\n"
-					 "  RETURNS TABLE(prev bigint, first_seq bigint, n_fresh int, dup_ords int[], "
-					 "dup_seqs bigint[])\n"
-					 "  LANGUAGE sql AS $fn$ SELECT * FROM broker_append4(lock_key, flush_id, "
-					 "topics, abouts, datas, keys) $fn$;\n"
+					 "  RETURNS TABLE(prev bigint, first_seq bigint, n_fresh int, dup_ords int[], dup_seqs bigint[])\n"
+					 "  LANGUAGE sql AS $fn$ SELECT * FROM broker_append4(lock_key, flush_id, topics, abouts, datas, keys) $fn$;\n"
 					 "\n"
-					 "CREATE OR REPLACE FUNCTION broker_retain(lock_key bigint, older_than "
-					 "interval, chunk int)\n"
-					 "  RETURNS int LANGUAGE sql AS $fn$ SELECT broker_retain4(lock_key, "
-					 "older_than, chunk) $fn$;\n";
+					 "CREATE OR REPLACE FUNCTION broker_retain(lock_key bigint, older_than interval, chunk int)\n"
+					 "  RETURNS int LANGUAGE sql AS $fn$ SELECT broker_retain4(lock_key, older_than, chunk) $fn$;\n";
 
 /* Takes a row lock on broker_meta's one row; never lowers the version. */
 static const char version_sql[] =
@@ -439,22 +427,22 @@ judge(PGconn *conn, schema_mode mode, int version, bool *done, char *err, size_t
 		if ((rv = query_value(conn, functions_present_sql, v, sizeof(v), err, errlen)) != ST_OK)
 			return rv;
 		if (strcmp(v, "t") != 0) {
-			snprintf(err, errlen,
-				 "schema version %d is newer than this program's %d and no longer has the functions "
-				 "this program calls (broker_append4, broker_retain4, broker_event.data_bytes): "
-				 "upgrade this program",
-				 version, SCHEMA_VERSION);
+			snprintf(
+				err, errlen,
+				"schema version %d is newer than this program's %d and no longer has the functions "
+				"this program calls (broker_append4, broker_retain4, broker_event.data_bytes): upgrade this program",
+				version, SCHEMA_VERSION);
 			return ST_EINVAL;
 		}
 		*done = true;
 		return ST_OK;
 	}
 	if (mode == SCHEMA_ONLINE && version > 0 && version < SCHEMA_ONLINE_FROM) {
-		snprintf(err, errlen,
-			 "schema version %d needs exclusive table locks to reach version %d: run `broker-writer "
-			 "migrate` "
-			 "before starting this writer",
-			 version, SCHEMA_VERSION);
+		snprintf(
+			err, errlen,
+			"schema version %d needs exclusive table locks to reach version %d: run `broker-writer migrate` "
+			"before starting this writer",
+			version, SCHEMA_VERSION);
 		return ST_EINVAL;
 	}
 	return ST_OK;
@@ -627,8 +615,7 @@ log_schema(int found)
 	else if (found < SCHEMA_VERSION)
 		st_info("upgraded schema version %d to %d", found, SCHEMA_VERSION);
 	else
-		st_info("schema version %d is newer than this program's %d and keeps the functions it calls; left as "
-			"it "
+		st_info("schema version %d is newer than this program's %d and keeps the functions it calls; left as it "
 			"is",
 			found, SCHEMA_VERSION);
 }
@@ -702,10 +689,10 @@ schema_migrate_retry(const char *dsn, schema_mode mode, uint64_t wait_ms, volati
 		}
 		if (!daemon && !unreached && (rv != ST_EAGAIN || attempts >= SCHEMA_MIGRATE_LOCK_ATTEMPTS)) {
 			if (rv == ST_EAGAIN)
-				st_error("migrate: no lock in %d attempts of %d ms (%s); a long transaction holds a "
-					 "table "
-					 "or an old snapshot (see pg_stat_activity): run migrate again when it ends",
-					 attempts, SCHEMA_LOCK_TIMEOUT_MS, err);
+				st_error(
+					"migrate: no lock in %d attempts of %d ms (%s); a long transaction holds a table "
+					"or an old snapshot (see pg_stat_activity): run migrate again when it ends",
+					attempts, SCHEMA_LOCK_TIMEOUT_MS, err);
 			else
 				st_error("migrate: %s", err);
 			return 1;

@@ -379,8 +379,7 @@ key_parse(const st_json *j, int obj, st_auth_key *k, const char **why)
 	if (strcmp(kty, "oct") != 0) {
 		for (size_t i = 0; i < ST_ARRAY_LEN(private_members); i++)
 			if (st_json_get(j, obj, private_members[i]) != -1)
-				return *why = "holds a private key (remove d, p, q...: only verification keys belong "
-					      "here)",
+				return *why = "holds a private key (remove d, p, q...: only verification keys belong here)",
 				       ST_EINVAL;
 	}
 	if (strcmp(kty, "oct") == 0)

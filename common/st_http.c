@@ -714,11 +714,11 @@ http_cors_origins_check(const char *list, char *why, size_t cap)
 		for (const char *q = colon + 1; port_ok && q < end; q++)
 			port_ok = *q >= '0' && *q <= '9';
 		if (!port_ok || !origin_host_loopback(host, (size_t)(colon - host))) {
-			snprintf(why, cap,
-				 "origin %.*s: plain http:// is refused except on loopback (localhost, 127.0.0.1, "
-				 "[::1]): "
-				 "anyone on the network can pose as it; use https://",
-				 (int)ST_MIN(n, 200), o);
+			snprintf(
+				why, cap,
+				"origin %.*s: plain http:// is refused except on loopback (localhost, 127.0.0.1, [::1]): "
+				"anyone on the network can pose as it; use https://",
+				(int)ST_MIN(n, 200), o);
 			return false;
 		}
 	}

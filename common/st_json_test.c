@@ -391,9 +391,9 @@ t_problem(void)
 
 	st_buf_init(&b);
 	st_json_problem(&b, NULL, "Bad Request", 400, "topic: \"x\"\n");
-	ST_CHECK_MEM(b.p, b.len,
-		     "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"topic: "
-		     "\\\"x\\\"\\n\"}");
+	ST_CHECK_MEM(
+		b.p, b.len,
+		"{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"topic: \\\"x\\\"\\n\"}");
 	st_buf_reset(&b);
 	st_json_problem(&b, "https://example.test/p", NULL, 503, NULL);
 	ST_CHECK_MEM(b.p, b.len, "{\"type\":\"https://example.test/p\",\"status\":503}");

@@ -128,10 +128,10 @@ url_ok(const char *url, bool listen, char *why, size_t cap)
 			goto done;
 		}
 	} else {
-		snprintf(why, cap,
-			 "scheme \"%.20s\" is not supported: tcp://, tls+tcp://, ipc://, inproc://, abstract:// or "
-			 "ws://",
-			 u->u_scheme);
+		snprintf(
+			why, cap,
+			"scheme \"%.20s\" is not supported: tcp://, tls+tcp://, ipc://, inproc://, abstract:// or ws://",
+			u->u_scheme);
 		goto done;
 	}
 	if ((rv = nng_rep0_open(&s)) != 0) {

@@ -71,11 +71,10 @@ bool st_preflight_http_addr(const st_opt *o, char *why, size_t cap);
 		.name = "tls-ca", .kind = ST_OPT_STR, .def = "",           \
 		.help = "PEM CA that signs every peer on tls+tcp:// links" \
 	}
-#define ST_OPT_TLS_CRL                                                                                                 \
-	{                                                                                                              \
-		.name = "tls-crl", .kind = ST_OPT_STR, .def = "",                                                      \
-		.help = "PEM CRL(s): certificates revoked on every tls+tcp:// link (an expired CRL refuses its whole " \
-			"CA)"                                                                                          \
+#define ST_OPT_TLS_CRL                                                                                                    \
+	{                                                                                                                 \
+		.name = "tls-crl", .kind = ST_OPT_STR, .def = "",                                                         \
+		.help = "PEM CRL(s): certificates revoked on every tls+tcp:// link (an expired CRL refuses its whole CA)" \
 	}
 #define ST_OPT_ROLE_TLS_CA(flag, what)                                                           \
 	{                                                                                        \

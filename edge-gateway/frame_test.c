@@ -23,9 +23,9 @@ t_item(void)
 	const char *p = frame_envelope(f, &len);
 
 	ST_CHECK_MEM(p, len, env);
-	CHECK_FMT(f, FRAME_SSE,
-		  "id: 42\ndata: "
-		  "{\"type\":\"item\",\"id\":\"42\",\"topic\":\"t\",\"about\":[\"a\"],\"data\":{\"x\":1}}\n\n");
+	CHECK_FMT(
+		f, FRAME_SSE,
+		"id: 42\ndata: {\"type\":\"item\",\"id\":\"42\",\"topic\":\"t\",\"about\":[\"a\"],\"data\":{\"x\":1}}\n\n");
 	CHECK_FMT(f, FRAME_NDJSON,
 		  "{\"type\":\"item\",\"id\":\"42\",\"topic\":\"t\",\"about\":[\"a\"],\"data\":{\"x\":1}}\n");
 	CHECK_FMT(f, FRAME_JSONSEQ,
@@ -115,9 +115,9 @@ t_reconnect(void)
 {
 	frame *f = frame_reconnect_new(500, "slow_consumer");
 
-	CHECK_FMT(f, FRAME_SSE,
-		  "event: reconnect\nretry: 500\ndata: "
-		  "{\"type\":\"reconnect\",\"retry_ms\":500,\"reason\":\"slow_consumer\"}\n\n");
+	CHECK_FMT(
+		f, FRAME_SSE,
+		"event: reconnect\nretry: 500\ndata: {\"type\":\"reconnect\",\"retry_ms\":500,\"reason\":\"slow_consumer\"}\n\n");
 	CHECK_FMT(f, FRAME_NDJSON, "{\"type\":\"reconnect\",\"retry_ms\":500,\"reason\":\"slow_consumer\"}\n");
 	CHECK_FMT(f, FRAME_JSONSEQ, "\x1e{\"type\":\"reconnect\",\"retry_ms\":500,\"reason\":\"slow_consumer\"}\n");
 	ST_CHECK(frame_is_terminal(f));
@@ -175,10 +175,10 @@ t_escape(void)
 	p = frame_topic(f, &len);
 	ST_CHECK(len == sizeof(topic) - 1 && memcmp(p, topic, len) == 0);
 	ST_CHECK(p[len] == '\0');
-	CHECK_FMT(f, FRAME_SSE,
-		  "id: 1\ndata: "
-		  "{\"type\":\"item\",\"id\":\"1\",\"topic\":\"q\\\"b\\\\n\\n\",\"about\":[\"\\r\\t\\b\\f\\u0001"
-		  "\\u001f\x7f\xc3\xa9/\"]}\n\n");
+	CHECK_FMT(
+		f, FRAME_SSE,
+		"id: 1\ndata: {\"type\":\"item\",\"id\":\"1\",\"topic\":\"q\\\"b\\\\n\\n\",\"about\":[\"\\r\\t\\b\\f\\u0001"
+		"\\u001f\x7f\xc3\xa9/\"]}\n\n");
 	frame_unref(f);
 }
 

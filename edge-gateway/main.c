@@ -118,8 +118,7 @@ static st_opt opts[E_N] = {
 	[E_CORS_ORIGINS] = { .name = "cors-origins",
 			     .kind = ST_OPT_STR,
 			     .def = "",
-			     .help = "origins allowed by CORS on /v1/stream, comma separated, or *; https:// (http:// "
-				     "only on loopback), "
+			     .help = "origins allowed by CORS on /v1/stream, comma separated, or *; https:// (http:// only on loopback), "
 				     "never null",
 			     .check = cors_origins_check },
 	[E_FLUSH_INTERVAL_MS] = { .name = "flush-interval-ms",
@@ -136,8 +135,7 @@ static st_opt opts[E_N] = {
 	[E_AUTH_KEYS_WATCH] = { .name = "auth-keys-watch",
 				.kind = ST_OPT_DURATION,
 				.def = "10s",
-				.help = "how often the --auth-keys file is looked at; a changed file (a rotated "
-					"Secret) is reloaded",
+				.help = "how often the --auth-keys file is looked at; a changed file (a rotated Secret) is reloaded",
 				.min = 0,
 				.max = 3600000,
 				.allowed = "0 (only SIGHUP and reload) or a duration up to 1h" },
@@ -167,8 +165,7 @@ static st_opt opts[E_N] = {
 	[E_AUTH_QUERY_TOKEN] = { .name = "auth-query-token",
 				 .kind = ST_OPT_BOOL,
 				 .def = "false",
-				 .help = "also accept the token as access_token= in the query (it may end up in proxy "
-					 "logs)" },
+				 .help = "also accept the token as access_token= in the query (it may end up in proxy logs)" },
 	[E_MAX_STREAMS_PER_IP] = { .name = "max-streams-per-ip",
 				   .kind = ST_OPT_INT,
 				   .def = "0",
@@ -178,8 +175,7 @@ static st_opt opts[E_N] = {
 	[E_TRUSTED_PROXIES] = { .name = "trusted-proxies",
 				.kind = ST_OPT_STR,
 				.def = "",
-				.help = "CIDR ranges whose X-Forwarded-For / Forwarded names the client, comma "
-					"separated" },
+				.help = "CIDR ranges whose X-Forwarded-For / Forwarded names the client, comma separated" },
 	[E_IPV6_PREFIX] = { .name = "ipv6-prefix",
 			    .kind = ST_OPT_INT,
 			    .def = "64",

@@ -138,8 +138,7 @@ load_small(void)
 	return sql("TRUNCATE broker_event") && sql("DELETE FROM broker_meta") &&
 	       sql("INSERT INTO broker_event (seq, topic, about, data) OVERRIDING SYSTEM VALUE VALUES"
 		   " (1, 't1', '{}', '{\"a\":1}'),"
-		   " (2, 't1', ARRAY['a\"b', 'c,d', E'\\u00fc\\u20ac\\U0001F600', '{x}', 'NULL', E'back\\\\slash', ' "
-		   "sp '], "
+		   " (2, 't1', ARRAY['a\"b', 'c,d', E'\\u00fc\\u20ac\\U0001F600', '{x}', 'NULL', E'back\\\\slash', ' sp '], "
 		   "'{ \"a\" : [1, 2] }'),"
 		   " (3, 't2', '{one}', NULL),"
 		   " (4, 't3', '{}', '[]'),"
@@ -356,9 +355,9 @@ t_byte_cut(void)
 	int chunks = 0;
 
 	ST_CHECK(sql("TRUNCATE broker_event"));
-	ST_CHECK(sql("INSERT INTO broker_event (topic, about, data) SELECT 'cut', '{}', ('\"' || repeat(md5(i::text), "
-		     "3200) || '\"')::json"
-		     " FROM generate_series(1, 10) i"));
+	ST_CHECK(sql(
+		"INSERT INTO broker_event (topic, about, data) SELECT 'cut', '{}', ('\"' || repeat(md5(i::text), 3200) || '\"')::json"
+		" FROM generate_series(1, 10) i"));
 	MAXB = 250u * 1024;
 	for (;;) {
 		fetch(&g, t, l, 1, cursor, 1000, 100);
@@ -420,9 +419,9 @@ t_big(void)
 
 	/* 50,000 events on "big" mixed with 50,000 on 200 other topics */
 	ST_CHECK(sql("TRUNCATE broker_event"));
-	ST_CHECK(sql("INSERT INTO broker_event (topic, about, data) SELECT CASE WHEN i % 2 = 0 THEN 'big' ELSE "
-		     "'other' || (i % 200) END, ARRAY['r' || i], ('{\"i\":' || i || '}')::json FROM generate_series(1, "
-		     "100000) i"));
+	ST_CHECK(sql(
+		"INSERT INTO broker_event (topic, about, data) SELECT CASE WHEN i % 2 = 0 THEN 'big' ELSE "
+		"'other' || (i % 200) END, ARRAY['r' || i], ('{\"i\":' || i || '}')::json FROM generate_series(1, 100000) i"));
 	ST_CHECK(sql("ANALYZE broker_event"));
 	check(g, t, l, 2, 0, 100000);
 	uint64_t d = g->d;
@@ -531,17 +530,17 @@ main(void)
 		fprintf(stderr, "cannot connect: %s", PQerrorMessage(ADMIN));
 		return 1;
 	}
-	snprintf(q, sizeof(q),
-		 "SET client_min_messages = warning; DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s; SET "
-		 "search_path = %s;"
-		 "CREATE TABLE broker_event (seq bigint GENERATED ALWAYS AS IDENTITY (CACHE 1) PRIMARY KEY,"
-		 " topic text NOT NULL, about text[] NOT NULL DEFAULT '{}', data json, key text,"
-		 " created_at timestamptz NOT NULL DEFAULT now(), data_bytes int);"
-		 "CREATE UNIQUE INDEX broker_event_topic_key ON broker_event (topic, key) WHERE key IS NOT NULL;"
-		 "CREATE INDEX broker_event_topic_seq ON broker_event (topic, seq);"
-		 "CREATE TABLE broker_meta (id int PRIMARY KEY CHECK (id = 1), horizon bigint NOT NULL DEFAULT 0,"
-		 " schema_version int NOT NULL)",
-		 SCHEMA, SCHEMA, SCHEMA);
+	snprintf(
+		q, sizeof(q),
+		"SET client_min_messages = warning; DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s; SET search_path = %s;"
+		"CREATE TABLE broker_event (seq bigint GENERATED ALWAYS AS IDENTITY (CACHE 1) PRIMARY KEY,"
+		" topic text NOT NULL, about text[] NOT NULL DEFAULT '{}', data json, key text,"
+		" created_at timestamptz NOT NULL DEFAULT now(), data_bytes int);"
+		"CREATE UNIQUE INDEX broker_event_topic_key ON broker_event (topic, key) WHERE key IS NOT NULL;"
+		"CREATE INDEX broker_event_topic_seq ON broker_event (topic, seq);"
+		"CREATE TABLE broker_meta (id int PRIMARY KEY CHECK (id = 1), horizon bigint NOT NULL DEFAULT 0,"
+		" schema_version int NOT NULL)",
+		SCHEMA, SCHEMA, SCHEMA);
 	if (!sql(q))
 		return 1;
 
