@@ -92,94 +92,102 @@ drop_schema(PGconn *admin, const char *tag)
 	(void)st_test_pg_exec(admin, q);
 }
 
+/* Runs body on a connection to a new private schema named after tag, then drops the schema. */
 static void
-t_fresh_then_current(void)
+in_private_schema(const char *tag, void (*body)(PGconn *c, char *err, size_t cap))
 {
-	PGconn *admin = ADMIN, *c = private_schema(admin, "fresh");
+	PGconn *c = private_schema(ADMIN, tag);
 	char err[512] = "";
-	int found = -1;
 
 	if (c == NULL) {
 		ST_CHECK(c != NULL);
 		return;
 	}
-	ST_CHECK(schema_migrate(c, SCHEMA_ONLINE, &found, err, sizeof(err)) == ST_OK);
+	body(c, err, sizeof(err));
+	PQfinish(c);
+	drop_schema(ADMIN, tag);
+}
+
+static void
+t_fresh_then_current_in(PGconn *c, char *err, size_t cap)
+{
+	int found = -1;
+
+	ST_CHECK(schema_migrate(c, SCHEMA_ONLINE, &found, err, cap) == ST_OK);
 	ST_CHECK_EQ_U64(found, 0);
 	err[0] = '\0';
-	ST_CHECK(schema_migrate(c, SCHEMA_ALL, &found, err, sizeof(err)) == ST_OK);
+	ST_CHECK(schema_migrate(c, SCHEMA_ALL, &found, err, cap) == ST_OK);
 	ST_CHECK_EQ_U64(found, SCHEMA_VERSION);
 	if (err[0] != '\0')
 		fprintf(stderr, "err: %s\n", err);
-	PQfinish(c);
-	drop_schema(admin, "fresh");
+}
+
+static void
+t_fresh_then_current(void)
+{
+	in_private_schema("fresh", t_fresh_then_current_in);
+}
+
+static void
+t_newer_schemas_in(PGconn *c, char *err, size_t cap)
+{
+	int found = -1;
+
+	ST_CHECK(schema_migrate(c, SCHEMA_ONLINE, &found, err, cap) == ST_OK);
+	/* a newer version that keeps what this program calls: accepted as it is */
+	ST_CHECK(st_test_pg_exec(c, "UPDATE broker_meta SET schema_version = 99 WHERE id = 1"));
+	ST_CHECK(schema_migrate(c, SCHEMA_ONLINE, &found, err, cap) == ST_OK);
+	ST_CHECK_EQ_U64(found, 99);
+	/* one that lost a function this program calls: refused, saying so */
+	ST_CHECK(st_test_pg_exec(c, "DROP FUNCTION broker_retain4(bigint, interval, integer) CASCADE"));
+	ST_CHECK(schema_migrate(c, SCHEMA_ONLINE, &found, err, cap) == ST_EINVAL);
+	ST_CHECK(strstr(err, "upgrade this program") != NULL);
 }
 
 static void
 t_newer_schemas(void)
 {
-	PGconn *admin = ADMIN, *c = private_schema(admin, "newer");
-	char err[512] = "";
+	in_private_schema("newer", t_newer_schemas_in);
+}
+
+static void
+t_online_refuses_a_locking_upgrade_in(PGconn *c, char *err, size_t cap)
+{
 	int found = -1;
 
-	if (c == NULL) {
-		ST_CHECK(c != NULL);
-		return;
-	}
-	ST_CHECK(schema_migrate(c, SCHEMA_ONLINE, &found, err, sizeof(err)) == ST_OK);
-	/* a newer version that keeps what this program calls: accepted as it is */
-	ST_CHECK(st_test_pg_exec(c, "UPDATE broker_meta SET schema_version = 99 WHERE id = 1"));
-	ST_CHECK(schema_migrate(c, SCHEMA_ONLINE, &found, err, sizeof(err)) == ST_OK);
-	ST_CHECK_EQ_U64(found, 99);
-	/* one that lost a function this program calls: refused, saying so */
-	ST_CHECK(st_test_pg_exec(c, "DROP FUNCTION broker_retain4(bigint, interval, integer) CASCADE"));
-	ST_CHECK(schema_migrate(c, SCHEMA_ONLINE, &found, err, sizeof(err)) == ST_EINVAL);
-	ST_CHECK(strstr(err, "upgrade this program") != NULL);
-	PQfinish(c);
-	drop_schema(admin, "newer");
+	ST_CHECK(schema_migrate(c, SCHEMA_ONLINE, &found, err, cap) == ST_OK);
+	ST_CHECK(st_test_pg_exec(c, "UPDATE broker_meta SET schema_version = 3 WHERE id = 1"));
+	ST_CHECK(schema_migrate(c, SCHEMA_ONLINE, &found, err, cap) == ST_EINVAL);
+	ST_CHECK_EQ_U64(found, 3);
+	ST_CHECK(strstr(err, "broker-writer migrate") != NULL);
 }
 
 static void
 t_online_refuses_a_locking_upgrade(void)
 {
-	PGconn *admin = ADMIN, *c = private_schema(admin, "old");
-	char err[512] = "";
+	in_private_schema("old", t_online_refuses_a_locking_upgrade_in);
+}
+
+static void
+t_lock_held_elsewhere_is_eagain_in(PGconn *c, char *err, size_t cap)
+{
 	int found = -1;
 
-	if (c == NULL) {
-		ST_CHECK(c != NULL);
-		return;
-	}
-	ST_CHECK(schema_migrate(c, SCHEMA_ONLINE, &found, err, sizeof(err)) == ST_OK);
-	ST_CHECK(st_test_pg_exec(c, "UPDATE broker_meta SET schema_version = 3 WHERE id = 1"));
-	ST_CHECK(schema_migrate(c, SCHEMA_ONLINE, &found, err, sizeof(err)) == ST_EINVAL);
-	ST_CHECK_EQ_U64(found, 3);
-	ST_CHECK(strstr(err, "broker-writer migrate") != NULL);
-	PQfinish(c);
-	drop_schema(admin, "old");
+	ST_CHECK(st_test_pg_exec(ADMIN, "SELECT pg_advisory_lock(7450000001)"));
+	ST_CHECK(schema_migrate(c, SCHEMA_ONLINE, &found, err, cap) == ST_EAGAIN);
+	if (strstr(err, "lock") == NULL)
+		fprintf(stderr, "err: %s\n", err);
+	ST_CHECK(strstr(err, "lock") != NULL);
+	ST_CHECK(st_test_pg_exec(ADMIN, "SELECT pg_advisory_unlock(7450000001)"));
+	/* the lock gone, the same call creates the schema */
+	ST_CHECK(schema_migrate(c, SCHEMA_ONLINE, &found, err, cap) == ST_OK);
+	ST_CHECK_EQ_U64(found, 0);
 }
 
 static void
 t_lock_held_elsewhere_is_eagain(void)
 {
-	PGconn *admin = ADMIN, *c = private_schema(admin, "locked");
-	char err[512] = "";
-	int found = -1;
-
-	if (c == NULL) {
-		ST_CHECK(c != NULL);
-		return;
-	}
-	ST_CHECK(st_test_pg_exec(admin, "SELECT pg_advisory_lock(7450000001)"));
-	ST_CHECK(schema_migrate(c, SCHEMA_ONLINE, &found, err, sizeof(err)) == ST_EAGAIN);
-	if (strstr(err, "lock") == NULL)
-		fprintf(stderr, "err: %s\n", err);
-	ST_CHECK(strstr(err, "lock") != NULL);
-	ST_CHECK(st_test_pg_exec(admin, "SELECT pg_advisory_unlock(7450000001)"));
-	/* the lock gone, the same call creates the schema */
-	ST_CHECK(schema_migrate(c, SCHEMA_ONLINE, &found, err, sizeof(err)) == ST_OK);
-	ST_CHECK_EQ_U64(found, 0);
-	PQfinish(c);
-	drop_schema(admin, "locked");
+	in_private_schema("locked", t_lock_held_elsewhere_is_eagain_in);
 }
 
 int
