@@ -755,6 +755,27 @@ def run_clients(clients, timeout, until=None, tick=None):
     return ok
 
 
+def open_raw_stream(port, target, headers=(), src="127.0.0.1", timeout=10.0):
+    """A GET of target from source address src on a socket of its own, left open: (socket, status or
+    None, the response head as text).  For tests that hold streams open (per-address limits)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.bind((src, 0))
+    s.connect(("127.0.0.1", port))
+    req = "GET %s HTTP/1.1\r\nHost: x\r\n" % target
+    req += "".join("%s: %s\r\n" % (k, v) for k, v in headers)
+    s.sendall((req + "\r\n").encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        b = s.recv(4096)
+        if not b:
+            break
+        head += b
+    text = head.decode(errors="replace")
+    status = int(text.split(" ", 2)[1]) if text.startswith("HTTP/1.1 ") else None
+    return s, status, text
+
+
 def fetch(port, target, method="GET", headers=None, timeout=10.0, body=None,
           host="127.0.0.1", **kw):
     """One request, run to the end (or timeout); returns the client."""

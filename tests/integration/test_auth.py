@@ -34,7 +34,6 @@ import hmac
 import json
 import os
 import signal
-import socket
 import sys
 import time
 
@@ -305,23 +304,8 @@ with harness.Env() as env:
 
     def open_raw(src, xff=None, topic="orders/1"):
         """A stream over a socket bound to src; returns (socket, status, head text)."""
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.settimeout(10)
-        s.bind((src, 0))
-        s.connect(("127.0.0.1", port3))
-        req = "GET /v1/stream?topic=%s&format=ndjson HTTP/1.1\r\nHost: x\r\n" % topic
-        if xff:
-            req += "X-Forwarded-For: %s\r\n" % xff
-        s.sendall((req + "\r\n").encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            b = s.recv(4096)
-            if not b:
-                break
-            head += b
-        text = head.decode(errors="replace")
-        status = int(text.split(" ", 2)[1]) if text.startswith("HTTP/1.1 ") else None
-        return s, status, text
+        return sc.open_raw_stream(port3, "/v1/stream?topic=%s&format=ndjson" % topic,
+                                  [("X-Forwarded-For", xff)] if xff else [], src)
 
     @t.case
     def without_keys_the_edge_says_so():

@@ -15,7 +15,6 @@ them:
 """
 
 import os
-import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -36,21 +35,7 @@ with harness.Env() as env:
 
     def open_raw(headers, src=PROXY):
         """A stream over a socket bound to src with these extra header lines; returns its status."""
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.settimeout(10)
-        s.bind((src, 0))
-        s.connect(("127.0.0.1", port))
-        req = "GET /v1/stream?topic=orders/1&format=ndjson HTTP/1.1\r\nHost: x\r\n"
-        req += "".join("%s: %s\r\n" % (k, v) for k, v in headers)
-        s.sendall((req + "\r\n").encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            b = s.recv(4096)
-            if not b:
-                break
-            head += b
-        text = head.decode(errors="replace")
-        status = int(text.split(" ", 2)[1]) if text.startswith("HTTP/1.1 ") else None
+        s, status, _ = sc.open_raw_stream(port, "/v1/stream?topic=orders/1&format=ndjson", headers, src)
         if status == 200:
             held.append(s)
         else:
