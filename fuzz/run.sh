@@ -46,7 +46,8 @@ secs=$2
 case " $(echo $TARGETS) " in *" $target "*) ;; *) usage ;; esac
 case "$secs" in '' | *[!0-9]*) usage ;; esac
 
-cmake --build "$build" --target "fuzz_$target" -j"${FUZZ_JOBS:-2}" >/dev/null
+# FUZZ_NO_BUILD=1: the caller built every target already (scripts/test.sh runs two at once)
+[ "${FUZZ_NO_BUILD:-0}" = 1 ] || cmake --build "$build" --target "fuzz_$target" -j"${FUZZ_JOBS:-2}" >/dev/null
 
 work=$build/fuzz-work/$target
 mkdir -p "$work/corpus" "$work/artifacts"

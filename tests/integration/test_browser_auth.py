@@ -1,3 +1,4 @@
+# ctest-labels: browser
 """A real browser's EventSource with a cookie, across origins, under access control.
 
 Headless Chromium loads browser/page.html from its own origin (a tiny

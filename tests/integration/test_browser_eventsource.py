@@ -1,3 +1,4 @@
+# ctest-labels: browser
 """A real browser's EventSource against the edge-gateway.
 
 Headless Chromium (/usr/bin/chromium) loads browser/page.html from a tiny

@@ -1,3 +1,4 @@
+# ctest-labels: browser
 """The JavaScript stream client (clients/js) against the real system, in Node
 and in headless Chromium at the same time.
 
