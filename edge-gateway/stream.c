@@ -4,6 +4,11 @@
  * streams.c, which calls this; a stream calls back only the hooks of its
  * stream_env (stream.h).
  *
+ * SIZE.  About 1,000 lines, over the house's bound: the state machine, its
+ * replay seam and its writing share the struct.  The writing half ("the
+ * last step before the socket": ref batches, frames to the connection, the
+ * pump) is the part to move into a module of its own next.
+ *
  * DESIGN
  *
  * States (enum stream_state):
