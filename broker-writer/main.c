@@ -4,11 +4,11 @@
  * answers the producers after the commit and publishes the committed events
  * in seq order on nng pub0.  See docs/writer.md.
  *
- * SIZE.  Over 800 lines: its option table (about 40 flags, each with its
- * range and help: 170 lines) and the metric registrations live here, beside
+ * SIZE.  Over 800 lines: its option table (20 flags, each with its range
+ * and help: 80 lines) and the metric registrations live here, beside
  * construction, the ops endpoints and the process's life.  The next thing
- * to move out is the option table (a writer_config module, as edge.c took
- * the edge's logic out of its main.c).
+ * to move out is the process's life and the ops endpoints (a writer.c, as
+ * edge.c took the edge's logic out of its main.c).
  *
  * DESIGN.  One libevent loop owns everything but the ingest receivers' nng
  * callbacks, which decode and validate on nng threads and hand valid
