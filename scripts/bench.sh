@@ -23,13 +23,14 @@ build=${BENCH_BUILD_DIR:-$ST_ROOT/build}
 pkgs=("${ST_BUILD_PKGS[@]}")
 [ "${BENCH_NO_NCHAN:-0}" = 1 ] || pkgs+=(nginx-light libnginx-mod-nchan)
 st_install "${pkgs[@]}"
-# Only the three programs: a test target of the tree failing to build must
+# Only the three programs and nngreq (the replay scenarios publish large
+# events with it): a test target of the tree failing to build must
 # not stop a benchmark of the programs.
-st_log "building $build (RelWithDebInfo: broker-writer edge-gateway studioctl)"
+st_log "building $build (RelWithDebInfo: broker-writer edge-gateway studioctl, and nngreq for the replay scenarios)"
 mkdir -p "$build"
 cmake -S "$ST_ROOT" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$build.configure.log" 2>&1 ||
 	{ cat "$build.configure.log" >&2; st_die "cmake configure of $build failed"; }
-cmake --build "$build" -j"$(nproc)" --target broker-writer edge-gateway studioctl || st_die "build of $build failed"
+cmake --build "$build" -j"$(nproc)" --target broker-writer edge-gateway studioctl nngreq || st_die "build of $build failed"
 st_log "building the bench tools in $build/bench"
 cmake -S "$ST_ROOT/bench" -B "$build/bench" -DCMAKE_BUILD_TYPE=Release >"$build/bench.configure.log" 2>&1 ||
 	{ cat "$build/bench.configure.log" >&2; st_die "cmake configure of bench/ failed"; }
