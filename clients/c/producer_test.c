@@ -6,7 +6,7 @@
  * has those.
  *
  * Out of memory: this binary is built with ST_ALLOC_FAILPOINTS (see
- * producer/CMakeLists.txt), so each allocation of the library's (its own,
+ * clients/c/CMakeLists.txt), so each allocation of the library's (its own,
  * st_buf's, proto/wire.c's) can be made to fail in turn: every one must
  * give STUDIO_NOMEM, and nothing may leak (LeakSanitizer checks it under
  * ASan, at each test's end and at exit).  The answering writer there is a
