@@ -38,7 +38,7 @@ void st_oom(const char *what, size_t n) __attribute__((noreturn));
 #ifdef ST_ALLOC_FAILPOINTS
 /*
  * Allocation-failure injection, compiled only into test binaries built
- * with -DST_ALLOC_FAILPOINTS (producer_test), never into a library or a
+ * with -DST_ALLOC_FAILPOINTS (the producer library's *_test), never into a library or a
  * program: after st_alloc_fail_arm(n) the n-th next st_try_* call (any
  * thread) fails once; 0 disarms.  st_alloc_fail_fired() says whether it
  * did since the last arm.

@@ -355,7 +355,7 @@ def pkg_config(env_pc, pkg, *args):
 
 
 def build_example(exe, flags):
-    cc = subprocess.run(["cc", "-o", exe, os.path.join(ROOT, "producer", "example.c")] + sanitizer_flags() + flags,
+    cc = subprocess.run(["cc", "-o", exe, os.path.join(ROOT, "clients", "c", "example.c")] + sanitizer_flags() + flags,
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
     log("cc %s" % " ".join(flags))
     check_eq(cc.returncode, 0, "cc example.c %s (%s)" % (" ".join(flags), cc.stdout.decode(errors="replace")[-600:]))
@@ -428,7 +428,7 @@ def installed_with_pkg_config():
         if not sanitizer_flags():
             full = os.path.join(prefix, "example-full-static")
             extra = ["-static"] + flags + ["-lmbedtls", "-lmbedx509", "-lmbedcrypto", "-latomic"]
-            cc = subprocess.run(["cc", "-o", full, os.path.join(ROOT, "producer", "example.c")] + extra,
+            cc = subprocess.run(["cc", "-o", full, os.path.join(ROOT, "clients", "c", "example.c")] + extra,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
             check_eq(cc.returncode, 0, "cc -static example.c %s (%s)" % (" ".join(extra),
                                                                          cc.stdout.decode(errors="replace")[-600:]))

@@ -1,12 +1,13 @@
 /*
- * producer_test: key bases, local checks with the writer's words, options
- * and their bounds, the ABI checks, and what the library does with no
- * writer at all (the deadline, the slot, free while a caller waits, where
- * callbacks run).  No writer process: tests/integration/test_producer_lib.py
- * has those.
+ * producer_test: the producer and its requests (producer.c, op.c): the
+ * names, what studio_producer_new refuses, and what the library does with
+ * no writer at all (the deadline, the slot, free while a caller waits,
+ * where callbacks run).  Key bases and the writer's checks are
+ * request_test's, options by name options_test's.  No writer process:
+ * tests/integration/test_producer_lib.py has those.
  *
  * Out of memory: this binary is built with ST_ALLOC_FAILPOINTS (see
- * producer/CMakeLists.txt), so each allocation of the library's (its own,
+ * clients/c/CMakeLists.txt), so each allocation of the library's (its own,
  * st_buf's, proto/wire.c's) can be made to fail in turn: every one must
  * give STUDIO_NOMEM, and nothing may leak (LeakSanitizer checks it under
  * ASan, at each test's end and at exit).  The answering writer there is a
@@ -29,7 +30,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "options.h"
 #include "producer_int.h"
+#include "request.h"
 #include "st_buf.h"
 #include "st_test.h"
 #include "st_util.h"
@@ -62,95 +65,6 @@ clock_gettime(clockid_t clk, struct timespec *ts)
 }
 
 static void
-t_key_base(void)
-{
-	const uint8_t id[16] = { 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef,
-				 0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32, 0x10 };
-	char k[PRODUCER_KEY_BASE_LEN + 1], k2[PRODUCER_KEY_BASE_LEN + 1], long_base[STUDIO_KEY_BASE_MAX + 1];
-
-	producer_key_base_format(id, 0, k);
-	ST_CHECK_STR(k, "sp2-0123456789abcdeffedcba9876543210-0000000000000000");
-	ST_CHECK_EQ_U64(strlen(k), PRODUCER_KEY_BASE_LEN);
-	producer_key_base_format(id, UINT64_MAX, k2);
-	ST_CHECK_STR(k2, "sp2-0123456789abcdeffedcba9876543210-ffffffffffffffff");
-	producer_key_base_format(id, 1, k2);
-	ST_CHECK(strcmp(k, k2) != 0);
-	ST_CHECK(producer_key_base_valid(k));
-	ST_CHECK(producer_key_base_valid("orders-2026-12-04"));
-	ST_CHECK(!producer_key_base_valid(""));
-	ST_CHECK(!producer_key_base_valid("has space"));
-	ST_CHECK(!producer_key_base_valid("tab\t"));
-	ST_CHECK(!producer_key_base_valid("\xc3\xa9"));
-	memset(long_base, 'b', STUDIO_KEY_BASE_MAX - 1);
-	long_base[STUDIO_KEY_BASE_MAX - 1] = '\0';
-	ST_CHECK(producer_key_base_valid(long_base));
-	long_base[STUDIO_KEY_BASE_MAX - 1] = 'b';
-	long_base[STUDIO_KEY_BASE_MAX] = '\0';
-	ST_CHECK(!producer_key_base_valid(long_base));
-}
-
-/* The writer's rules and words (proto/wire.c), found before anything is sent. */
-static void
-t_events_check(void)
-{
-	static const char *const about65[65] = { "a" };
-	const char *about_ok[2] = { "x", "y" };
-	char long_topic[202], detail[512];
-	studio_event ok = { STUDIO_EVENT_INIT, .topic = "t",         .about = about_ok,
-			    .n_about = 2,      .data = "{\"a\": 1}", .key = "k1" };
-	static const struct {
-		studio_event ev;
-		studio_status want;
-		const char *detail;
-	} cases[] = {
-		{ { STUDIO_EVENT_INIT, .topic = "a b" }, STUDIO_INVALID, "event 0: topic: bad character" },
-		{ { STUDIO_EVENT_INIT, .topic = "" }, STUDIO_INVALID, "event 0: topic: empty" },
-		{ { STUDIO_EVENT_INIT, .topic = NULL }, STUDIO_INVALID, "event 0: topic: empty" },
-		{ { STUDIO_EVENT_INIT, .topic = "t", .data = "{" }, STUDIO_INVALID, "event 0: data: " },
-		{ { STUDIO_EVENT_INIT, .topic = "t", .data = "1 2" }, STUDIO_INVALID, "event 0: data: " },
-		{ { STUDIO_EVENT_INIT, .topic = "t", .key = "" }, STUDIO_INVALID, "event 0: key: empty" },
-		{ { STUDIO_EVENT_INIT, .topic = "t", .about = about65, .n_about = 65 },
-		  STUDIO_INVALID,
-		  "event 0: about: too many entries (65, max 64)" },
-		{ { STUDIO_EVENT_INIT, .topic = "t", .n_about = 2 },
-		  STUDIO_USAGE,
-		  "event 0: n_about 2 with about NULL" },
-	};
-
-	ST_CHECK(studio_events_check(&ok, 1, detail, sizeof(detail)) == STUDIO_OK);
-	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
-		studio_status st;
-
-		detail[0] = '\0';
-		st = studio_events_check(&cases[i].ev, 1, detail, sizeof(detail));
-		fprintf(stderr, "  case %zu -> %s \"%s\"\n", i, studio_status_str(st), detail);
-		ST_CHECK(st == cases[i].want);
-		ST_CHECK(strncmp(detail, cases[i].detail, strlen(cases[i].detail)) == 0);
-	}
-	memset(long_topic, 't', 201);
-	long_topic[201] = '\0';
-	{
-		studio_event two[2] = { ok, { STUDIO_EVENT_INIT, .topic = long_topic } };
-
-		ST_CHECK(studio_events_check(two, 2, detail, sizeof(detail)) == STUDIO_INVALID);
-		ST_CHECK_STR(detail, "event 1: topic: too long");
-	}
-	ST_CHECK(studio_events_check(&ok, 0, detail, sizeof(detail)) == STUDIO_USAGE);
-	ST_CHECK(studio_events_check(NULL, 1, detail, sizeof(detail)) == STUDIO_USAGE);
-	/* An event not started with STUDIO_EVENT_INIT (or of another header's size) is not read. */
-	{
-		studio_event bare = { .topic = "t" }, sized[2] = { ok, ok };
-
-		ST_CHECK(studio_events_check(&bare, 1, detail, sizeof(detail)) == STUDIO_USAGE);
-		fprintf(stderr, "  no size: %s\n", detail);
-		ST_CHECK(strncmp(detail, "event 0: size 0 is not sizeof(studio_event)", 43) == 0);
-		sized[1].size = sizeof(studio_event) + 8;
-		ST_CHECK(studio_events_check(sized, 2, detail, sizeof(detail)) == STUDIO_USAGE);
-		ST_CHECK(strncmp(detail, "event 1: size ", 14) == 0);
-	}
-}
-
-static void
 t_version(void)
 {
 	fprintf(stderr, "  studio_version() = \"%s\", header \"%s\"\n", studio_version(), STUDIO_PRODUCER_VERSION);
@@ -158,63 +72,6 @@ t_version(void)
 	ST_CHECK_STR(studio_status_str(STUDIO_FULL), "full");
 	ST_CHECK_STR(studio_status_str(STUDIO_NOMEM), "nomem");
 	ST_CHECK_STR(studio_status_str((studio_status)99), "unknown");
-}
-
-/* Options by name: ranges checked, so nothing above INT32_MAX becomes a negative nng duration. */
-static void
-t_options(void)
-{
-	studio_options *o = studio_options_new();
-	static const struct {
-		const char *name, *value;
-		studio_status want;
-	} cases[] = {
-		{ "try_timeout_ms", "2147483647", STUDIO_OK },
-		{ "try_timeout_ms", "2147483648", STUDIO_USAGE },
-		{ "try_timeout_ms", "4294967295", STUDIO_USAGE },
-		{ "try_timeout_ms", "99999999999999999999999", STUDIO_USAGE },
-		{ "try_timeout_ms", "0", STUDIO_USAGE },
-		{ "try_timeout_ms", "-1", STUDIO_USAGE },
-		{ "try_timeout_ms", "10s", STUDIO_USAGE },
-		{ "try_timeout_ms", "", STUDIO_USAGE },
-		{ "backoff_base_ms", "100", STUDIO_OK },
-		{ "backoff_cap_ms", "3000000000", STUDIO_USAGE },
-		{ "max_inflight", "65536", STUDIO_OK },
-		{ "max_inflight", "65537", STUDIO_USAGE },
-		{ "keys", "off", STUDIO_OK },
-		{ "keys", "no", STUDIO_USAGE },
-		{ "tls_ca", "/nonexistent", STUDIO_OK },
-		{ "token", "aaa.bbb.ccc", STUDIO_OK },
-		{ "token", "", STUDIO_OK },
-		{ "no_such_option", "1", STUDIO_USAGE },
-	};
-	char err[256];
-	char *long_tok = malloc(8194);
-
-	ST_CHECK(o != NULL);
-	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
-		studio_status st;
-
-		err[0] = '\0';
-		st = studio_options_set(o, cases[i].name, cases[i].value, err, sizeof(err));
-		fprintf(stderr, "  %s=%s -> %s \"%s\"\n", cases[i].name, cases[i].value, studio_status_str(st), err);
-		ST_CHECK(st == cases[i].want);
-	}
-	ST_CHECK(studio_options_set(o, NULL, "1", err, sizeof(err)) == STUDIO_USAGE);
-	ST_CHECK(studio_options_set(NULL, "keys", "on", err, sizeof(err)) == STUDIO_USAGE);
-	/* a token is at most 8192 bytes (the writer's bound) */
-	ST_CHECK(long_tok != NULL);
-	memset(long_tok, 'a', 8193);
-	long_tok[8193] = '\0';
-	ST_CHECK(studio_options_set(o, "token", long_tok, err, sizeof(err)) == STUDIO_USAGE);
-	ST_CHECK_STR(err, "option token: longer than 8192 bytes");
-	long_tok[8192] = '\0';
-	ST_CHECK(studio_options_set(o, "token", long_tok, err, sizeof(err)) == STUDIO_OK);
-	free(long_tok);
-	ST_CHECK(studio_options_set_token_fn(NULL, NULL, NULL) == STUDIO_USAGE);
-	ST_CHECK(studio_options_set_token_fn(o, NULL, NULL) == STUDIO_OK);
-	studio_options_free(o);
-	studio_options_free(NULL);
 }
 
 static void
@@ -272,7 +129,7 @@ t_no_writer_nothing_sent(void)
 	fprintf(stderr, "  no writer: %s: %s (base \"%s\")\n", studio_status_str(st), detail, base);
 	ST_CHECK(st == STUDIO_UNAVAILABLE);
 	ST_CHECK(strstr(detail, "nothing was sent") != NULL);
-	ST_CHECK(strncmp(base, "sp2-", 4) == 0 && strlen(base) == PRODUCER_KEY_BASE_LEN);
+	ST_CHECK(strncmp(base, "sp2-", 4) == 0 && strlen(base) == REQUEST_KEY_BASE_LEN);
 	/* a caller's base is used and left as it was */
 	ST_CHECK(studio_publish(p, &ev, 1, base2, &seq, 100, detail, sizeof(detail)) == STUDIO_UNAVAILABLE);
 	ST_CHECK_STR(base2, "mine-1");
@@ -336,7 +193,7 @@ t_callback_not_on_caller(void)
 	char err[256];
 	bool same;
 
-	producer_test_hooks(o, jumpy_clock, NULL, NULL);
+	options_hooks_set(o, jumpy_clock, NULL, NULL);
 	ST_CHECK(studio_producer_new("tcp://127.0.0.1:1", o, &p, err, sizeof(err)) == STUDIO_OK);
 	ST_CHECK(studio_publish_async(p, &ev, 1, NULL, 10, 0, seen_cb, &s, err, sizeof(err)) == STUDIO_OK);
 	seen_wait(&s, 1);
@@ -454,27 +311,6 @@ t_free_while_waiting_for_slot(void)
 	ST_CHECK(w.st == STUDIO_CLOSED);
 	seen_wait(&s, 1);
 	studio_options_free(o);
-}
-
-/* The encoder's growth fails: ST_ENOMEM, and the buffer is as it was before the call (not half an encoding). */
-static void
-t_nomem_encoder_leaves_buffer(void)
-{
-	static char data[300];
-	proto_event ev = { .topic = { "t", 1 }, .data = { data, sizeof(data) }, .has_data = true };
-	st_buf b;
-
-	memset(data, '1', sizeof(data));
-	st_buf_init(&b);
-	st_buf_append(&b, "abc", 3); /* 64 bytes of room: the encoding must grow it */
-	st_alloc_fail_arm(1);
-	ST_CHECK(proto_request_try_encode(&b, &ev, 1, false) == ST_ENOMEM);
-	ST_CHECK(st_alloc_fail_fired());
-	st_alloc_fail_arm(0);
-	ST_CHECK_MEM(b.p, b.len, "abc");
-	ST_CHECK(proto_request_try_encode(&b, &ev, 1, false) == ST_OK);
-	ST_CHECK(b.len > 3 + sizeof(data) && memcmp(b.p, "abc", 3) == 0);
-	st_buf_fini(&b);
 }
 
 /*
@@ -732,17 +568,13 @@ t_waits_ignore_wall_clock(void)
 int
 main(void)
 {
-	ST_RUN(t_key_base);
-	ST_RUN(t_events_check);
 	ST_RUN(t_version);
-	ST_RUN(t_options);
 	ST_RUN(t_new_refuses);
 	ST_RUN(t_no_writer_nothing_sent);
 	ST_RUN(t_callback_not_on_caller);
 	ST_RUN(t_nonblock_full);
 	ST_RUN(t_flush_times_out);
 	ST_RUN(t_free_while_waiting_for_slot);
-	ST_RUN(t_nomem_encoder_leaves_buffer);
 	ST_RUN(t_nomem_publish);
 	ST_RUN(t_nomem_reply);
 	ST_RUN(t_waits_ignore_wall_clock);
