@@ -328,17 +328,24 @@ conn_init(nng_tls_engine_conn *k, void *tls, nng_tls_engine_config *c)
 	return 0;
 }
 
+/*
+ * fini and close check cfg (set first by init): nng's framework may free
+ * a connection whose TCP connect failed without having called init (its
+ * dial callback's error path), leaving our part zeroed.
+ */
 static void
 conn_fini(nng_tls_engine_conn *k)
 {
-	mbedtls_ssl_free(&k->ssl);
+	if (k->cfg != NULL)
+		mbedtls_ssl_free(&k->ssl);
 }
 
 static void
 conn_close(nng_tls_engine_conn *k)
 {
 	/* Best effort: a close_notify when the handshake is over (mbedTLS sends nothing before). */
-	(void)mbedtls_ssl_close_notify(&k->ssl);
+	if (k->cfg != NULL)
+		(void)mbedtls_ssl_close_notify(&k->ssl);
 }
 
 /* Appends to the NUL-terminated text at out (cap bytes in all), truncating. */
