@@ -9,6 +9,7 @@
 
 #include <nng/supplemental/tls/tls.h>
 
+#include "st_tls_engine.h"
 #include "st_tlsstat.h"
 #include "st_util.h"
 
@@ -55,10 +56,11 @@ read_pem(const char *flag, const char *path, char **out, char *why, size_t cap)
 }
 
 /*
- * A configuration with ca (and the CRL: nng's engine hands it to mbedTLS,
+ * A configuration with ca (and the CRL: st_tls_engine hands it to mbedTLS,
  * which refuses a listed certificate) and, when given, the own
- * certificate.  TLS 1.2 only: what nng's engine already defaults to, said
- * here so that another libnng's defaults cannot lower it.
+ * certificate.  TLS 1.2 only: what st_tls_engine allows anyway, said here
+ * too so that nng's stock engine, if ours were not registered, could not
+ * go lower.
  */
 static int
 config_new(nng_tls_mode mode, const char *ca, nng_tls_config **out)
@@ -93,6 +95,14 @@ st_tls_load(const st_tls_files *f, char *why, size_t cap)
 	bool any_role = false;
 	int rv;
 
+	/*
+	 * Our engine before any configuration (nng_tls_config_alloc takes the
+	 * engine registered at that moment), TLS or not, so that every
+	 * nng_tls_config of the process, the C client library's included, has
+	 * the same policy.  Its refusals go to st_tlsstat.
+	 */
+	if (st_tls_engine_register(st_tlsstat_refused, why, cap) != ST_OK)
+		return ST_EINVAL;
 	for (int i = 0; i < ST_TLS_ROLE_N; i++)
 		any_role |= given(f->role_ca[i]);
 	if (!given(f->cert) && !given(f->key) && !given(f->ca) && !given(f->crl) && !any_role)
@@ -135,7 +145,10 @@ st_tls_load(const st_tls_files *f, char *why, size_t cap)
 	for (int i = 0; i < ST_TLS_ROLE_N && tls.cert != NULL; i++) {
 		const char *ca = tls.role_ca[i] != NULL ? tls.role_ca[i] : tls.ca;
 
-		if ((rv = config_new(NNG_TLS_MODE_SERVER, ca, &tls.server[i])) != 0) {
+		st_tls_engine_label(role_names[i]); /* its refusals are this listener's (st_tlsstat) */
+		rv = config_new(NNG_TLS_MODE_SERVER, ca, &tls.server[i]);
+		st_tls_engine_label(NULL);
+		if (rv != 0) {
 			snprintf(why, cap, "--%s/--tls-crl/--tls-cert/--tls-key refused for listening: %s",
 				 tls.role_ca[i] != NULL ? role_flags[i] : "tls-ca", nng_strerror(rv));
 			goto fail;

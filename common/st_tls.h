@@ -18,11 +18,12 @@
  * each defaults to --tls-ca), so a producer's certificate (signed by the
  * ingest CA only) completes no handshake on publish or control.  --tls-crl
  * (PEM, one or more CRLs) revokes certificates on every listener and dialer.
- * Only TLS 1.2 is negotiated (the minimum and the maximum of nng's mbedTLS
- * 2.28 engine).  The cipher suites are nng's engine's defaults: nng 1.5
- * has no option to restrict them (docs/security.md "nng links").  Each
- * tls+tcp listener is handed to st_tlsstat, which counts its failed
- * handshakes from nng's listener statistics.
+ * The engine is the programs' own (st_tls_engine, registered by
+ * st_tls_load): TLS 1.2 only, ECDHE with AES-GCM or ChaCha20-Poly1305
+ * only (docs/security.md "nng links").  Each tls+tcp listener is handed
+ * to st_tlsstat, which counts its failed handshakes (the engine reports
+ * the refused ones with their reason, nng's listener statistics the
+ * timeouts).
  *
  * A listener needs the certificate, the key and its role's CA; a dialer
  * needs --tls-ca and, for a listener that requires one (ours always do),
@@ -59,7 +60,8 @@ bool st_tls_role_of(const char *flag, st_tls_role *r);
 const char *st_tls_role_name(st_tls_role r);
 
 /*
- * Loads the identity.  cert and key both or neither; ca required when
+ * Registers st_tls_engine with nng (always, TLS given or not), then
+ * loads the identity.  cert and key both or neither; ca required when
  * either is given; a role CA or the CRL needs cert and key; all NULL or
  * empty: TLS is off (a tls+tcp URL is then a configuration error, see
  * st_tls_url_usable).  On error why names the flag, the file and the

@@ -8,15 +8,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "st_clock.h"
 #include "st_log.h"
 #include "st_util.h"
 
-/* nng 1.5's listener statistics that count a failed handshake (st_tlsstat.h: not "other", "disconnect"). */
-enum { R_AUTH, R_TIMEOUT, R_PROTO, R_N };
-static const char *const stat_names[R_N] = { "auth", "timeout", "proto" };
+/*
+ * The kinds of failed handshake: refused (reported by st_tls_engine, one
+ * call per refusal) and nng 1.5's listener statistics "timeout" and
+ * "proto" (st_tlsstat.h).  nng's "auth" is not read: it counts the same
+ * refusals, fewer of them.
+ */
+enum { R_REFUSED, R_TIMEOUT, R_PROTO, R_N };
+static const char *const stat_names[R_N] = { NULL, "timeout", "proto" };
 
 /* The labels a process counts: one per listener role. */
 #define MAX_LABELS 8
+
+/* Refusals reported by the engine, per label, not yet polled; and the dialers' log limit.  Guarded by rmu, */
+/* taken on nng's threads with a connection locked: never held while calling nng. */
+static pthread_mutex_t rmu = PTHREAD_MUTEX_INITIALIZER;
+static struct refusals {
+	const char *label; /* NULL: a free slot */
+	uint64_t n;
+	char last[ST_TLSSTAT_REASON_MAX];
+} refusals[MAX_LABELS];
+static struct {
+	uint64_t last_ns; /* when the last dialer line was written (0: never) */
+	uint64_t skipped; /* refusals since, not written */
+} dial_log;
 
 /* Everything below is guarded by mu: st_tls_listen tracks from any thread, scrapes poll from any thread. */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -33,6 +52,7 @@ struct st_tlsstat {
 	const char *labels[MAX_LABELS];    /* borrowed, static strings */
 	st_counter *counters[MAX_LABELS];  /* owned by the registry; NULL when nng has no statistics */
 	uint64_t pending[MAX_LABELS][R_N]; /* failures since the last summary line (mu) */
+	char last[MAX_LABELS][ST_TLSSTAT_REASON_MAX]; /* the latest refusal's reason since the last line (mu) */
 };
 
 void
@@ -74,7 +94,7 @@ take(st_tlsstat *s, struct tracked *t, nng_stat *ls)
 	int k = label_index(s, t->label);
 	uint64_t added = 0;
 
-	for (int r = 0; r < R_N; r++) {
+	for (int r = R_REFUSED + 1; r < R_N; r++) {
 		nng_stat *v = nng_stat_find(ls, stat_names[r]);
 		uint64_t now = v != NULL ? nng_stat_value(v) : 0;
 		uint64_t d = now >= t->seen[r] ? now - t->seen[r] : 0;
@@ -131,6 +151,57 @@ poll_locked(st_tlsstat *s, nng_stat *all)
 }
 
 void
+st_tlsstat_refused(const char *label, const char *reason)
+{
+	uint64_t now = st_clock_mono_ns(), skipped = 0;
+	bool write = false;
+	size_t i;
+
+	pthread_mutex_lock(&rmu);
+	if (label == NULL) {
+		/* A dialer: no listener line carries it, so it is written here, at most once per interval. */
+		if (dial_log.last_ns == 0 || now - dial_log.last_ns >= (uint64_t)ST_TLSSTAT_INTERVAL_MS * 1000000u) {
+			write = true;
+			skipped = dial_log.skipped;
+			dial_log.last_ns = now;
+			dial_log.skipped = 0;
+		} else {
+			dial_log.skipped++;
+		}
+	} else {
+		for (i = 0; i < MAX_LABELS && refusals[i].label != NULL && strcmp(refusals[i].label, label) != 0; i++)
+			;
+		if (i < MAX_LABELS) {
+			refusals[i].label = label;
+			refusals[i].n++;
+			snprintf(refusals[i].last, sizeof(refusals[i].last), "%s", reason);
+		}
+	}
+	pthread_mutex_unlock(&rmu);
+	if (write)
+		st_warn("tls: handshake failed: %s (%" PRIu64 " more failed dials not logged in the last %u s)", reason,
+			skipped, ST_TLSSTAT_INTERVAL_MS / 1000);
+}
+
+/* Moves the engine's refusals of s's labels into the counters and the pending summary.  Holds mu. */
+static void
+take_refusals(st_tlsstat *s)
+{
+	pthread_mutex_lock(&rmu);
+	for (size_t i = 0; i < MAX_LABELS && refusals[i].label != NULL; i++) {
+		int k = label_index(s, refusals[i].label);
+
+		if (k < 0 || refusals[i].n == 0)
+			continue;
+		s->pending[k][R_REFUSED] += refusals[i].n;
+		st_counter_add(s->counters[k], refusals[i].n);
+		memcpy(s->last[k], refusals[i].last, sizeof(s->last[k]));
+		refusals[i].n = 0;
+	}
+	pthread_mutex_unlock(&rmu);
+}
+
+void
 st_tlsstat_poll(st_tlsstat *s)
 {
 	nng_stat *all = NULL;
@@ -144,34 +215,38 @@ st_tlsstat_poll(st_tlsstat *s)
 	/* No tls+tcp listener: nothing to pay for (the snapshot covers every pipe of the process). */
 	if (any && nng_stats_get(&all) == 0)
 		poll_locked(s, all);
+	take_refusals(s);
 	pthread_mutex_unlock(&mu);
 	if (all != NULL)
 		nng_stats_free(all);
 }
 
-/* The timer: poll, then one line per listener whose count rose (peers' addresses are not in nng's statistics). */
+/* The timer: poll, then one line per listener whose count rose, with the latest refusal's reason. */
 static void
 on_timer(evutil_socket_t fd, short what, void *arg)
 {
 	st_tlsstat *s = arg;
 	uint64_t p[MAX_LABELS][R_N];
+	char last[MAX_LABELS][ST_TLSSTAT_REASON_MAX];
 
 	(void)fd;
 	(void)what;
 	st_tlsstat_poll(s);
 	pthread_mutex_lock(&mu);
 	memcpy(p, s->pending, sizeof(p));
+	memcpy(last, s->last, sizeof(last));
 	memset(s->pending, 0, sizeof(s->pending));
+	memset(s->last, 0, sizeof(s->last));
 	pthread_mutex_unlock(&mu);
 	for (size_t k = 0; k < s->n; k++) {
-		uint64_t sum = p[k][R_AUTH] + p[k][R_TIMEOUT] + p[k][R_PROTO];
+		uint64_t sum = p[k][R_REFUSED] + p[k][R_TIMEOUT] + p[k][R_PROTO];
 
 		if (sum == 0)
 			continue;
 		st_warn("tls: %s listener: %" PRIu64 " failed handshakes in the last %" PRIu64 " s (%" PRIu64
-			" refused: a certificate, either side's, the version, the ciphers, or not TLS; %" PRIu64
-			" timed out; %" PRIu64 " bad SP header); nng does not say which peers",
-			s->labels[k], sum, (s->interval_ms + 999) / 1000, p[k][R_AUTH], p[k][R_TIMEOUT], p[k][R_PROTO]);
+			" refused%s%s; %" PRIu64 " timed out; %" PRIu64 " bad SP header)",
+			s->labels[k], sum, (s->interval_ms + 999) / 1000, p[k][R_REFUSED], last[k][0] ? ", the last: " : "",
+			last[k], p[k][R_TIMEOUT], p[k][R_PROTO]);
 	}
 }
 

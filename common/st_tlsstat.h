@@ -1,38 +1,32 @@
 /*
  * st_tlsstat: failed TLS handshakes on the programs' tls+tcp listeners,
- * counted from nng's own per-listener statistics (public API:
- * nng_stats_get, nng_stat_find_listener).  nng 1.5 says nothing else
- * about a failed handshake: the connection never becomes a pipe, so no
- * pipe event sees it, and its TLS engine has no hook or log
- * (docs/security.md "nng links").
+ * counted per listener and summarised in the log.  Three kinds:
  *
- * nng counts, per listener, the errors of the connections it accepted, by
- * kind (nni_listener_bump_error in nng 1.5.2's src/core/listener.c): those
- * that failed before they were a pipe and, through nni_pipe_bump_error,
- * those of its pipes.  Three kinds are failed handshakes:
- *
- *   auth     NNG_EPEERAUTH, NNG_ECRYPTO: a certificate refused (none, wrong
- *            CA, revoked, expired; or ours refused by the peer), no common
- *            protocol version or cipher suite, bytes that are not TLS;
- *   timeout  no handshake and SP header within nng's 10 s;
- *   proto    a bad SP header after the handshake.
+ *   refused  reported by the programs' TLS engine (st_tls_engine), once
+ *            per refused handshake, with its reason: a certificate refused
+ *            (none, wrong CA, revoked, expired; or ours refused by the
+ *            peer), no common version, suite or curve, bytes that are not
+ *            TLS;
+ *   timeout  nng 1.5's listener statistic: no handshake and SP header
+ *            within nng's 10 s (public API: nng_stats_get, the listener
+ *            found by its id);
+ *   proto    nng's too: a bad SP header after the handshake.
  *
  * Their sum is the listener's count, name{listener="LABEL"}.  Not counted:
- * "other" and "disconnect", which hold every established pipe's end (a
- * peer that closes, a reset) as well as a connection closed before its
- * handshake, so a port probe cannot be told from a producer that left.
- * What nng does not give: the peer's address or certificate.  And a
- * failure that ends while the listener is not waiting for a connection is
- * not counted by nng: after any error but NNG_EPEERAUTH, a reset or a
- * timeout (a wrong CA is NNG_ECRYPTO) nng waits 100 ms before it accepts
- * again, so a burst of refusals is undercounted (docs/security.md has the
- * measured figures).
+ * a connection closed before its handshake ended (a port probe, a peer
+ * that gave up), which nng files with every established pipe's end
+ * ("other", "disconnect"), and nng's "auth", which holds the same
+ * refusals as the engine's, minus those that ended while nng was not
+ * accepting.  What a line cannot say: the peer's address (the engine
+ * interface does not give it, docs/security.md).
  *
- * Reading the statistics snapshots every socket, listener, dialer and
+ * Reading nng's statistics snapshots every socket, listener, dialer and
  * pipe of the process (about 1 ms per 1000 pipes, measured on Debian 12's
  * libnng): done every interval on the loop and when /metrics is scraped,
  * never per connection.  The interval also limits the log: at most one
- * summary line per listener per interval, when its count rose.
+ * summary line per listener per interval, when its count rose, with the
+ * latest refusal's reason.  A dialer's refused handshake (label NULL) is
+ * written at once, at most one line per interval for all dialers.
  */
 #ifndef ST_TLSSTAT_H
 #define ST_TLSSTAT_H
@@ -50,7 +44,19 @@
 /* The programs' interval: polling and the summary log. */
 #define ST_TLSSTAT_INTERVAL_MS 10000u
 
+/* Longest reason kept (the engine's, st_tls_engine.h). */
+#define ST_TLSSTAT_REASON_MAX 400
+
 typedef struct st_tlsstat st_tlsstat;
+
+/*
+ * One refused handshake of a listener labelled label (a static string, a
+ * label given to st_tlsstat_new; another is kept until polled by none),
+ * or of a dialer (label NULL: logged here, at most one line per
+ * ST_TLSSTAT_INTERVAL_MS).  reason: one line.  Any thread, never blocks on
+ * more than a short mutex, calls nothing of nng: st_tls_engine's hook.
+ */
+void st_tlsstat_refused(const char *label, const char *reason);
 
 /*
  * Remembers l, a started tls+tcp listener, under label (a static string:

@@ -33,7 +33,7 @@ bindir=$ST_ROOT/build/bin
 tag=0.2
 programs=(broker-writer edge-gateway studioctl)
 # Keep in step with the runtime stage of deploy/docker/Dockerfile.
-runtime_pkgs=(libnng1 libpq5 libevent-2.1-7 libevent-pthreads-2.1-7 libmsgpackc2 libjwt0 libssl3 ca-certificates)
+runtime_pkgs=(libnng1 libpq5 libevent-2.1-7 libevent-pthreads-2.1-7 libmsgpackc2 libjwt0 libssl3 libmbedtls14 ca-certificates)
 uid=10001
 
 while [ $# -gt 0 ]; do

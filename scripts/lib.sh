@@ -126,7 +126,7 @@ st_pg_stop() {
 }
 
 ST_BUILD_PKGS=(build-essential cmake pkg-config libnng-dev libpq-dev libevent-dev libmsgpack-dev
-	libjwt-dev libssl-dev
+	libjwt-dev libssl-dev libmbedtls-dev
 	postgresql-15 postgresql-client-15 curl python3 procps util-linux)
 # Deployment tests (test_image, test_manifests, test_cluster) and scripts/image.sh,
 # scripts/cluster.sh: mmdebstrap builds the image's file system, nginx-light is

@@ -15,20 +15,24 @@ whether the handshake completed and which alert the server sent.
   opens publish and is refused by ingest (studioctl publish stores
   nothing); the operator's opens control (studioctl stats); each listener
   counts its refusals in studio_writer_tls_handshake_failures_total
-  {listener=...} (nng's listener statistics) and logs one summary line per
-  10 s whose counts add up to the counter;
+  {listener=...} (refusals reported by the engine, nng's statistics for
+  timeouts) and logs one summary line per 10 s whose counts add up to the
+  counter, with the latest refusal's reason and the peer's certificate;
 - edge control: the edge's --control-tls-ca refuses the producer and
   admits the operator (the counter stays 0), and counts the refusal;
-- revoked: with --tls-crl listing one producer certificate, nng's own
-  engine refuses that certificate (s_client hears the alert "certificate
-  revoked") and that producer stores nothing, while another from the same
+- revoked: with --tls-crl listing one producer certificate, the engine
+  refuses that certificate (s_client hears the alert "certificate
+  revoked", the summary line says "revoked" and names it) and that producer stores nothing, while another from the same
   CA publishes; a CRL past its nextUpdate refuses every certificate of its
   CA (fail closed) and none of another CA;
 - protocol: TLS 1.0, TLS 1.1 and a TLS 1.3-only client are refused; with an
   EC key (the tests' and docs/deploy.md's) AES128-SHA (static RSA) is
-  refused and ECDHE-ECDSA-AES128-GCM-SHA256 completes.  The rest of the
-  suite list is nng's engine's default, which the programs cannot change
-  (docs/security.md lists what it accepts);
+  refused and ECDHE-ECDSA-AES128-GCM-SHA256 completes;
+- suites (the programs' engine, common/st_tls_engine.c): with an EC key
+  ECDHE-ECDSA with CBC (SHA-1, SHA-256), CCM and CCM-8 refused, AES-GCM and
+  ChaCha20-Poly1305 completed; with an RSA key static RSA (CBC and GCM),
+  DHE-RSA and ECDHE-RSA with CBC refused, ECDHE-RSA-AES128-GCM completed;
+  the summary line gives mbedTLS's reason ("no ciphersuites in common");
 - bad options exit 2 with one line: a role CA without a certificate, a CRL
   that is not a CRL.
 """
@@ -91,12 +95,18 @@ def log_text(proc):
         return f.read().decode(errors="replace")
 
 
-SUMMARY = r"tls: %s listener: (\d+) failed handshakes in the last 10 s \((\d+) refused: .*; nng does not say which peers"
+SUMMARY = r"tls: %s listener: (\d+) failed handshakes in the last 10 s \((\d+) refused(?:, the last: (.*?))?; " \
+    r"\d+ timed out; \d+ bad SP header\)"
 
 
 def summaries(proc, listener):
     """[(failed, refused)] of the listener's summary lines so far."""
-    return [(int(a), int(b)) for a, b in re.findall(SUMMARY % listener, log_text(proc))]
+    return [(int(a), int(b)) for a, b, _ in re.findall(SUMMARY % listener, log_text(proc))]
+
+
+def reasons(proc, listener):
+    """The latest refusal's reason of each of the listener's summary lines so far."""
+    return [r for _, _, r in re.findall(SUMMARY % listener, log_text(proc))]
 
 
 def logged_as_counted(proc, read, listeners):
@@ -160,6 +170,12 @@ def each_listener_admits_only_its_ca():
         # one line per listener per 10 s, no failure left out: the lines add up to the counters
         refused = logged_as_counted(w, lambda k: failures(w, k), roles)
         h.check(all(refused[k] >= 1 for k in roles), "refusals in the summary lines per listener: %r" % refused)
+        # the reason (st_tls_engine's: mbedTLS's verification result) and the peer's certificate
+        got = {k: any("not correctly signed by the trusted CA" in r and "(peer certificate CN=" in r
+                      for r in reasons(w, k)) for k in roles}
+        h.check_eq(got, {k: True for k in roles},
+                   "a summary line says why (wrong CA) and whose certificate: %r"
+                   % {k: reasons(w, k) for k in roles})
         stopped_clean(w)
 
 
@@ -201,6 +217,9 @@ def revoked_certificate_is_refused():
         h.check_eq((r.returncode, rows(env)), (0, 1), "publish with a certificate of the same CA not revoked (%s)"
                    % r.stderr.decode(errors="replace")[-300:])
         wait_counted(lambda k: failures(w, k), "ingest", 1)
+        h.wait_until(lambda: any("revoked" in r and "CN=stolen" in r for r in reasons(w, "ingest")), 25,
+                     "the ingest summary line names the revocation and the certificate",
+                     detail=lambda: reasons(w, "ingest"))
         # a CRL past its nextUpdate fails closed: no certificate of its CA is admitted any more
         old = start_tls_writer(env, p, tls_crl=p.crl("old", p.ingest_ca, [stolen[0]], expired=True))
         got = (pki.handshake(old.ports["ingest"], p.server_ca[0], p.producer)[0],
@@ -234,6 +253,34 @@ def tls_1_2_only_and_no_static_rsa_with_an_ec_key():
                    "the server's alerts")
         wait_counted(lambda k: failures(w, k), "ingest", 1)
         stopped_clean(w)
+
+
+def suites_completed(port, p, suites):
+    """{suite: handshake completed} with s_client offering only that TLS 1.2 suite (SECLEVEL 0: s_client's
+    own floor does not decide)."""
+    return {c: pki.handshake(port, p.server_ca[0], p.producer, "-cipher", c + ":@SECLEVEL=0")[0] for c in suites}
+
+
+@t.case
+def only_ecdhe_with_aead_suites():
+    """st_tls_engine's policy, from outside: CBC, CCM, CCM-8, static RSA and DHE refused whatever the key."""
+    with h.Env() as env:
+        p = RolePki(env.tmp)
+        w = start_tls_writer(env, p)
+        want = {"ECDHE-ECDSA-AES128-SHA": False, "ECDHE-ECDSA-AES128-SHA256": False,
+                "ECDHE-ECDSA-AES128-CCM8": False, "ECDHE-ECDSA-AES128-CCM": False,
+                "ECDHE-ECDSA-AES128-GCM-SHA256": True, "ECDHE-ECDSA-CHACHA20-POLY1305": True}
+        h.check_eq(suites_completed(w.ports["ingest"], p, want), want, "EC key: handshakes completed per suite")
+        rsa = p.leaf("server-rsa", p.server_ca, "localhost", pki.SERVER_EXT, rsa=True)
+        wr = start_tls_writer(env, p, tls_cert=rsa[0], tls_key=rsa[1])
+        want = {"AES128-SHA": False, "AES128-GCM-SHA256": False, "DHE-RSA-AES128-GCM-SHA256": False,
+                "ECDHE-RSA-AES128-SHA": False, "ECDHE-RSA-AES128-GCM-SHA256": True}
+        h.check_eq(suites_completed(wr.ports["ingest"], p, want), want, "RSA key: handshakes completed per suite")
+        # the refusal is logged with mbedTLS's reason
+        h.wait_until(lambda: any("no ciphersuites in common" in r for r in reasons(wr, "ingest")), 25,
+                     "the ingest summary line says 'no ciphersuites in common'",
+                     detail=lambda: reasons(wr, "ingest"))
+        stopped_clean(wr, w)
 
 
 @t.case
