@@ -5,7 +5,7 @@
  *
  *   st_test_http c;
  *   st_test_http_open(&c, port, "GET /v1/stream?topics=a HTTP/1.1\r\nHost: t\r\n\r\n", 0);
- *   ST_CHECK(st_test_loop_until(base, st_test_http_has_cond, ...));
+ *   ST_CHECK(st_test_http_wait(base, &c, "id: 5\n", 1, 10000));
  *
  * The request is written blocking (it is small and the kernel takes it
  * before the server accepts); the socket is then non-blocking, so reading
@@ -21,10 +21,13 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "st_test_loop.h"
 
 #define ST_TEST_HTTP_MAX (16u * 1024 * 1024)
 
@@ -123,6 +126,44 @@ st_test_http_count(const st_test_http *c, const char *needle)
 		p += strlen(needle);
 	}
 	return n;
+}
+
+typedef struct st_test_http_want {
+	st_test_http *c;
+	const char *needle;
+	size_t count;
+} st_test_http_want;
+
+static inline bool
+st_test_http_has(void *arg)
+{
+	st_test_http_want *w = arg;
+
+	st_test_http_read(w->c);
+	return st_test_http_count(w->c, w->needle) >= w->count;
+}
+
+/* Runs base's loop until c received needle count times, at most ms; says what it got when not. */
+static inline bool
+st_test_http_wait(struct event_base *base, st_test_http *c, const char *needle, size_t count, uint64_t ms)
+{
+	st_test_http_want w = { c, needle, count };
+	bool ok = st_test_loop_until(base, st_test_http_has, &w, ms);
+
+	if (!ok)
+		fprintf(stderr, "  waited for %zu x \"%s\", got %zu in %zu bytes: %.600s\n", count, needle,
+			st_test_http_count(c, needle), c->len, c->buf);
+	return ok;
+}
+
+/* A cond for st_test_loop_until: the server closed c. */
+static inline bool
+st_test_http_eof(void *arg)
+{
+	st_test_http *c = arg;
+
+	st_test_http_read(c);
+	return c->eof;
 }
 
 #endif

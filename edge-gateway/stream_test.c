@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "edge_test_items.h"
 #include "frame.h"
 #include "hub.h"
 #include "pgpool.h"
@@ -167,32 +168,11 @@ fx_stream(fx *x, size_t n)
 	return n < x->n_linked && x->linked[n] != NULL ? x->linked[n]->s : NULL;
 }
 
-typedef struct want {
-	st_test_http *c;
-	const char *needle;
-	size_t count;
-} want;
-
-static bool
-client_has(void *arg)
-{
-	want *w = arg;
-
-	st_test_http_read(w->c);
-	return st_test_http_count(w->c, w->needle) >= w->count;
-}
-
 /* Runs the loop until c received needle (count times); prints what it got when it did not. */
 static bool
 wait_for(fx *x, st_test_http *c, const char *needle, size_t count)
 {
-	want w = { c, needle, count };
-	bool ok = st_test_loop_until(x->base, client_has, &w, WAIT_MS);
-
-	if (!ok)
-		fprintf(stderr, "  waited for %zu x \"%s\", got %zu in %zu bytes: %.600s\n", count, needle,
-			st_test_http_count(c, needle), c->len, c->buf);
-	return ok;
+	return st_test_http_wait(x->base, c, needle, count, WAIT_MS);
 }
 
 static bool
@@ -204,42 +184,24 @@ unlinked_cond(void *arg)
 }
 
 static bool
-eof_cond(void *arg)
-{
-	st_test_http *c = arg;
-
-	st_test_http_read(c);
-	return c->eof;
-}
-
-static bool
 linked_cond(void *arg)
 {
 	return ((fx *)arg)->n_linked > 0;
 }
 
+/* Items from..to on topic, in hub batches of 64, the head following. */
 static void
 publish_items(fx *x, uint64_t from, uint64_t to, const char *topic, size_t data_len)
 {
 	frame *fs[64];
-	char *data = malloc(data_len + 3);
-	size_t n = 0;
 
-	data[0] = '"';
-	memset(data + 1, 'x', data_len);
-	data[data_len + 1] = '"';
-	data[data_len + 2] = '\0';
-	for (uint64_t s = from; s <= to; s++) {
-		fs[n++] = frame_item_new(s, topic, strlen(topic), NULL, 0, data, data_len + 2);
-		if (n == 64 || s == to) {
-			x->head = s;
-			hub_publish(x->env.hub, fs, n);
-			for (size_t i = 0; i < n; i++)
-				frame_unref(fs[i]);
-			n = 0;
-		}
+	for (uint64_t s = from; s <= to; s += 64) {
+		size_t n = edge_test_items(fs, 64, s, ST_MIN(s + 63, to), topic, data_len);
+
+		x->head = s + n - 1;
+		hub_publish(x->env.hub, fs, n);
+		edge_test_items_unref(fs, n);
 	}
-	free(data);
 }
 
 static uint64_t
@@ -341,7 +303,7 @@ t_outcomes(void)
 			stream_reconnect(fx_stream(&x, 0), 750, "draining");
 			ST_CHECK(wait_for(&x, &c, "event: reconnect\nretry: 750\n", 1));
 			ST_CHECK(wait_for(&x, &c, "\"reason\":\"draining\"", 1));
-			ST_CHECK(st_test_loop_until(x.base, eof_cond, &c, WAIT_MS));
+			ST_CHECK(st_test_loop_until(x.base, st_test_http_eof, &c, WAIT_MS));
 		}
 		ST_CHECK(st_test_loop_until(x.base, unlinked_cond, &x, WAIT_MS));
 		ST_CHECK_EQ_U64(x.n_unlinked, 1);
@@ -455,7 +417,7 @@ t_slow_consumer_dropped(void)
 	ST_CHECK(x.n_behind > 0);
 	/* Now read: the resync, the reconnect, the end. */
 	ST_CHECK(wait_for(&x, &c, "\"reason\":\"slow_consumer\"", 1));
-	ST_CHECK(st_test_loop_until(x.base, eof_cond, &c, WAIT_MS));
+	ST_CHECK(st_test_loop_until(x.base, st_test_http_eof, &c, WAIT_MS));
 	ST_CHECK(st_test_loop_until(x.base, unlinked_cond, &x, WAIT_MS));
 	/* Each overflow emptied the queue, the last one into the reconnect: the resyncs never reached it. */
 	ST_CHECK_EQ_U64(st_test_http_count(&c, "event: reconnect"), 1);
