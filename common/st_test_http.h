@@ -29,7 +29,7 @@
 
 #include "st_test_loop.h"
 
-#define ST_TEST_HTTP_MAX (16u * 1024 * 1024)
+#define ST_TEST_HTTP_MAX (32u * 1024 * 1024)
 
 typedef struct st_test_http {
 	int fd;

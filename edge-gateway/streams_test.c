@@ -57,8 +57,9 @@ static void
 fx_init(fx *x, uint32_t max_streams, uint32_t grace_ms)
 {
 	http_server_config hc = { 0 };
-	streams_config sc = { .replay_cap = 1000, .heartbeat_ms = 15000, .max_streams = max_streams,
-			      .drain_grace_ms = grace_ms };
+	streams_config sc = {
+		.replay_cap = 1000, .heartbeat_ms = 15000, .max_streams = max_streams, .drain_grace_ms = grace_ms
+	};
 
 	memset(x, 0, sizeof(*x));
 	x->base = event_base_new();
@@ -138,7 +139,8 @@ t_admission(void)
 		const char *accept, *query, *status, *body;
 		size_t open_after; /* streams in the registry after the answer */
 	} rows[] = {
-		{ "admitted", true, false, true, false, 0, "text/event-stream", "topic=a", "HTTP/1.1 200", "id: 7\n\n", 1 },
+		{ "admitted", true, false, true, false, 0, "text/event-stream", "topic=a", "HTTP/1.1 200", "id: 7\n\n",
+		  1 },
 		{ "no topic", true, false, true, false, 0, "text/event-stream", "x=1", "HTTP/1.1 400", "topic", 0 },
 		{ "not ready (sse)", false, false, true, false, 0, "text/event-stream", "topic=a", "HTTP/1.1 200",
 		  "\"reason\":\"not_ready\"", 0 },
