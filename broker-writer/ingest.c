@@ -65,7 +65,7 @@
 #include "conntab.h"
 #include "prepipe.h"
 #include "reqcache.h"
-#include "st_auth.h"
+#include "st_auth_store.h"
 #include "st_buf.h"
 #include "st_clock.h"
 #include "st_log.h"

@@ -27,7 +27,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "st_auth.h"
+#include "st_auth_store.h"
 #include "st_buf.h"
 #include "st_dlist.h"
 #include "st_http.h"

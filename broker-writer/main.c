@@ -54,7 +54,7 @@
 #include "publish.h"
 #include "retention.h"
 #include "schema.h"
-#include "st_auth.h"
+#include "st_auth_store.h"
 #include "st_buf.h"
 #include "st_clock.h"
 #include "st_config.h"

@@ -5,6 +5,7 @@
  * libjwt (the forged ones by hand).  Time is a fake wall clock.
  */
 #include "st_auth.h"
+#include "st_auth_store.h"
 
 #include <jwt.h>
 #include <openssl/bn.h>

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "st_auth.h"
+#include "st_auth_store.h"
 #include "st_err.h"
 
 struct event_base;

@@ -447,6 +447,12 @@ fanout_workers(const fanout *f)
 	return f->cfg.n;
 }
 
+int
+fanout_port(const fanout *f)
+{
+	return http_server_port(f->w[0].http);
+}
+
 streams *
 fanout_worker_streams(fanout_worker *w)
 {

@@ -129,6 +129,12 @@ size_t fanout_streams_open(const fanout *f);
 /* HTTP connections open now on --listen (every worker's server together).  Main thread. */
 size_t fanout_conns_open(const fanout *f);
 size_t fanout_workers(const fanout *f);
+/*
+ * The port every worker listens on (--listen's, or the one picked for
+ * port 0).  Any thread.  A seam for fanout_test, which listens on port 0
+ * and has no worker at hand to ask before its first request.
+ */
+int fanout_port(const fanout *f);
 
 /* On w's loop. */
 streams *fanout_worker_streams(fanout_worker *w);

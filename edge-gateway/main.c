@@ -16,7 +16,7 @@
 #include "edge.h"
 #include "fanout.h"
 #include "iplimit.h"
-#include "st_auth.h"
+#include "st_auth_store.h"
 #include "st_clock.h"
 #include "st_config.h"
 #include "st_log.h"

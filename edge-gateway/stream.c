@@ -4,11 +4,6 @@
  * streams.c, which calls this; a stream calls back only the hooks of its
  * stream_env (stream.h).
  *
- * SIZE.  About 1,000 lines, over the house's bound: the state machine, its
- * replay seam and its writing share the struct.  The writing half ("the
- * last step before the socket": ref batches, frames to the connection, the
- * pump) is the part to move into a module of its own next.
- *
  * DESIGN
  *
  * States (enum stream_state):
@@ -82,7 +77,10 @@
  *
  * SIZE.  Over 800 lines on purpose: about 80 are this comment, and the rest
  * is one state machine whose replay, seam and writing share the stream's
- * fields (the replay's rows wait in a replay_buf, replay.h).
+ * fields (the replay's rows wait in a replay_buf, replay.h).  The token's
+ * life (exp timer, removed key) is stream_token.c.  The writing half ("the
+ * last step before the socket": ref batches, frames to the connection)
+ * is the part to move into a module of its own next.
  */
 #include "stream.h"
 
@@ -96,6 +94,7 @@
 #include "st_log.h"
 #include "st_util.h"
 #include "stream_state.h"
+#include "stream_token.h"
 
 /*
  * Queued frames or bytes at which delivery writes to the connection (and
@@ -124,21 +123,19 @@ struct stream {
 	enum frame_format fmt;
 	enum stream_outcome handed; /* ENDING: the terminal envelope handed to the connection */
 	bool has_after, has_until;
-	bool until_head;      /* until=head: resolved to the check's database head */
-	bool until_known;     /* until holds its final value */
-	uint64_t after;       /* Last-Event-ID */
-	uint64_t until;       /* complete once the history reached this seq */
-	uint64_t h0;          /* hub head when registered */
-	uint64_t d;           /* database head of the replay snapshot */
-	uint64_t seam;        /* live: items at or below it were covered at release (overlap) */
-	uint64_t check_held;  /* items put in the hold while CHECKING (bounds what a hold overflow adds) */
-	uint64_t cursor;      /* last seq the replay fetched */
-	uint64_t last_id;     /* last id written (items and resyncs) */
-	uint64_t exp_ms;      /* access control: the token's exp (wall-clock ms), 0 = none */
-	uint64_t key_id;      /* access control: the verifying key (st_auth_grant_key), 0 = none or already ended */
-	struct event *ev_exp; /* ends the stream at exp_ms (reconnect token_expired), owned */
-	bool ip_held;         /* holds one of ip's slots in the registry's ip_limit */
-	uint8_t ip[16];       /* the client's address (X-Forwarded-For from a trusted proxy) */
+	bool until_head;     /* until=head: resolved to the check's database head */
+	bool until_known;    /* until holds its final value */
+	uint64_t after;      /* Last-Event-ID */
+	uint64_t until;      /* complete once the history reached this seq */
+	uint64_t h0;         /* hub head when registered */
+	uint64_t d;          /* database head of the replay snapshot */
+	uint64_t seam;       /* live: items at or below it were covered at release (overlap) */
+	uint64_t check_held; /* items put in the hold while CHECKING (bounds what a hold overflow adds) */
+	uint64_t cursor;     /* last seq the replay fetched */
+	uint64_t last_id;    /* last id written (items and resyncs) */
+	stream_token *token; /* access control: ends it at exp or when its key goes; owned, NULL without */
+	bool ip_held;        /* holds one of ip's slots in the registry's ip_limit */
+	uint8_t ip[16];      /* the client's address (X-Forwarded-For from a trusted proxy) */
 };
 
 static void stream_pump(stream *s);
@@ -243,8 +240,7 @@ stream_destroy(stream *s, enum stream_outcome o)
 	if (o != OUT_NONE)
 		st_counter_inc(s->env->m_outcome[o]);
 	s->env->registry.unlink(s->env->registry.arg, &s->reg);
-	if (s->ev_exp)
-		event_free(s->ev_exp);
+	stream_token_free(s->token);
 	if (s->ip_held)
 		iplimit_release(s->env->ip_limit, s->ip);
 	stream_inputs_stop(s);
@@ -660,46 +656,20 @@ stream_shutdown(stream *s)
 
 /* The token's exp passed: the client comes back with a fresh token and its last id. */
 static void
-exp_cb(evutil_socket_t fd, short what, void *arg)
+token_expired(void *arg)
 {
 	stream *s = arg;
 
-	(void)fd;
-	(void)what;
 	stream_reconnect(s, refusal_jitter(s->env->refusals, 1000), "token_expired");
 }
 
 bool
 stream_key_check(stream *s)
 {
-	if (s->env->auth == NULL || s->key_id == 0 || st_auth_store_has_key(s->env->auth, s->key_id))
+	if (!stream_token_key_gone(s->token))
 		return false;
-	/* Once: a later reload must not end it a second time. */
-	s->key_id = 0;
 	stream_reconnect(s, refusal_jitter(s->env->refusals, 1000), "token_expired");
 	return true;
-}
-
-/*
- * exp is wall-clock time (the issuer's); the timer runs on the loop's
- * monotonic clock, so the delay is measured once, here, from the store's
- * wall clock.  Admission refuses a token past its exp (st_auth_store_check),
- * so the delay is 0 only when exp passed while the resume check ran.
- */
-static void
-stream_arm_expiry(stream *s)
-{
-	uint64_t now, left;
-	struct timeval tv;
-
-	if (s->env->auth == NULL || s->exp_ms == 0)
-		return;
-	now = st_auth_store_now_ms(s->env->auth);
-	left = s->exp_ms > now ? s->exp_ms - now : 0;
-	tv = st_timeval_ms(left);
-	s->ev_exp = evtimer_new(s->env->base, exp_cb, s);
-	ST_ASSERT(s->ev_exp != NULL);
-	evtimer_add(s->ev_exp, &tv);
 }
 
 static void
@@ -715,7 +685,7 @@ stream_start_response(stream *s)
 		snprintf(until, sizeof(until), "Studio-Until: %" PRIu64 "\r\n", s->until);
 	s->req = NULL;
 	s->hs = http_stream_start(req, 200, refusal_content_type(s->fmt), until[0] != '\0' ? until : NULL, &cbs, s);
-	stream_arm_expiry(s);
+	stream_token_arm(s->token);
 }
 
 /* ---- replay ------------------------------------------------------------ */
@@ -964,8 +934,7 @@ stream_open(const stream_env *env, http_req *req, streamreq *rq, uint64_t exp_ms
 	s->until_head = rq->until_head;
 	s->until = rq->until;
 	s->until_known = rq->has_until && !rq->until_head;
-	s->exp_ms = exp_ms;
-	s->key_id = key_id;
+	s->token = stream_token_new(env->base, env->auth, exp_ms, key_id, token_expired, s);
 	if (ip != NULL) {
 		memcpy(s->ip, ip, sizeof(s->ip));
 		s->ip_held = true;

@@ -23,7 +23,7 @@
 #include "iplimit.h"
 #include "pgpool.h"
 #include "refusal.h"
-#include "st_auth.h"
+#include "st_auth_store.h"
 #include "st_clock.h"
 #include "st_dlist.h"
 #include "st_http.h"

@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "st_auth.h"
+#include "st_auth_store.h"
 #include "frame.h"
 #include "iplimit.h"
 #include "pgpool.h"

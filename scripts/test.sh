@@ -59,9 +59,9 @@ if [ "${STUDIO_TEST_ONLY_PLAIN:-0}" != 1 ]; then
 	# and the edge's sub against real nng peers, and libstudio-producer (its
 	# requests run on nng's threads beside the caller's).  A race aborts the program,
 	# which fails its test; tests/tsan.supp says what is suppressed and why.
-	st_log "ctest on build-tsan/ (label threads, st_mailbox_test, st_resolve_test, st_pgconn_test, iplimit_test, ingest_test, sub_test, the producer library)"
+	st_log "ctest on build-tsan/ (label threads, st_mailbox_test, st_resolve_test, st_pgconn_test, iplimit_test, fanout_test, ingest_test, sub_test, the producer library)"
 	(cd build-tsan && TSAN_OPTIONS="suppressions=$ST_ROOT/tests/tsan.supp halt_on_error=1 abort_on_error=1" \
-		ctest --output-on-failure -j2 -R "^(it_threads_.*|st_mailbox_test|st_resolve_test|st_pgconn_test|iplimit_test|ingest_test|sub_test|producer_test|it_producer_lib)$" "${extra[@]}") ||
+		ctest --output-on-failure -j2 -R "^(it_threads_.*|st_mailbox_test|st_resolve_test|st_pgconn_test|iplimit_test|fanout_test|ingest_test|sub_test|producer_test|it_producer_lib)$" "${extra[@]}") ||
 		status=1
 fi
 # Coverage-guided fuzzing of every parser that takes outside input (fuzz/,
