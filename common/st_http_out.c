@@ -1,0 +1,277 @@
+/*
+ * st_http_out: the stream output path of st_http - direct writes with
+ * EV_WRITE off, the server's outq written once per loop turn, the
+ * zero-copy writev of http_stream_write_refs, the backlog, the low
+ * watermark, the blocked time and the delivery latency.  The connection
+ * it writes to is st_http.c's (st_http_internal.h); this module never
+ * closes or frees one: a failure it meets is left to the bufferevent,
+ * which reports it to the connection's event callback.
+ */
+#include "st_http_out.h"
+
+#include "st_metrics.h"
+#include "st_util.h"
+
+#include <errno.h>
+#include <sys/uio.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+void
+http_out_leave(http_stream *c)
+{
+	st_dlink_unlink(&c->lk[L_OUT]);
+}
+
+/*
+ * The stream output path.  A bufferevent writes only from its EV_WRITE
+ * callback, so every burst would cost an epoll_ctl to arm the event, a
+ * wake-up and another epoll_ctl to disarm it once the output is empty
+ * (the profile of 10,000 streams showed those beside writev as the top
+ * cost).  Streams therefore keep EV_WRITE off while their output is
+ * empty and write themselves: bytes queued in a loop turn are written with
+ * one writev at the end of the turn (http_conn_defer_cb), or earlier by
+ * http_stream_flush.  Only when the kernel refuses bytes is EV_WRITE armed,
+ * and the bufferevent takes over until the output is empty again
+ * (st_http.c write_cb).  A write error also hands over to the bufferevent, which
+ * meets the same error and reports it through event_cb.
+ */
+void
+http_out_observe(http_stream *c)
+{
+	if (c->origin_ns != 0 && c->srv->delivery) {
+		uint64_t now = st_clock_mono_ns();
+
+		st_histogram_observe(c->srv->delivery, now > c->origin_ns ? (double)(now - c->origin_ns) / 1e9 : 0.0);
+	}
+	c->origin_ns = 0;
+}
+
+/*
+ * A bufferevent keeps its output frozen at the start so that only its own
+ * write callback drains it (evbuffer_write on it fails at once); it thaws
+ * the buffer around its own writes, and so do we.
+ */
+static void
+out_write_fd(http_stream *c, struct evbuffer *out)
+{
+	evbuffer_unfreeze(out, 1);
+	(void)evbuffer_write(out, bufferevent_getfd(c->bev));
+	evbuffer_freeze(out, 1);
+}
+
+/* The kernel refused bytes: the bufferevent waits for room and calls
+ * write_cb (on_writable) once under the low watermark. */
+static void
+out_block(http_stream *c)
+{
+	if (!c->direct || c->closing || c->state != ST_STREAM)
+		return;
+	http_out_leave(c);
+	c->direct = false;
+	bufferevent_enable(c->bev, EV_WRITE);
+}
+
+static size_t
+total_len(const http_ref *refs, size_t n)
+{
+	size_t t = 0;
+
+	for (size_t i = 0; i < n; i++)
+		t += refs[i].len;
+	return t;
+}
+
+/*
+ * notify: called from http_conn_defer_cb, not under the user's own write: a writer
+ * that stopped at the low watermark without flushing hears on_writable
+ * once its bytes are out, as it would from the bufferevent.
+ */
+void
+http_out_write(http_stream *c, bool notify)
+{
+	struct evbuffer *out;
+	size_t before;
+
+	if (c->closing || c->state != ST_STREAM || !c->direct)
+		return;
+	out = bufferevent_get_output(c->bev);
+	if ((before = evbuffer_get_length(out)) == 0)
+		return;
+	out_write_fd(c, out);
+	if (evbuffer_get_length(out) > 0) {
+		out_block(c);
+		return;
+	}
+	http_out_observe(c);
+	if (notify && before > HTTP_STREAM_LOWAT && c->on_writable) {
+		c->srv->cb_depth++;
+		c->on_writable(c->arg);
+		c->srv->cb_depth--;
+	}
+}
+
+/* Bytes were queued: write them at the end of this loop turn. */
+void
+http_out_mark(http_stream *c, uint64_t origin_ns)
+{
+	if (!c->direct || st_dlink_linked(&c->lk[L_OUT]))
+		return;
+	if (c->origin_ns == 0)
+		c->origin_ns = origin_ns;
+	st_dlist_push_back(&c->srv->outq, &c->lk[L_OUT]);
+	http_server_defer_kick(c->srv);
+}
+
+void
+http_out_progress_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+	http_stream *c = arg;
+
+	(void)buf;
+	if (info->n_deleted > 0 || (info->orig_size == 0 && info->n_added > 0))
+		c->progress_ms = http_now_ms();
+}
+
+/* Bytes are dropped once the stream is closing or ended, and always for HEAD. */
+static bool
+stream_drops(const http_stream *s)
+{
+	return s->closing || s->end_called || s->head_only || s->state != ST_STREAM;
+}
+
+void
+http_stream_write(http_stream *s, const void *data, size_t len)
+{
+	if (stream_drops(s) || len == 0)
+		return;
+	evbuffer_add(bufferevent_get_output(s->bev), data, len);
+	http_out_mark(s, 0);
+}
+
+/* http_stream_write_ref, the bytes stamped with origin_ns when they start the output (0: not timed). */
+static void
+stream_write_ref_at(http_stream *s, const void *data, size_t len,
+		    void (*cleanup)(const void *data, size_t len, void *arg), void *arg, uint64_t origin_ns)
+{
+	struct evbuffer *to = stream_drops(s) ? s->srv->trash : bufferevent_get_output(s->bev);
+
+	if (evbuffer_add_reference(to, data, len, cleanup, arg) != 0) {
+		/* libevent did not take the reference (out of memory). */
+		if (cleanup)
+			cleanup(data, len, arg);
+		http_stream_abort(s);
+		return;
+	}
+	if (to == s->srv->trash)
+		http_server_defer_kick(s->srv);
+	else
+		http_out_mark(s, origin_ns);
+}
+
+void
+http_stream_write_ref(http_stream *s, const void *data, size_t len,
+		      void (*cleanup)(const void *data, size_t len, void *arg), void *arg)
+{
+	stream_write_ref_at(s, data, len, cleanup, arg, 0);
+}
+
+void
+http_stream_write_refs(http_stream *s, const http_ref *refs, size_t n)
+{
+	struct iovec iov[HTTP_WRITEV_MAX];
+	size_t i = 0, off = 0, k = n < HTTP_WRITEV_MAX ? n : HTTP_WRITEV_MAX;
+	bool refused = false;
+	uint64_t origin_ns = 0; /* the first one given: the oldest arrival these bytes carry */
+
+	if (n == 0)
+		return;
+	for (size_t j = 0; j < n && origin_ns == 0; j++)
+		origin_ns = refs[j].origin_ns;
+	if (!stream_drops(s) && s->direct && !st_dlink_linked(&s->lk[L_OUT]) &&
+	    evbuffer_get_length(bufferevent_get_output(s->bev)) == 0) {
+		for (size_t j = 0; j < k; j++) {
+			iov[j].iov_base = (void *)refs[j].data;
+			iov[j].iov_len = refs[j].len;
+		}
+		ssize_t w = writev(bufferevent_getfd(s->bev), iov, (int)k);
+
+		if (w < 0) {
+			refused = errno != EINTR;
+		} else {
+			size_t left = (size_t)w;
+
+			/* Fewer than n taken whole with all k written is the iovec
+			 * cap, not a full socket: the end of the turn writes the rest. */
+			refused = (size_t)w < total_len(refs, k);
+
+			while (i < n && i < k && left >= refs[i].len) {
+				left -= refs[i].len;
+				if (refs[i].cleanup)
+					refs[i].cleanup(refs[i].data, refs[i].len, refs[i].arg);
+				i++;
+			}
+			off = left;
+		}
+		if (i == n) {
+			/* All of it reached the kernel now. */
+			if (origin_ns != 0) {
+				s->origin_ns = origin_ns;
+				http_out_observe(s);
+			}
+			return;
+		}
+	}
+	for (; i < n; i++, off = 0)
+		stream_write_ref_at(s, (const char *)refs[i].data + off, refs[i].len - off, refs[i].cleanup,
+				    refs[i].arg, origin_ns);
+	/* The kernel refused bytes (or an error: the bufferevent meets it too
+	 * and reports it): wait for room instead of trying again this turn. */
+	if (refused)
+		out_block(s);
+}
+
+size_t
+http_stream_flush(http_stream *s)
+{
+	struct evbuffer *out;
+
+	if (stream_drops(s) || s->bev == NULL)
+		return http_stream_backlog(s);
+	out = bufferevent_get_output(s->bev);
+	/*
+	 * One non-blocking write now instead of at the end of the turn or the
+	 * next EV_WRITE: a burst (a 10,000-event flush fans out as ten messages
+	 * in one callback) reaches the kernel as it is queued, and frames wait
+	 * in the stream's own queue only when the kernel really refuses them.
+	 * An error is left for the bufferevent to see on its next write.
+	 */
+	if (s->direct)
+		http_out_write(s, false);
+	else if (evbuffer_get_length(out) > 0)
+		out_write_fd(s, out);
+	return evbuffer_get_length(out);
+}
+
+size_t
+http_stream_backlog(const http_stream *s)
+{
+	return s->bev ? evbuffer_get_length(bufferevent_get_output(s->bev)) : 0;
+}
+
+size_t
+http_stream_low_watermark(const http_stream *s)
+{
+	(void)s;
+	return HTTP_STREAM_LOWAT;
+}
+
+uint64_t
+http_stream_blocked_ms(const http_stream *s, uint64_t now)
+{
+	if (http_stream_backlog(s) == 0 || now <= s->progress_ms)
+		return 0;
+	return now - s->progress_ms;
+}
