@@ -163,9 +163,6 @@ http_conn_destroy(http_stream *c, bool force_abrupt)
 	bufferevent_setcb(c->bev, NULL, NULL, NULL, NULL);
 	bufferevent_free(c->bev);
 	c->bev = NULL;
-	if (c->body_ev)
-		event_free(c->body_ev);
-	c->body_ev = NULL;
 	s->cb_depth++;
 	if (r) {
 		c->req = NULL;
@@ -324,6 +321,8 @@ http_req_cors_allowed(const http_req *r)
 void
 http_req_free(http_req *r)
 {
+	if (r->body_ev)
+		event_free(r->body_ev); /* may be the running callback's own event: libevent allows it */
 	free(r->body);
 	free(r);
 }
@@ -485,7 +484,7 @@ body_take(http_stream *c)
 	}
 	if (r->body_got < (size_t)r->parsed.content_length)
 		return;
-	event_del(c->body_ev);
+	event_del(r->body_ev);
 	bufferevent_setwatermark(c->bev, EV_READ, 0, c->srv->max_head);
 	c->state = ST_HANDLER;
 	fn = r->body_fn;
@@ -538,12 +537,12 @@ http_req_read_body(http_req *r, http_body_fn fn, void *arg)
 	r->body_fn = fn;
 	r->body_arg = arg;
 	c->state = ST_BODY;
-	if (!c->body_ev)
-		c->body_ev = evtimer_new(s->base, body_timer_cb, c);
-	ST_ASSERT(c->body_ev != NULL);
+	if (!r->body_ev)
+		r->body_ev = evtimer_new(s->base, body_timer_cb, c);
+	ST_ASSERT(r->body_ev != NULL);
 	{
 		struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
-		evtimer_add(c->body_ev, &tv);
+		evtimer_add(r->body_ev, &tv);
 	}
 	/* no head-sized cap while the body streams in: it is copied out as it arrives */
 	bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
@@ -659,7 +658,6 @@ void
 http_conn_accept(http_server *s, struct bufferevent *bev, const struct sockaddr *sa)
 {
 	http_stream *c;
-	char host[INET6_ADDRSTRLEN] = "?";
 
 	c = st_xcalloc(1, sizeof(*c));
 	c->srv = s;
@@ -668,18 +666,16 @@ http_conn_accept(http_server *s, struct bufferevent *bev, const struct sockaddr 
 	if (sa->sa_family == AF_INET) {
 		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
 
-		evutil_inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-		snprintf(c->peer, sizeof(c->peer), "%s:%u", host, (unsigned)ntohs(in->sin_port));
+		c->peer_inet = true;
+		c->peer_port = ntohs(in->sin_port);
 		c->peer_ip[10] = c->peer_ip[11] = 0xff;
 		memcpy(c->peer_ip + 12, &in->sin_addr, 4);
 	} else if (sa->sa_family == AF_INET6) {
 		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
 
-		evutil_inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-		snprintf(c->peer, sizeof(c->peer), "[%s]:%u", host, (unsigned)ntohs(in6->sin6_port));
+		c->peer_inet = true;
+		c->peer_port = ntohs(in6->sin6_port);
 		memcpy(c->peer_ip, &in6->sin6_addr, 16);
-	} else {
-		snprintf(c->peer, sizeof(c->peer), "?");
 	}
 	st_dlist_push_back(&s->all, &c->lk[L_ALL]);
 	s->nconns++;
@@ -787,7 +783,21 @@ http_req_peer_ip(const http_req *r, uint8_t out[16])
 const char *
 http_stream_peer(const http_stream *s)
 {
-	return s->peer;
+	/* Made on demand: 56 bytes of text in every connection for a log line
+	 * now and then was a tenth of an idle stream. */
+	static _Thread_local char text[INET6_ADDRSTRLEN + 8];
+	char host[INET6_ADDRSTRLEN];
+	static const uint8_t v4[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+	if (!s->peer_inet)
+		snprintf(text, sizeof(text), "?");
+	else if (memcmp(s->peer_ip, v4, sizeof(v4)) == 0)
+		snprintf(text, sizeof(text), "%s:%u", evutil_inet_ntop(AF_INET, s->peer_ip + 12, host, sizeof(host)),
+			 (unsigned)s->peer_port);
+	else
+		snprintf(text, sizeof(text), "[%s]:%u", evutil_inet_ntop(AF_INET6, s->peer_ip, host, sizeof(host)),
+			 (unsigned)s->peer_port);
+	return text;
 }
 
 /* For st_http_test's memory report. */

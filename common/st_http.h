@@ -282,7 +282,8 @@ void http_stream_end(http_stream *s);
 /* Closes now, dropping the backlog; on_close(abrupt=true) is called before this returns? NO: it is
  * called from the loop shortly after (deferred), never under the caller's feet. */
 void http_stream_abort(http_stream *s);
-/* The peer's address as text, for logs ("127.0.0.1:53422"). */
+/* The peer's address as text, for logs ("127.0.0.1:53422"), made on demand in a
+ * per-thread buffer: valid until the next call on this thread. */
 const char *http_stream_peer(const http_stream *s);
 
 #endif

@@ -66,7 +66,11 @@ struct http_stream {
 	void (*on_close)(void *arg, bool abrupt);
 	void *arg;
 	uint32_t scanned; /* bytes of input already searched for the end of head */
-	uint8_t state;
+	uint16_t peer_port;
+	/* The state (enum conn_state) is a bit-field beside the flags: with the
+	 * peer kept as address and port (its text is made on demand), the struct
+	 * fits a 176-byte malloc chunk (docs/performance.md "Idle stream"). */
+	unsigned state : 3;
 	bool closing : 1, in_parse : 1, wait_drain : 1, is_stream : 1, head_only : 1, end_called : 1, aborted : 1,
 		shut : 1, peer_eof : 1, out_cb : 1;
 	/* Streams: direct is set while the bufferevent's EV_WRITE is off
@@ -76,9 +80,8 @@ struct http_stream {
 	/* The handler watches for the client going away (http_req_set_gone_cb):
 	 * input after the request is dropped, so reading goes on and EOF is seen. */
 	bool watch_gone : 1;
-	char peer[56];
-	uint8_t peer_ip[16];   /* the peer's address, IPv4 as ::ffff:a.b.c.d (http_req_peer_ip) */
-	struct event *body_ev; /* ST_BODY: the body's deadline; made on the first body read */
+	bool peer_inet : 1;  /* peer_ip/peer_port hold an IPv4 or IPv6 peer (else its text is "?") */
+	uint8_t peer_ip[16]; /* the peer's address, IPv4 as ::ffff:a.b.c.d (http_req_peer_ip) */
 };
 
 struct http_req {
@@ -90,6 +93,7 @@ struct http_req {
 	bool keep_alive;    /* from the head; cleared when the handler watches for the client going away */
 	bool body_read;     /* http_req_read_body took the declared body (else it is unread: close after the answer) */
 	char *body;         /* ST_BODY: parsed.content_length bytes being filled; handed to body_fn */
+	struct event *body_ev; /* ST_BODY: the body's deadline; made by http_req_read_body */
 	size_t body_got;
 	http_body_fn body_fn;
 	void *body_arg;
