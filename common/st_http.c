@@ -81,6 +81,7 @@
 #include "st_http_parse.h"
 #include "st_util.h"
 
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,8 +135,14 @@ http_conn_close(http_stream *c)
 	q_leave(c);
 	st_dlink_unlink(&c->lk[L_KICK]);
 	http_out_leave(c);
-	bufferevent_disable(c->bev, EV_READ | EV_WRITE);
-	bufferevent_setcb(c->bev, NULL, NULL, NULL, NULL);
+	if (c->bev) {
+		bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+		bufferevent_setcb(c->bev, NULL, NULL, NULL, NULL);
+	} else {
+		event_del(&c->rev);
+		if (c->wev)
+			event_del(c->wev);
+	}
 	st_dlist_push_back(&s->reap, &c->lk[L_Q]);
 	http_server_defer_kick(s);
 }
@@ -146,7 +153,7 @@ http_conn_destroy(http_stream *c, bool force_abrupt)
 	http_server *s = c->srv;
 	http_req *r = c->req;
 	/* An end whose bytes did not all leave (the 5 s cap) was cut off: abrupt. */
-	bool unsent = c->bev && evbuffer_get_length(bufferevent_get_output(c->bev)) > 0;
+	bool unsent = http_out_len(c) > 0;
 
 	q_leave(c);
 	st_dlink_unlink(&c->lk[L_KICK]);
@@ -154,15 +161,25 @@ http_conn_destroy(http_stream *c, bool force_abrupt)
 	st_dlink_unlink(&c->lk[L_ALL]);
 	s->nconns--;
 	http_conn_limit_put(s->limit);
-	/* libevent 2.1 finalizes a freed bufferevent from the loop: the socket
-	 * closes and write_ref cleanups run shortly after (or in
-	 * event_base_free), possibly after on_close below.  Nothing of ours may
-	 * be reachable from it by then. */
-	if (c->out_cb)
-		evbuffer_remove_cb(bufferevent_get_output(c->bev), http_out_progress_cb, c);
-	bufferevent_setcb(c->bev, NULL, NULL, NULL, NULL);
-	bufferevent_free(c->bev);
-	c->bev = NULL;
+	if (c->bev) {
+		/* libevent 2.1 finalizes a freed bufferevent from the loop: the
+		 * socket closes and write_ref cleanups run shortly after (or in
+		 * event_base_free), possibly after on_close below.  Nothing of ours
+		 * may be reachable from it by then. */
+		bufferevent_setcb(c->bev, NULL, NULL, NULL, NULL);
+		bufferevent_free(c->bev);
+		c->bev = NULL;
+	} else {
+		/* A stream: its write_ref cleanups run here, before on_close. */
+		event_del(&c->rev);
+		if (c->wev)
+			event_free(c->wev);
+		c->wev = NULL;
+		if (c->out)
+			evbuffer_free(c->out);
+		c->out = NULL;
+		evutil_closesocket(c->fd);
+	}
 	s->cb_depth++;
 	if (r) {
 		c->req = NULL;
@@ -226,7 +243,7 @@ fifo_expire(st_dlink *l, struct event *ev, bool stream_grace)
 	http_stream *c;
 
 	while ((c = http_conn_first(l, L_Q)) != NULL && c->deadline_ms <= now) {
-		if (stream_grace && c->is_stream && c->bev && evbuffer_get_length(bufferevent_get_output(c->bev)) > 0 &&
+		if (stream_grace && c->is_stream && http_out_len(c) > 0 &&
 		    now - c->progress_ms < HTTP_STREAM_STALL_MS) {
 			fifo_push(c, l, ev, HTTP_DRAIN_CAP_MS);
 			continue;
@@ -257,12 +274,12 @@ http_conn_end_timer_cb(evutil_socket_t fd, short what, void *arg)
 	fifo_expire(&s->endwait, s->end_ev, true);
 }
 
-static void
-conn_shut(http_stream *c)
+void
+http_conn_shut(http_stream *c)
 {
 	if (!c->shut) {
 		c->shut = true;
-		shutdown(bufferevent_getfd(c->bev), SHUT_WR);
+		shutdown(http_conn_fd(c), SHUT_WR);
 	}
 	if (c->peer_eof)
 		http_conn_close(c);
@@ -279,19 +296,23 @@ conn_drain(http_stream *c)
 		return;
 	c->state = ST_DRAIN;
 	fifo_push(c, &s->endwait, s->end_ev, HTTP_DRAIN_CAP_MS);
-	/* Unread input (a refused body, pipelined requests) is dropped, which
-	 * also resumes reading if the high watermark had suspended it. */
-	evbuffer_drain(bufferevent_get_input(c->bev), evbuffer_get_length(bufferevent_get_input(c->bev)));
-	/* The write callback must now fire only when the output is empty. */
-	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
-	if (c->direct) {
-		/* The bufferevent writes what is left (st_http_out.c). */
-		c->direct = false;
-		http_out_leave(c);
-		bufferevent_enable(c->bev, EV_WRITE);
+	if (!c->bev) {
+		/* A stream: its write event writes what is left. */
+		if (c->direct) {
+			c->direct = false;
+			http_out_leave(c);
+			if (http_out_len(c) > 0)
+				http_out_arm(c);
+		}
+	} else {
+		/* Unread input (a refused body, pipelined requests) is dropped, which
+		 * also resumes reading if the high watermark had suspended it. */
+		evbuffer_drain(bufferevent_get_input(c->bev), evbuffer_get_length(bufferevent_get_input(c->bev)));
+		/* The write callback must now fire only when the output is empty. */
+		bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
 	}
-	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-		conn_shut(c);
+	if (http_out_len(c) == 0)
+		http_conn_shut(c);
 }
 
 /* A refusal found by the server itself: problem document, then close. */
@@ -436,7 +457,8 @@ conn_parse(http_stream *c)
 		s->cb_depth--;
 	}
 	c->in_parse = false;
-	if (!c->closing && (c->state == ST_STREAM || c->state == ST_DRAIN))
+	/* A stream's bufferevent (and in with it) is gone: it reads no more input. */
+	if (!c->closing && c->bev && c->state == ST_DRAIN)
 		evbuffer_drain(in, evbuffer_get_length(in));
 }
 
@@ -590,27 +612,13 @@ static void
 write_cb(struct bufferevent *bev, void *arg)
 {
 	http_stream *c = arg;
-	http_server *s = c->srv;
 
 	if (c->closing)
 		return;
 	switch (c->state) {
 	case ST_DRAIN:
 		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-			conn_shut(c);
-		break;
-	case ST_STREAM:
-		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0 && !c->end_called) {
-			/* Caught up: back to writing ourselves (st_http_out.c). */
-			bufferevent_disable(bev, EV_WRITE);
-			c->direct = true;
-			http_out_observe(c);
-		}
-		if (c->on_writable) {
-			s->cb_depth++;
-			c->on_writable(c->arg);
-			s->cb_depth--;
-		}
+			http_conn_shut(c);
 		break;
 	case ST_HEAD:
 		if (c->wait_drain) {
@@ -649,6 +657,73 @@ event_cb(struct bufferevent *bev, short what, void *arg)
 	default:
 		http_conn_close(c); /* HANDLER: gone; STREAM: abrupt */
 		break;
+	}
+}
+
+/* ------------------------------------------------ stream socket callbacks */
+
+/* A stream reads only to see EOF and errors early; what a client sends is dropped. */
+void
+http_conn_stream_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	http_stream *c = arg;
+	char sink[4096];
+	ssize_t n;
+
+	(void)what;
+	if (c->closing)
+		return;
+	n = recv(fd, sink, sizeof(sink), 0);
+	if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+		return;
+	c->peer_eof = true;
+	if (n == 0 && c->state == ST_DRAIN && !c->shut && http_out_len(c) > 0) {
+		/* The peer may only have half-closed: let the rest of the output go. */
+		event_del(&c->rev);
+		return;
+	}
+	http_conn_close(c); /* STREAM: abrupt; an error; or DRAIN done */
+}
+
+/* The kernel has room again for a blocked stream (what write_cb is for a bufferevent). */
+void
+http_conn_stream_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	http_stream *c = arg;
+	size_t left;
+
+	(void)what;
+	if (c->closing)
+		return;
+	if (c->out && evbuffer_get_length(c->out) > 0 && evbuffer_write(c->out, fd) < 0 && errno != EAGAIN &&
+	    errno != EWOULDBLOCK && errno != EINTR) {
+		c->peer_eof = true;
+		http_conn_close(c);
+		return;
+	}
+	left = http_out_len(c);
+	if (left == 0) {
+		event_del(c->wev);
+		http_out_release(c);
+	}
+	switch (c->state) {
+	case ST_DRAIN:
+		if (left == 0)
+			http_conn_shut(c);
+		break;
+	case ST_STREAM:
+		if (left == 0 && !c->end_called) {
+			/* Caught up: back to writing directly (st_http_out.c). */
+			c->direct = true;
+			http_out_observe(c);
+		}
+		if (left <= HTTP_STREAM_LOWAT && c->on_writable) {
+			c->srv->cb_depth++;
+			c->on_writable(c->arg);
+			c->srv->cb_depth--;
+		}
+		break;
+	default: break;
 	}
 }
 
@@ -735,18 +810,11 @@ http_stream_start(http_req *r, int status, const char *content_type, const char 
 	c->on_close = cbs ? cbs->on_close : NULL;
 	c->arg = arg;
 	if (!c->closing) {
-		struct evbuffer *out = bufferevent_get_output(c->bev);
-
 		c->progress_ms = http_now_ms();
-		if (evbuffer_add_cb(out, http_out_progress_cb, c))
-			c->out_cb = true;
-		bufferevent_setwatermark(c->bev, EV_WRITE, HTTP_STREAM_LOWAT, 0);
-		/* Bytes pipelined behind the request are dropped; this also
-		 * resumes reading if they filled the input, so EOF is seen. */
-		evbuffer_drain(bufferevent_get_input(c->bev), evbuffer_get_length(bufferevent_get_input(c->bev)));
 		http_reply_head_put(c, status, content_type, HTTP_HEAD_STREAM, 0, false, r->cors, NULL, extra_headers);
-		/* From here the stream writes itself (st_http_out.c). */
-		bufferevent_disable(c->bev, EV_WRITE);
+		/* Bytes pipelined behind the request go with the bufferevent; from
+		 * here the stream writes itself (st_http_out.c). */
+		http_out_adopt(c);
 		c->direct = true;
 		http_out_mark(c, 0);
 	}

@@ -27,7 +27,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <event2/event_struct.h>
 
 struct bufferevent;
 struct evbuffer;
@@ -72,7 +74,7 @@ struct http_stream {
 	 * fits a 176-byte malloc chunk (docs/performance.md "Idle stream"). */
 	unsigned state : 3;
 	bool closing : 1, in_parse : 1, wait_drain : 1, is_stream : 1, head_only : 1, end_called : 1, aborted : 1,
-		shut : 1, peer_eof : 1, out_cb : 1;
+		shut : 1, peer_eof : 1;
 	/* Streams: direct is set while the bufferevent's EV_WRITE is off
 	 * (output empty after our own write); lk[L_OUT] is linked while on the
 	 * server's outq, to be written at the end of this loop turn. */
@@ -82,6 +84,18 @@ struct http_stream {
 	bool watch_gone : 1;
 	bool peer_inet : 1;  /* peer_ip/peer_port hold an IPv4 or IPv6 peer (else its text is "?") */
 	uint8_t peer_ip[16]; /* the peer's address, IPv4 as ::ffff:a.b.c.d (http_req_peer_ip) */
+	/*
+	 * Streams hold no bufferevent (640 B of it and 2 x 144 B of evbuffers
+	 * were more than half of an idle stream): http_stream_start frees it and
+	 * the stream keeps its socket, one read event (embedded: EOF and errors),
+	 * a write event made the first time the kernel refuses bytes, and an
+	 * output evbuffer made when bytes have to wait and freed once they left
+	 * (docs/performance.md "Idle stream").  bev == NULL marks this mode.
+	 */
+	evutil_socket_t fd;   /* streams: the socket, closed by http_conn_destroy */
+	struct evbuffer *out; /* streams: the backlog, NULL when empty */
+	struct event *wev;    /* streams: EV_WRITE while blocked; NULL until the first block */
+	struct event rev;     /* streams: EV_READ|EV_PERSIST, only to see EOF and errors */
 };
 
 struct http_req {
@@ -168,6 +182,19 @@ void http_conn_after_reply(http_stream *c, bool keep);
 void http_conn_defer_cb(evutil_socket_t fd, short what, void *arg);
 void http_conn_head_timer_cb(evutil_socket_t fd, short what, void *arg);
 void http_conn_end_timer_cb(evutil_socket_t fd, short what, void *arg);
+
+/* A stream's socket callbacks once it has no bufferevent (arg: the stream). */
+void http_conn_stream_read_cb(evutil_socket_t fd, short what, void *arg);
+void http_conn_stream_write_cb(evutil_socket_t fd, short what, void *arg);
+/* Shuts the write side (after the last byte), closes when the peer's EOF came too. */
+void http_conn_shut(http_stream *c);
+
+/* The connection's socket, whichever mode it is in. */
+static inline evutil_socket_t
+http_conn_fd(const http_stream *c)
+{
+	return c->bev ? bufferevent_getfd(c->bev) : c->fd;
+}
 
 /* ---- st_http_server.c ---- */
 /* Gives back the slot a connection took at accept. */

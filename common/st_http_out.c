@@ -57,9 +57,80 @@ http_out_observe(http_stream *c)
 static void
 out_write_fd(http_stream *c, struct evbuffer *out)
 {
+	if (!c->bev) {
+		(void)evbuffer_write(out, c->fd);
+		return;
+	}
 	evbuffer_unfreeze(out, 1);
 	(void)evbuffer_write(out, bufferevent_getfd(c->bev));
 	evbuffer_freeze(out, 1);
+}
+
+struct evbuffer *
+http_out_buf(const http_stream *c)
+{
+	return c->bev ? bufferevent_get_output(c->bev) : c->out;
+}
+
+size_t
+http_out_len(const http_stream *c)
+{
+	struct evbuffer *out = http_out_buf(c);
+
+	return out ? evbuffer_get_length(out) : 0;
+}
+
+/* The output to queue bytes on: a stream's own is made here when it has none. */
+static struct evbuffer *
+out_get(http_stream *c)
+{
+	if (c->bev)
+		return bufferevent_get_output(c->bev);
+	if (!c->out) {
+		c->out = evbuffer_new();
+		ST_ASSERT(c->out != NULL);
+		/* progress_ms: bytes arrive on an empty output, or leave it. */
+		ST_ASSERT(evbuffer_add_cb(c->out, http_out_progress_cb, c) != NULL);
+	}
+	return c->out;
+}
+
+void
+http_out_release(http_stream *c)
+{
+	if (!c->bev && c->out && evbuffer_get_length(c->out) == 0) {
+		evbuffer_free(c->out);
+		c->out = NULL;
+	}
+}
+
+void
+http_out_arm(http_stream *c)
+{
+	if (!c->wev) {
+		c->wev = event_new(c->srv->base, c->fd, EV_WRITE | EV_PERSIST, http_conn_stream_write_cb, c);
+		ST_ASSERT(c->wev != NULL);
+	}
+	event_add(c->wev, NULL);
+}
+
+void
+http_out_adopt(http_stream *c)
+{
+	struct bufferevent *bev = c->bev;
+	struct evbuffer *bo = bufferevent_get_output(bev);
+
+	c->fd = bufferevent_getfd(bev);
+	bufferevent_disable(bev, EV_READ | EV_WRITE);
+	bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
+	/* The socket is ours now: the bufferevent lets go of it (and thaws its output). */
+	bufferevent_setfd(bev, -1);
+	c->bev = NULL;
+	if (evbuffer_get_length(bo) > 0)
+		evbuffer_add_buffer(out_get(c), bo);
+	bufferevent_free(bev);
+	event_assign(&c->rev, c->srv->base, c->fd, EV_READ | EV_PERSIST, http_conn_stream_read_cb, c);
+	event_add(&c->rev, NULL);
 }
 
 /* The kernel refused bytes: the bufferevent waits for room and calls
@@ -71,7 +142,10 @@ out_block(http_stream *c)
 		return;
 	http_out_leave(c);
 	c->direct = false;
-	bufferevent_enable(c->bev, EV_WRITE);
+	if (c->bev)
+		bufferevent_enable(c->bev, EV_WRITE);
+	else
+		http_out_arm(c);
 }
 
 static size_t
@@ -97,14 +171,14 @@ http_out_write(http_stream *c, bool notify)
 
 	if (c->closing || c->state != ST_STREAM || !c->direct)
 		return;
-	out = bufferevent_get_output(c->bev);
-	if ((before = evbuffer_get_length(out)) == 0)
+	if ((out = http_out_buf(c)) == NULL || (before = evbuffer_get_length(out)) == 0)
 		return;
 	out_write_fd(c, out);
 	if (evbuffer_get_length(out) > 0) {
 		out_block(c);
 		return;
 	}
+	http_out_release(c);
 	http_out_observe(c);
 	if (notify && before > HTTP_STREAM_LOWAT && c->on_writable) {
 		c->srv->cb_depth++;
@@ -147,7 +221,7 @@ http_stream_write(http_stream *s, const void *data, size_t len)
 {
 	if (stream_drops(s) || len == 0)
 		return;
-	evbuffer_add(bufferevent_get_output(s->bev), data, len);
+	evbuffer_add(out_get(s), data, len);
 	http_out_mark(s, 0);
 }
 
@@ -156,7 +230,7 @@ static void
 stream_write_ref_at(http_stream *s, const void *data, size_t len,
 		    void (*cleanup)(const void *data, size_t len, void *arg), void *arg, uint64_t origin_ns)
 {
-	struct evbuffer *to = stream_drops(s) ? s->srv->trash : bufferevent_get_output(s->bev);
+	struct evbuffer *to = stream_drops(s) ? s->srv->trash : out_get(s);
 
 	if (evbuffer_add_reference(to, data, len, cleanup, arg) != 0) {
 		/* libevent did not take the reference (out of memory). */
@@ -190,13 +264,12 @@ http_stream_write_refs(http_stream *s, const http_ref *refs, size_t n)
 		return;
 	for (size_t j = 0; j < n && origin_ns == 0; j++)
 		origin_ns = refs[j].origin_ns;
-	if (!stream_drops(s) && s->direct && !st_dlink_linked(&s->lk[L_OUT]) &&
-	    evbuffer_get_length(bufferevent_get_output(s->bev)) == 0) {
+	if (!stream_drops(s) && s->direct && !st_dlink_linked(&s->lk[L_OUT]) && http_out_len(s) == 0) {
 		for (size_t j = 0; j < k; j++) {
 			iov[j].iov_base = (void *)refs[j].data;
 			iov[j].iov_len = refs[j].len;
 		}
-		ssize_t w = writev(bufferevent_getfd(s->bev), iov, (int)k);
+		ssize_t w = writev(http_conn_fd(s), iov, (int)k);
 
 		if (w < 0) {
 			refused = errno != EINTR;
@@ -238,9 +311,8 @@ http_stream_flush(http_stream *s)
 {
 	struct evbuffer *out;
 
-	if (stream_drops(s) || s->bev == NULL)
+	if (stream_drops(s) || (out = http_out_buf(s)) == NULL)
 		return http_stream_backlog(s);
-	out = bufferevent_get_output(s->bev);
 	/*
 	 * One non-blocking write now instead of at the end of the turn or the
 	 * next EV_WRITE: a burst (a 10,000-event flush fans out as ten messages
@@ -252,13 +324,13 @@ http_stream_flush(http_stream *s)
 		http_out_write(s, false);
 	else if (evbuffer_get_length(out) > 0)
 		out_write_fd(s, out);
-	return evbuffer_get_length(out);
+	return http_out_len(s); /* out may be released by now */
 }
 
 size_t
 http_stream_backlog(const http_stream *s)
 {
-	return s->bev ? evbuffer_get_length(bufferevent_get_output(s->bev)) : 0;
+	return http_out_len(s);
 }
 
 size_t

@@ -23,4 +23,18 @@ void http_out_observe(http_stream *c);
 /* The evbuffer callback that stamps a stream's progress_ms (arg: the stream). */
 void http_out_progress_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg);
 
+/* The output buffer: the bufferevent's, or a stream's own (NULL when it holds nothing). */
+struct evbuffer *http_out_buf(const http_stream *c);
+/* Bytes queued and not yet taken by the kernel. */
+size_t http_out_len(const http_stream *c);
+/* Turns a connection whose response just became a stream into a stream
+ * without a bufferevent: what its output holds moves to the stream's own,
+ * the bufferevent is freed, the socket gets the read event.  Loop thread,
+ * may run under the bufferevent's own callback. */
+void http_out_adopt(http_stream *c);
+/* A stream whose output emptied gives its evbuffer back. */
+void http_out_release(http_stream *c);
+/* A stream without a bufferevent waits for room: its write event is armed. */
+void http_out_arm(http_stream *c);
+
 #endif
