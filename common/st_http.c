@@ -8,7 +8,10 @@
  * share the structs of st_http_internal.h.
  *
  * DESIGN.  A connection is one struct http_stream (the name is the public
- * stream type: every connection may become a stream) plus its bufferevent.
+ * stream type: every connection may become a stream) plus its bufferevent
+ * while it reads and answers requests; a stream gives the bufferevent up
+ * (st_http_out.c http_out_adopt) for a read event embedded in the struct
+ * and, only while bytes wait, a write event and an evbuffer of its own.
  * It is a small state machine:
  *
  *   HEAD ----(head parsed)----> HANDLER --(http_reply, keep-alive)--> HEAD
@@ -34,19 +37,22 @@
  * http_req block, parsed in place (st_http_parse_head, into the
  * st_http_head inside that block) and freed when the request is answered;
  * pipelined bytes stay in the evbuffer.  An idle stream therefore holds only
- * this struct and the bufferevent (measured by st_http_test).
+ * this struct and its epoll registration (measured by st_http_test;
+ * docs/performance.md "Idle stream").
  *
  * Timers are not per connection.  The header timeout and the 5 s DRAIN cap
  * are constants per server, so connections waiting for either sit in a FIFO
  * ordered by deadline and one event per FIFO fires for its front.
  *
  * Never free under our own feet (STYLE 13): http_conn_close() only marks the
- * connection, disables its bufferevent and puts it on the reap list; one
- * deferred event (event_active) destroys it later from the loop: it frees
- * the bufferevent, then calls on_close or the request's gone callback.
- * (libevent 2.1 finalizes the bufferevent from the loop, so write_ref
- * cleanups run soon after on_close, or in event_base_free: a cleanup must
- * not need the stream's user state, only what its own arg holds.)  So a user may call abort/end/reply from
+ * connection, disables its bufferevent (a stream: its events) and puts it
+ * on the reap list; one deferred event (event_active) destroys it later
+ * from the loop: it frees the bufferevent (a stream: its output, running
+ * the write_ref cleanups, and closes the socket), then calls on_close or
+ * the request's gone callback.  (libevent 2.1 finalizes a bufferevent from
+ * the loop, so cleanups of bytes queued before a stream started may run
+ * soon after on_close, or in event_base_free: a cleanup must not need the
+ * stream's user state, only what its own arg holds.)  So a user may call abort/end/reply from
  * inside any of our callbacks, and our callbacks never touch freed memory.
  * The same deferred event parses requests that were pipelined behind a
  * request answered later, so an answer never re-enters the handler.

@@ -4,7 +4,8 @@
  *
  * Why not evhttp: evhttp cannot see a client close before the reply starts,
  * never bounds its output buffer, and costs more memory per connection.
- * Here a connection is one struct plus one bufferevent, the request head is
+ * Here a connection is one struct plus one bufferevent (a stream keeps only
+ * a read event and, while bytes wait, an evbuffer), the request head is
  * parsed from a bounded buffer that is freed once the head is parsed, and
  * the output side reports its backlog so callers keep it small.  The
  * parsing itself is st_http_parse (pure functions, no I/O); this module is

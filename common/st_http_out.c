@@ -4,8 +4,10 @@
  * zero-copy writev of http_stream_write_refs, the backlog, the low
  * watermark, the blocked time and the delivery latency.  The connection
  * it writes to is st_http.c's (st_http_internal.h); this module never
- * closes or frees one: a failure it meets is left to the bufferevent,
- * which reports it to the connection's event callback.
+ * closes or frees one: a write failure it meets is met again by the
+ * stream's write event (st_http.c http_conn_stream_write_cb), which closes.
+ * A stream has no bufferevent (http_out_adopt): its output evbuffer exists
+ * only while bytes wait, so an idle stream holds none.
  */
 #include "st_http_out.h"
 
@@ -33,10 +35,10 @@ http_out_leave(http_stream *c)
  * cost).  Streams therefore keep EV_WRITE off while their output is
  * empty and write themselves: bytes queued in a loop turn are written with
  * one writev at the end of the turn (http_conn_defer_cb), or earlier by
- * http_stream_flush.  Only when the kernel refuses bytes is EV_WRITE armed,
- * and the bufferevent takes over until the output is empty again
- * (st_http.c write_cb).  A write error also hands over to the bufferevent, which
- * meets the same error and reports it through event_cb.
+ * http_stream_flush.  Only when the kernel refuses bytes is the stream's
+ * write event armed (http_out_arm), and it writes until the output is
+ * empty again (st_http.c http_conn_stream_write_cb).  A write error also
+ * hands over to it: it meets the same error and closes.
  */
 void
 http_out_observe(http_stream *c)
@@ -133,8 +135,8 @@ http_out_adopt(http_stream *c)
 	event_add(&c->rev, NULL);
 }
 
-/* The kernel refused bytes: the bufferevent waits for room and calls
- * write_cb (on_writable) once under the low watermark. */
+/* The kernel refused bytes: the write event waits for room and calls
+ * on_writable once under the low watermark. */
 static void
 out_block(http_stream *c)
 {
@@ -161,7 +163,7 @@ total_len(const http_ref *refs, size_t n)
 /*
  * notify: called from http_conn_defer_cb, not under the user's own write: a writer
  * that stopped at the low watermark without flushing hears on_writable
- * once its bytes are out, as it would from the bufferevent.
+ * once its bytes are out, as it would from the write event.
  */
 void
 http_out_write(http_stream *c, bool notify)
@@ -300,8 +302,8 @@ http_stream_write_refs(http_stream *s, const http_ref *refs, size_t n)
 	for (; i < n; i++, off = 0)
 		stream_write_ref_at(s, (const char *)refs[i].data + off, refs[i].len - off, refs[i].cleanup,
 				    refs[i].arg, origin_ns);
-	/* The kernel refused bytes (or an error: the bufferevent meets it too
-	 * and reports it): wait for room instead of trying again this turn. */
+	/* The kernel refused bytes (or an error: the write event meets it too
+	 * and closes): wait for room instead of trying again this turn. */
 	if (refused)
 		out_block(s);
 }
@@ -318,7 +320,7 @@ http_stream_flush(http_stream *s)
 	 * next EV_WRITE: a burst (a 10,000-event flush fans out as ten messages
 	 * in one callback) reaches the kernel as it is queued, and frames wait
 	 * in the stream's own queue only when the kernel really refuses them.
-	 * An error is left for the bufferevent to see on its next write.
+	 * An error is left for the write event to see on its next write.
 	 */
 	if (s->direct)
 		http_out_write(s, false);
