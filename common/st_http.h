@@ -4,7 +4,8 @@
  *
  * Why not evhttp: evhttp cannot see a client close before the reply starts,
  * never bounds its output buffer, and costs more memory per connection.
- * Here a connection is one struct plus one bufferevent, the request head is
+ * Here a connection is one struct plus one bufferevent (a stream keeps only
+ * a read event and, while bytes wait, an evbuffer), the request head is
  * parsed from a bounded buffer that is freed once the head is parsed, and
  * the output side reports its backlog so callers keep it small.  The
  * parsing itself is st_http_parse (pure functions, no I/O); this module is
@@ -282,7 +283,8 @@ void http_stream_end(http_stream *s);
 /* Closes now, dropping the backlog; on_close(abrupt=true) is called before this returns? NO: it is
  * called from the loop shortly after (deferred), never under the caller's feet. */
 void http_stream_abort(http_stream *s);
-/* The peer's address as text, for logs ("127.0.0.1:53422"). */
+/* The peer's address as text, for logs ("127.0.0.1:53422"), made on demand in a
+ * per-thread buffer: valid until the next call on this thread. */
 const char *http_stream_peer(const http_stream *s);
 
 #endif
