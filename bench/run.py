@@ -346,10 +346,28 @@ def idle(args, tmp, n, system):
         closer()
 
 
-def fanout(args, tmp, n, rate, system, flush_ms=1000, **edge_flags):
+def fanout(args, tmp, n, rate, system, flush_ms=1000, floor_threads=1, **edge_flags):
     raise_nofile()
     dur = args.window
-    if system == "studio":
+    if system == "burst":
+        # The same-shape floor: bench/sweep --sub takes the writer's messages
+        # as the edge would and writes each one, as one burst, to every stream.
+        s = Studio(flush_ms=flush_ms, edge=False)
+        addr = "127.0.0.1:%d" % harness.free_port()
+        fl = Tool("burst-%d-%d-t%d" % (n, rate, floor_threads),
+                  [SWEEP, "--listen", addr, "--sub", s.writers[0].publish, "--threads", str(floor_threads),
+                   "--report", os.path.join(tmp, "burst-%d.json" % n)], tmp)
+        wait_file(fl.out, 10, "sweep to listen")
+        srv_pids, path = [fl.p.pid], "/sse"
+        writer_pid = s.writers[0].pid
+        sub = s.writers[0].publish
+        pub_args = ["--mode", "nng", "--url", s.writers[0].ingest, "--topic", "fan", "--rate", rate,
+                    "--duration", dur + args.warmup + 3, "--batch", 1000, "--inflight", 64, "--pad", 64]
+
+        def closer():
+            fl.stop()
+            s.close()
+    elif system == "studio":
         s = Studio(flush_ms=flush_ms, **edge_flags)
         srv_pids, addr, path = [s.edge.pid], s.addr, "/v1/stream?topic=fan"
         writer_pid = s.writers[0].pid
@@ -379,13 +397,16 @@ def fanout(args, tmp, n, rate, system, flush_ms=1000, **edge_flags):
         lg = Loadgen(tmp, name, addr, path, n, rate=args.connect_rate, sub=sub,
                      max_seconds=dur + args.warmup + 200)
         connected, failed = lg.wait_ready(120)
+        if system == "burst":
+            fl.p.send_signal(signal.SIGHUP)  # dial the writer now, after loadgen's sub (sweep.c)
+            time.sleep(0.5)
         pg = pubgen(tmp, name + "-pub", *pub_args) if pub_args else None
         time.sleep(args.warmup)
         c0 = sum(cpu_s(p) for p in srv_pids)
         w0 = cpu_s(writer_pid) if writer_pid else 0
         l0 = cpu_s(lg.tool.p.pid)
         h0 = edge_hist(s.edge.url) if system == "studio" else None
-        if system == "floor":
+        if system in ("floor", "burst"):
             fl.p.send_signal(signal.SIGUSR1)
         lg.start_window()
         t0 = time.monotonic()
@@ -400,6 +421,10 @@ def fanout(args, tmp, n, rate, system, flush_ms=1000, **edge_flags):
         if system == "floor":
             fl.stop()
             with open(os.path.join(tmp, "sweep-%d.json" % n)) as f:
+                floor = json.loads(f.read())
+        if system == "burst":
+            fl.stop()
+            with open(os.path.join(tmp, "burst-%d.json" % n)) as f:
                 floor = json.loads(f.read())
         if pg:
             pg.wait(dur + 30)
@@ -423,6 +448,53 @@ def fanout(args, tmp, n, rate, system, flush_ms=1000, **edge_flags):
         return res
     finally:
         closer()
+
+
+def same_shape(args, tmp, row, flush_ms):
+    """Beside a fan-out row's studio run (one thread): the edge with --threads 2
+    and the same-shape floor (bench/sweep --sub) on one and two threads, the
+    same writer, publisher and flush interval (docs/performance.md, "The
+    same-shape floor")."""
+    n, rate = row["n"], row["rate"]
+    for key, system, kw in (("studio_t2", "studio", {"threads": 2}),
+                            ("burst_t1", "burst", {"floor_threads": 1}),
+                            ("burst_t2", "burst", {"floor_threads": 2})):
+        log("fan-out %d x %d/s: %s" % (n, rate, key))
+        for attempt in (1, 2):
+            try:
+                row[key] = fanout(args, tmp, n, rate, system, flush_ms=flush_ms, **kw)
+                break
+            except Exception as e:  # e.g. a port taken between free_port() and the bind: once more
+                if attempt == 2:
+                    raise
+                log("%s failed, once more: %s" % (key, str(e)[-300:]))
+        log(json.dumps(row[key]))
+
+
+def same_shape_table(R):
+    """Rows of the same-shape comparison: edge-added latency at the client
+    (loadgen's sub stamps the message, the client reads the frame), the edge
+    against bench/sweep --sub on the same thread count."""
+    L = []
+    for r in R.get("fanout", []):
+        for threads, ek, fk in ((1, "studio", "burst_t1"), (2, "studio_t2", "burst_t2")):
+            e, f = r.get(ek), r.get(fk)
+            if not (e and f and e.get("edge") and f.get("edge")):
+                continue
+            ee, fe = e["edge"], f["edge"]
+            met = "yes" if fe["p99"] and ee["p99"] <= 1.2 * fe["p99"] else "no"
+            L.append("| fan-out %d x %d/s (flush %d ms), %d thread%s | edge-added latency at the client, p50 / p99 (ms), "
+                     "against the same-shape floor | %.2f / %.2f | - | | %.2f / %.2f (same-shape floor) | %s | p99 <= 1.2x | %s |" % (
+                         r["n"], r["rate"], e["flush_ms"], threads, "s" if threads > 1 else "",
+                         ee["p50"] / 1e3, ee["p99"] / 1e3, fe["p50"] / 1e3, fe["p99"] / 1e3,
+                         ratio(ee["p99"], fe["p99"]), met))
+            L.append("| fan-out %d x %d/s (flush %d ms), %d thread%s | CPU-s per 1M frames; frames delivered / expected "
+                     "| %s; %d / %d | - | | %s; %d / %d (same-shape floor) | %s | | |" % (
+                         r["n"], r["rate"], e["flush_ms"], threads, "s" if threads > 1 else "",
+                         fmt(e["cpu_s_per_mframe"], "%.2f"), e["items"], e["expected"],
+                         fmt(f["cpu_s_per_mframe"], "%.2f"), f["items"], f["expected"],
+                         ratio(e["cpu_s_per_mframe"], f["cpu_s_per_mframe"])))
+    return L
 
 
 def copy_rows_file(tmp, rows, pad):
@@ -760,6 +832,7 @@ def table(R, quick):
             L.append("| ingest over HTTP, 1 writer, %d keep-alive connections, one event a request | requests/s "
                      "answered (each after its commit, flush interval %d ms) | %s | - | - | - | - | figure only | - |"
                      % (r["http_conns"], r.get("flush_ms", 0), fmt(r["http1_rate"])))
+    L += same_shape_table(R)
     rp = R.get("replay")
     if rp:
         met = "yes" if rp["rate"] >= 200000 and rp["rate"] >= 0.6 * rp["copy_rate"] else "no"
@@ -839,6 +912,7 @@ def main():
                     log("fan-out %d x %d/s: %s" % (n, rate, sysname))
                     row[sysname] = fanout(args, tmp, n, rate, sysname)
                     log(json.dumps(row[sysname]))
+                same_shape(args, tmp, row, 1000)
                 R["fanout"].append(row)
             # Latency probe: a load the edge is not saturated by, with the
             # shortest flush interval, so edge-added latency is the time to
@@ -850,6 +924,7 @@ def main():
             log("latency probe 10000 x 2/s: write floor")
             row["floor"] = fanout(args, tmp, 10000, 2, "floor")
             log(json.dumps(row["floor"]))
+            same_shape(args, tmp, row, 10)
             R["fanout"].append(row)
         if "ingest" in only:
             R["ingest"] = []

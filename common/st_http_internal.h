@@ -46,7 +46,7 @@ struct sockaddr;
 /* An ending stream's output may stand still this long before it is cut. */
 #define HTTP_STREAM_STALL_MS 30000
 /* Buffers per writev of http_stream_write_refs (callers batch fewer). */
-#define HTTP_WRITEV_MAX 64
+#define HTTP_WRITEV_MAX 256
 
 enum conn_state { ST_HEAD, ST_HANDLER, ST_BODY, ST_STREAM, ST_DRAIN };
 

@@ -19,9 +19,9 @@
  * reaps the queue when it returns (nng's reap list, redis's
  * freeClientAsync).
  *
- * Flush once per batch: each delivered-to subscription is appended to a
- * "touched" list the first time in a batch (a generation number avoids
- * clearing marks), and the list is flushed after the last frame.
+ * Delivery goes stream by stream (hub_publish): each subscription takes
+ * all its frames of a batch, then its one flush, marked served for the
+ * batch by a generation number (no marks to clear).
  */
 #include "hub.h"
 
@@ -38,6 +38,7 @@
 
 typedef struct topic {
 	uint64_t hash;
+	uint64_t gen; /* hub.gen of the last batch that delivered it */
 	hub_sub **subs;
 	uint32_t n, cap;
 	uint32_t len;
@@ -46,10 +47,9 @@ typedef struct topic {
 
 struct hub_sub {
 	void *stream;
-	st_dlink all;          /* on hub.all: the registry, for hub_each and hub_free */
-	hub_sub *touched_next; /* this batch's flush list */
-	hub_sub *dead_next;    /* awaiting reap */
-	uint64_t touched_gen;
+	st_dlink all;       /* on hub.all: the registry, for hub_each and hub_free */
+	hub_sub *dead_next; /* awaiting reap */
+	uint64_t touched_gen; /* hub.gen of the last batch it was served in */
 	uint32_t n; /* topics */
 	bool dead;
 	topic *t[]; /* n topics, then uint32_t pos[n]: index in t[i]->subs */
@@ -63,6 +63,8 @@ struct hub {
 	size_t count;
 	st_dlink all; /* every hub_sub (hub_sub.all) */
 	hub_sub *dead;
+	topic **tf; /* owned scratch of hub_publish: each frame's topic (NULL: none here) */
+	size_t tf_cap;
 	uint64_t gen;
 	unsigned depth; /* hub calls in progress (callbacks running) */
 };
@@ -243,6 +245,7 @@ hub_free(hub *h)
 	ST_ASSERT(h->depth == 0);
 	for (st_dlink *l; (l = st_dlist_first(&h->all)) != NULL;)
 		sub_destroy(h, ST_CONTAINER_OF(l, hub_sub, all)); /* the last one out frees each topic */
+	free(h->tf);
 	free(h->table);
 	free(h);
 }
@@ -299,44 +302,67 @@ hub_unsubscribe(hub *h, hub_sub *s)
 	sub_destroy(h, s);
 }
 
+/* Whether t is one of s's topics (s holds at most HUB_MAX_TOPICS). */
+static bool
+sub_has_topic(const hub_sub *s, const topic *t)
+{
+	for (uint32_t i = 0; i < s->n; i++)
+		if (s->t[i] == t)
+			return true;
+	return false;
+}
+
+/*
+ * Stream by stream: a subscriber gets every frame of the batch it wants, in
+ * order, then its flush, before the next subscriber gets anything.  So its
+ * burst reaches the socket in one go, at once (the first streams do not
+ * wait for the last to be queued), and its queue and connection are touched
+ * while they are in the cache, not once per frame across every stream.
+ * Topics are taken in the order they first appear: a subscriber met at
+ * frame i has no topic among frames[0..i) (it would have been met there),
+ * so its frames are those of frames[i..n) whose topic is one of its own.
+ */
 void
 hub_publish(hub *h, frame *const *frames, size_t n)
 {
-	hub_sub *touched = NULL, **tail = &touched;
 	topic *t = NULL;
 
 	ST_ASSERT(h->depth == 0);
 	enter(h);
 	h->gen++;
+	if (n > h->tf_cap) {
+		h->tf_cap = n;
+		h->tf = st_xrealloc(h->tf, n * sizeof(*h->tf));
+	}
 	for (size_t i = 0; i < n; i++) {
 		size_t len;
 		const char *name = frame_topic(frames[i], &len);
 
-		if (name == NULL)
-			continue;
 		/* Batches often repeat a topic: skip the lookup then. */
-		if (t == NULL || t->len != len || memcmp(t->name, name, len) != 0)
+		if (name != NULL && (t == NULL || t->len != len || memcmp(t->name, name, len) != 0))
 			t = table_find(h, st_hash_bytes(name, len), name, len);
-		if (t == NULL)
-			continue;
-		/* Unsubscribes are deferred (depth > 0), so t->subs is stable here. */
-		for (uint32_t j = 0; j < t->n; j++) {
-			hub_sub *s = t->subs[j];
+		h->tf[i] = name != NULL ? t : NULL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		topic *ti = h->tf[i];
 
-			if (s->dead)
+		if (ti == NULL || ti->gen == h->gen)
+			continue;
+		ti->gen = h->gen;
+		/* Unsubscribes are deferred (depth > 0), so ti->subs is stable here. */
+		for (uint32_t j = 0; j < ti->n; j++) {
+			hub_sub *s = ti->subs[j];
+
+			if (s->dead || s->touched_gen == h->gen)
 				continue;
-			if (s->touched_gen != h->gen) {
-				s->touched_gen = h->gen;
-				s->touched_next = NULL;
-				*tail = s;
-				tail = &s->touched_next;
-			}
-			h->deliver(s->stream, frames[i]);
+			s->touched_gen = h->gen;
+			for (size_t k = i; k < n && !s->dead; k++)
+				if (h->tf[k] == ti || (h->tf[k] != NULL && s->n > 1 && sub_has_topic(s, h->tf[k])))
+					h->deliver(s->stream, frames[k]);
+			if (!s->dead)
+				h->flush(s->stream);
 		}
 	}
-	for (hub_sub *s = touched; s != NULL; s = s->touched_next)
-		if (!s->dead)
-			h->flush(s->stream);
 	leave(h);
 }
 

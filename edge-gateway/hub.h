@@ -4,9 +4,9 @@
  * A frame costs one hash lookup of its topic, then one deliver call per
  * subscriber of that topic; no scan of all streams.  A batch (one
  * contiguous, seq-ordered run of frames from the sequencer) is delivered
- * whole before any stream is flushed, so each touched stream writes the
- * batch in as few writes as possible: flush is called once per touched
- * stream per hub_publish.
+ * stream by stream: each touched stream gets all its frames of the batch,
+ * in order, then its one flush, before the next stream gets any, so it
+ * writes the batch in as few writes as possible and as early as possible.
  *
  * Threads: none.  One hub per loop thread; every call on that thread.
  * Callbacks run inside hub_publish/hub_each and may call hub_unsubscribe
@@ -51,8 +51,8 @@ hub_sub *hub_subscribe(hub *h, void *stream, const char *const *topics, const si
 /* Removes s (NULL-safe); s must not be used afterwards.  Safe inside callbacks. */
 void hub_unsubscribe(hub *h, hub_sub *s);
 
-/* Delivers frames[0..n) (items; others are ignored) in order, then flushes
- * each touched stream once.  The hub takes no reference. */
+/* Delivers frames[0..n) (items; others are ignored): to each touched
+ * stream its frames in order, then its flush (once).  The hub takes no reference. */
 void hub_publish(hub *h, frame *const *frames, size_t n);
 
 /* Live subscriptions. */
