@@ -732,8 +732,8 @@ def scale_fanout_one(args, tmp, subs, rate, rep):
         s.close()
 
 
-def scale_fanout(args, tmp):
-    out = []
+def scale_fanout(args, tmp, out):
+    """Fills out (kept by the caller, so a run that fails later keeps what was measured)."""
     for subs in (1, 8, 32):
         runs = []
         for rep in range(args.repeat):
@@ -742,7 +742,6 @@ def scale_fanout(args, tmp):
             log(json.dumps({k: r[k] for k in ("writer_cpu_pct", "events_per_sub_min", "expected_per_sub", "load")}))
             runs.append(r)
         out.append({"subs": subs, "rate": args.fan_rate, "runs": runs})
-    return out
 
 
 def scale_ingest_one(args, tmp, writers, rep):
@@ -752,6 +751,7 @@ def scale_ingest_one(args, tmp, writers, rep):
         tools = []
         la = load_avg()
         c0 = [cpu_s(w.pid) for w in s.writers]
+        f0 = [harness.metric(w.http_url, "studio_writer_flush_seconds_sum") or 0.0 for w in s.writers]
         for i, w in enumerate(s.writers):
             tools.append(pubgen(tmp, "scaleing%d-%d-%d" % (writers, i, rep), "--mode", "nng", "--url", w.ingest,
                                 "--topic", "ingest", "--rate", 0, "--duration", args.ingest_s,
@@ -759,12 +759,16 @@ def scale_ingest_one(args, tmp, writers, rep):
         for t in tools:
             t.wait(args.ingest_s + 60)
         c1 = [cpu_s(w.pid) for w in s.writers]
+        f1 = [harness.metric(w.http_url, "studio_writer_flush_seconds_sum") or 0.0 for w in s.writers]
         reps = [t.json() for t in tools]
         ok = sum(r["ok"] for r in reps)
         el = max(r["elapsed_s"] for r in reps)
         res = {"writers": writers, "committed": ok, "elapsed_s": el, "rate": ok / el, "load": la,
                "per_writer": [r["ok"] / r["elapsed_s"] if r["elapsed_s"] else 0 for r in reps],
                "writer_cpu_s": [b - a for a, b in zip(c0, c1)],
+               # seconds a flush of some writer was out (sent -> result, the lock wait included)
+               # per second: with one writer, the share of the time PostgreSQL had a flush to work on
+               "flush_busy": sum(b - a for a, b in zip(f0, f1)) / el if el else None,
                "busy": sum(r["busy"] for r in reps), "errors": sum(r["errors"] for r in reps),
                "flushes": int(harness.psql_one(s.env.dsn, "SELECT count(*) FROM broker_flush"))}
         # the reference in the same database, same moment: as many rows by one \copy
@@ -778,17 +782,16 @@ def scale_ingest_one(args, tmp, writers, rep):
         s.close()
 
 
-def scale_ingest(args, tmp, counts):
-    out = []
+def scale_ingest(args, tmp, counts, out):
+    """Fills out, as scale_fanout."""
     for w in counts:
         runs = []
         for rep in range(args.repeat):
             log("scale ingest: %d writer(s), run %d" % (w, rep + 1))
             r = scale_ingest_one(args, tmp, w, rep)
-            log(json.dumps({k: r[k] for k in ("rate", "copy_rate", "per_writer", "busy", "errors", "load")}))
+            log(json.dumps({k: r[k] for k in ("rate", "copy_rate", "per_writer", "flush_busy", "busy", "errors", "load")}))
             runs.append(r)
         out.append({"writers": w, "runs": runs})
-    return out
 
 
 def scale_table(R):
@@ -831,15 +834,16 @@ def scale_table(R):
         L.append(title % (R.get("ingest_flush_ms", 0), len(R[key][0]["runs"])))
         L.append("")
         L.append("| writers | events/s committed (all) | per writer | COPY rows/s (same run) | ratio to COPY | "
-                 "writer CPU-s per s | busy / errors | load (1 min) |")
-        L.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+                 "writer CPU-s per s | flush seconds per s (all writers) | busy / errors | load (1 min) |")
+        L.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for row in R[key]:
             rs = row["runs"]
-            L.append("| %d | %s | %s | %s | %s | %s | %d / %d | %s |" % (
+            L.append("| %d | %s | %s | %s | %s | %s | %s | %d / %d | %s |" % (
                 row["writers"], mr([r["rate"] for r in rs]),
                 mr([sum(r["per_writer"]) / len(r["per_writer"]) for r in rs]),
                 mr([r["copy_rate"] for r in rs]), mr([r["rate"] / r["copy_rate"] for r in rs], "%.2f"),
                 mr([sum(r["writer_cpu_s"]) / r["elapsed_s"] for r in rs], "%.2f"),
+                mr([r.get("flush_busy") for r in rs], "%.2f"),
                 sum(r["busy"] for r in rs), sum(r["errors"] for r in rs), loads(rs)))
     return "\n".join(L)
 
@@ -1058,13 +1062,16 @@ def main():
                     R["copy_rate"] = r["copy_rate"]
                 R["ingest"].append(r)
         if "scale_fanout" in only:
-            R["scale_fanout"] = scale_fanout(args, tmp)
+            R["scale_fanout"] = []
+            scale_fanout(args, tmp, R["scale_fanout"])
         if "scale_writers" in only:
             R["ingest_flush_ms"] = args.ingest_flush_ms
-            R["scale_writers"] = scale_ingest(args, tmp, (1, 2, 4))
+            R["scale_writers"] = []
+            scale_ingest(args, tmp, (1, 2, 4), R["scale_writers"])
         if "scale_copy" in only:
             R["ingest_flush_ms"] = args.ingest_flush_ms
-            R["scale_copy"] = scale_ingest(args, tmp, (1,))
+            R["scale_copy"] = []
+            scale_ingest(args, tmp, (1,), R["scale_copy"])
         if "replay" in only:
             log("replay")
             R["replay"] = replay(args, tmp)

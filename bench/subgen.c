@@ -116,10 +116,12 @@ memrmem(const char *b, size_t len, const char *needle, size_t nl)
 }
 
 /* The "ev" array's length: the key is the fixstr 0xa2 'e' 'v', then an array header. */
+static const char ev_key[3] = { (char)0xa2, 'e', 'v' };
+
 static uint64_t
 ev_count(const unsigned char *b, size_t len)
 {
-	const unsigned char *k = memmem(b, len, "\xa2" "ev", 3), *end = b + len;
+	const unsigned char *k = memmem(b, len, ev_key, sizeof(ev_key)), *end = b + len;
 
 	if (k == NULL || k + 3 >= end)
 		return 0;
