@@ -724,6 +724,202 @@ def gap_fill(args, tmp):
         s.close()
 
 
+# ---------------------------------------------------------------- how it scales (issue 27, item 4)
+
+SUBGEN = os.path.join(TOOLS, "subgen")
+
+
+def load_avg():
+    with open("/proc/loadavg") as f:
+        return [float(x) for x in f.read().split()[:3]]
+
+
+def median_range(vals):
+    """(median, min, max) of the non-None values, or (None, None, None)."""
+    v = sorted(x for x in vals if x is not None)
+    if not v:
+        return None, None, None
+    m = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+    return m, v[0], v[-1]
+
+
+class Subgen:
+    """bench/subgen: N nng sub sockets on one publish URL (stand-ins for N edges)."""
+
+    def __init__(self, tmp, name, url, subs):
+        self.ready = os.path.join(tmp, name + ".ready")
+        self.report = os.path.join(tmp, name + ".report")
+        self.tool = Tool(name, [SUBGEN, "--url", url, "--subs", str(subs), "--ready-file", self.ready,
+                                "--out", self.report], tmp)
+
+    def wait_ready(self, timeout):
+        wait_file(self.ready, timeout, "subgen's sockets")
+
+    def start_window(self):
+        self.tool.p.send_signal(signal.SIGUSR1)
+
+    def end_window(self):
+        if os.path.exists(self.report):
+            os.unlink(self.report)
+        self.tool.p.send_signal(signal.SIGUSR2)
+        wait_file(self.report, 20, "subgen report")
+        with open(self.report) as f:
+            return json.loads(f.read())
+
+    def stop(self):
+        self.tool.stop()
+
+
+def scale_fanout_one(args, tmp, subs, rate, rep):
+    """One writer (flush 10 ms), pubgen at `rate` events/s, subgen with `subs`
+    sockets on the writer's publish URL: the writer's CPU over the window and
+    the subscribers' arrival times."""
+    s = Studio(edge=False, flush_ms=10)
+    try:
+        w = s.writers[0]
+        sg = Subgen(tmp, "subgen-%d-%d" % (subs, rep), w.publish, subs)
+        sg.wait_ready(30)
+        pg = pubgen(tmp, "scalepub-%d-%d" % (subs, rep), "--mode", "nng", "--url", w.ingest, "--topic", "fan",
+                    "--rate", rate, "--duration", args.warmup + args.window + 2, "--batch", 1000,
+                    "--inflight", 16, "--pad", 64)
+        time.sleep(args.warmup)
+        la = load_avg()
+        c0, g0, t0 = cpu_s(w.pid), cpu_s(sg.tool.p.pid), time.monotonic()
+        sg.start_window()
+        time.sleep(args.window)
+        rep_ = sg.end_window()
+        c1, g1, el = cpu_s(w.pid), cpu_s(sg.tool.p.pid), time.monotonic() - t0
+        pg.wait(args.window + 60)
+        pub = pg.json()
+        sg.stop()
+        ev = rep_["events_min_per_sub"]
+        return {"subs": subs, "rate": rate, "window_s": el, "load": la,
+                "writer_cpu_s": c1 - c0, "writer_cpu_pct": (c1 - c0) / el * 100,
+                "writer_cpu_s_per_mev": (c1 - c0) / ev * 1e6 if ev else None,
+                "subgen_cpu_s": g1 - g0, "events_per_sub_min": ev, "events_per_sub_max": rep_["events_max_per_sub"],
+                "expected_per_sub": int(rate * el), "msgs": rep_["msgs"], "unparsed": rep_["unparsed"],
+                "e2e_last_us": rep_["e2e_last_us"], "e2e_first_us": rep_["e2e_first_us"], "lag_us": rep_["lag_us"],
+                "pub_ok": pub["ok"], "pub_busy": pub["busy"], "pub_errors": pub["errors"]}
+    finally:
+        s.close()
+
+
+def scale_fanout(args, tmp, out):
+    """Fills out (kept by the caller, so a run that fails later keeps what was measured)."""
+    for subs in (1, 8, 32):
+        runs = []
+        for rep in range(args.repeat):
+            log("scale_fanout: %d subscribers, run %d" % (subs, rep + 1))
+            r = scale_fanout_one(args, tmp, subs, args.fan_rate, rep)
+            log(json.dumps({k: r[k] for k in ("writer_cpu_pct", "events_per_sub_min", "expected_per_sub", "load")}))
+            runs.append(r)
+        out.append({"subs": subs, "rate": args.fan_rate, "runs": runs})
+
+
+def scale_ingest_one(args, tmp, writers, rep):
+    """writers processes on one database, a full-speed pubgen each (as ingest())."""
+    s = Studio(writers=writers, edge=False, flush_ms=args.ingest_flush_ms)
+    try:
+        tools = []
+        la = load_avg()
+        c0 = [cpu_s(w.pid) for w in s.writers]
+        f0 = [harness.metric(w.http_url, "studio_writer_flush_seconds_sum") or 0.0 for w in s.writers]
+        for i, w in enumerate(s.writers):
+            tools.append(pubgen(tmp, "scaleing%d-%d-%d" % (writers, i, rep), "--mode", "nng", "--url", w.ingest,
+                                "--topic", "ingest", "--rate", 0, "--duration", args.ingest_s,
+                                "--batch", 2000, "--inflight", 96, "--pad", 16, "--n-base", i * 100000000))
+        for t in tools:
+            t.wait(args.ingest_s + 60)
+        c1 = [cpu_s(w.pid) for w in s.writers]
+        f1 = [harness.metric(w.http_url, "studio_writer_flush_seconds_sum") or 0.0 for w in s.writers]
+        reps = [t.json() for t in tools]
+        ok = sum(r["ok"] for r in reps)
+        el = max(r["elapsed_s"] for r in reps)
+        res = {"writers": writers, "committed": ok, "elapsed_s": el, "rate": ok / el, "load": la,
+               "per_writer": [r["ok"] / r["elapsed_s"] if r["elapsed_s"] else 0 for r in reps],
+               "writer_cpu_s": [b - a for a, b in zip(c0, c1)],
+               # seconds a flush of some writer was out (sent -> result, the lock wait included)
+               # per second: with one writer, the share of the time PostgreSQL had a flush to work on
+               "flush_busy": sum(b - a for a, b in zip(f0, f1)) / el if el else None,
+               "busy": sum(r["busy"] for r in reps), "errors": sum(r["errors"] for r in reps),
+               "flushes": int(harness.psql_one(s.env.dsn, "SELECT count(*) FROM broker_flush"))}
+        # the reference in the same database, same moment: as many rows by one \copy
+        n = min(max(ok, 100000), 1000000)
+        f = copy_rows_file(tmp, n, 16)
+        secs = psql_time(s.env.dsn, "\\copy broker_event (topic, about, data) FROM '%s' CSV" % f)
+        os.unlink(f)
+        res.update({"copy_rows": n, "copy_s": secs, "copy_rate": n / secs})
+        return res
+    finally:
+        s.close()
+
+
+def scale_ingest(args, tmp, counts, out):
+    """Fills out, as scale_fanout."""
+    for w in counts:
+        runs = []
+        for rep in range(args.repeat):
+            log("scale ingest: %d writer(s), run %d" % (w, rep + 1))
+            r = scale_ingest_one(args, tmp, w, rep)
+            log(json.dumps({k: r[k] for k in ("rate", "copy_rate", "per_writer", "flush_busy", "busy", "errors", "load")}))
+            runs.append(r)
+        out.append({"writers": w, "runs": runs})
+
+
+def scale_table(R):
+    """Median [min-max] of 3 runs, with the load averages they ran under."""
+    L = []
+
+    def mr(vals, spec="%.0f"):
+        m, lo, hi = median_range(vals)
+        return "-" if m is None else ("%s [%s-%s]" % (spec % m, spec % lo, spec % hi))
+
+    def loads(runs):
+        return " ".join("%.1f" % r["load"][0] for r in runs)
+
+    if R.get("scale_fanout"):
+        L.append("")
+        L.append("How it scales: publish fan-out (1 writer, flush 10 ms, pubgen at %d events/s, bench/subgen "
+                 "sockets as edges; median [min-max] of %d runs)" % (R["scale_fanout"][0]["rate"],
+                                                                    len(R["scale_fanout"][0]["runs"])))
+        L.append("")
+        L.append("| subscribed edges | writer CPU % | writer CPU-s per 1M events | events per sub / expected | "
+                 "send -> arrival, newest event of a message, p50 / p99 (ms) | fan-out lag p99 / max (ms) | load (1 min) |")
+        L.append("| --- | --- | --- | --- | --- | --- | --- |")
+        for row in R["scale_fanout"]:
+            rs = row["runs"]
+            L.append("| %d | %s | %s | %s / %s | %s / %s | %s / %s | %s |" % (
+                row["subs"], mr([r["writer_cpu_pct"] for r in rs], "%.1f"),
+                mr([r["writer_cpu_s_per_mev"] for r in rs], "%.2f"),
+                mr([r["events_per_sub_min"] for r in rs]), mr([r["expected_per_sub"] for r in rs]),
+                mr([r["e2e_last_us"]["p50"] / 1e3 for r in rs], "%.2f"),
+                mr([r["e2e_last_us"]["p99"] / 1e3 for r in rs], "%.2f"),
+                mr([r["lag_us"]["p99"] / 1e3 for r in rs], "%.2f"),
+                mr([r["lag_us"]["max"] / 1e3 for r in rs], "%.2f"), loads(rs)))
+    for key, title in (("scale_writers", "How it scales: writers on one database (full-speed pubgen per writer, "
+                                         "flush interval %d ms; median [min-max] of %d runs)"),
+                       ("scale_copy", "How it scales: one writer against COPY in the same run (flush interval "
+                                      "%d ms; median [min-max] of %d runs)")):
+        if not R.get(key):
+            continue
+        L.append("")
+        L.append(title % (R.get("ingest_flush_ms", 0), len(R[key][0]["runs"])))
+        L.append("")
+        L.append("| writers | events/s committed (all) | per writer | COPY rows/s (same run) | ratio to COPY | "
+                 "writer CPU-s per s | flush seconds per s (all writers) | busy / errors | load (1 min) |")
+        L.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for row in R[key]:
+            rs = row["runs"]
+            L.append("| %d | %s | %s | %s | %s | %s | %s | %d / %d | %s |" % (
+                row["writers"], mr([r["rate"] for r in rs]),
+                mr([sum(r["per_writer"]) / len(r["per_writer"]) for r in rs]),
+                mr([r["copy_rate"] for r in rs]), mr([r["rate"] / r["copy_rate"] for r in rs], "%.2f"),
+                mr([sum(r["writer_cpu_s"]) / r["elapsed_s"] for r in rs], "%.2f"),
+                mr([r.get("flush_busy") for r in rs], "%.2f"),
+                sum(r["busy"] for r in rs), sum(r["errors"] for r in rs), loads(rs)))
+    return "\n".join(L)
+
+
 # ---------------------------------------------------------------- report
 
 def sh(cmd):
@@ -848,6 +1044,9 @@ def table(R, quick):
         L.append("| gap fill of %d x %d KiB incompressible events | s, writer's release -> last event (first filled -> last) | %s (%s) | - | - | | | - | - |" % (
             gf["events"], gf["size"] // 1024, fmt(gf["release_to_last_s"], "%.2f"),
             fmt(gf["first_to_last_s"], "%.2f")))
+    sc = scale_table(R)
+    if sc:
+        L.append(sc)
     return "\n".join(L)
 
 
@@ -883,6 +1082,8 @@ def main():
     args.replay_large_n = 200 if args.quick else 400
     args.fill_n = 100
     args.connect_rate = 5000
+    args.repeat = 3  # the scale_* scenarios: median and range of 3 runs
+    args.fan_rate = 20000
     only = set(args.only.split(","))
     systems = ["studio"] + (["nchan"] if NGINX else [])
     tmp = tempfile.mkdtemp(prefix="studio-bench-")
@@ -935,6 +1136,17 @@ def main():
                 if "copy_rate" in r:
                     R["copy_rate"] = r["copy_rate"]
                 R["ingest"].append(r)
+        if "scale_fanout" in only:
+            R["scale_fanout"] = []
+            scale_fanout(args, tmp, R["scale_fanout"])
+        if "scale_writers" in only:
+            R["ingest_flush_ms"] = args.ingest_flush_ms
+            R["scale_writers"] = []
+            scale_ingest(args, tmp, (1, 2, 4), R["scale_writers"])
+        if "scale_copy" in only:
+            R["ingest_flush_ms"] = args.ingest_flush_ms
+            R["scale_copy"] = []
+            scale_ingest(args, tmp, (1,), R["scale_copy"])
         if "replay" in only:
             log("replay")
             R["replay"] = replay(args, tmp)

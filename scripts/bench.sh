@@ -12,6 +12,8 @@
 # Prints the table and rewrites the results section of docs/performance.md.
 #
 # Usage: bash scripts/bench.sh [--quick] [--only idle,fanout,ingest,replay]
+#        (also, not in the default set: scale_fanout, scale_writers, scale_copy:
+#        docs/performance.md "How it scales", three runs each, median and range)
 # Environment: STUDIO_PG_DSN (an admin DSN: each scenario creates and drops
 # its own database), BENCH_BUILD_DIR (default build/), BENCH_NO_NCHAN=1,
 # BENCH_KEEP=1 (keep the temp dir with every tool's output).
