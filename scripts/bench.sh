@@ -11,7 +11,7 @@
 # prefix, pid and error log under a temp dir), with the same load client.
 # Prints the table and rewrites the results section of docs/performance.md.
 #
-# Usage: bash scripts/bench.sh [--quick] [--only idle,fanout,ingest,replay]
+# Usage: bash scripts/bench.sh [--quick] [--only idle,fanout,ingest,replay,fifty]
 # Environment: STUDIO_PG_DSN (an admin DSN: each scenario creates and drops
 # its own database), BENCH_BUILD_DIR (default build/), BENCH_NO_NCHAN=1,
 # BENCH_KEEP=1 (keep the temp dir with every tool's output).
