@@ -154,6 +154,7 @@ static struct {
 	 * the seam of a drain is what they are for. */
 	uint64_t gaps, lost, ends, reconnects, back, retry_fail;
 	uint64_t fail_connect, fail_head, fail_read; /* why attempts failed; fail_errno: the last errno */
+	uint64_t why_draining, why_slow, why_other;  /* reasons of the `reconnect` envelopes read */
 	int fail_errno;
 	uint64_t t_first_end, t_last_head, t_last_back;
 	hist late; /* reopened stream's first item - (end + hint), us */
@@ -280,8 +281,15 @@ on_line(struct conn *c, const char *l, size_t len, uint64_t now)
 			if (json_u64(l, len, "\"retry_ms\":", &ms))
 				c->retry_ms = ms > 3600000 ? 3600000 : (uint32_t)ms;
 			/* The endpoint leaves the pool, as a pod whose /readyz fails. */
-			if (memmem(l, len, "\"reason\":\"draining\"", 19) != NULL)
+			if (memmem(l, len, "\"reason\":\"draining\"", 19) != NULL) {
 				t_draining[c->target] = 1;
+				st.why_draining++;
+			} else if (memmem(l, len, "\"reason\":\"slow_consumer\"", 24) != NULL ||
+				   memmem(l, len, "\"reason\":\"blocked\"", 18) != NULL) {
+				st.why_slow++;
+			} else {
+				st.why_other++;
+			}
 		} else if (memmem(l, len, "\"type\":\"complete\"", 17) != NULL ||
 			   memmem(l, len, "\"type\":\"failure\"", 16) != NULL) {
 			st.terminal++;
@@ -775,7 +783,7 @@ report(void)
 {
 	uint64_t now = now_ns();
 	uint64_t fmin = UINT64_MAX, fmax = 0, zero = 0, open = 0;
-	uint64_t nmin = UINT64_MAX, nmax = 0, expect_n = 0;
+	uint64_t nmin = UINT64_MAX, nmax = 0, expect_n = 0, got_n = 0;
 	FILE *f = opt.out_file ? fopen(opt.out_file, "w") : stdout;
 
 	if (f == NULL)
@@ -790,8 +798,13 @@ report(void)
 			nmin = c->last_n;
 		if (c->last_n > nmax)
 			nmax = c->last_n;
-		if (c->last_n_at_mark != 0 && c->last_n > c->last_n_at_mark)
-			expect_n += c->last_n - c->last_n_at_mark;
+		/* Streams that had read an item at the window's start: their
+		 * items since, and the numbers they moved by. */
+		if (c->last_n_at_mark != 0) {
+			got_n += d;
+			if (c->last_n > c->last_n_at_mark)
+				expect_n += c->last_n - c->last_n_at_mark;
+		}
 		if (c->st != C_BODY && d == 0)
 			continue;
 		if (d < fmin)
@@ -823,10 +836,11 @@ report(void)
 		nmin = 0;
 	fprintf(f,
 		",\"gaps\":%" PRIu64 ",\"lost\":%" PRIu64 ",\"last_n_min\":%" PRIu64 ",\"last_n_max\":%" PRIu64
-		",\"items_expected_by_n\":%" PRIu64 ",\"t_start_ns\":%" PRIu64 ",\"t_all_up_ns\":%" PRIu64 ",\"t_all_open_ns\":%" PRIu64
-		",\"fail_connect\":%" PRIu64 ",\"fail_head\":%" PRIu64 ",\"fail_read\":%" PRIu64 ",\"fail_errno\":%d",
-		st.gaps, st.lost, nmin, nmax, expect_n, t_start, t_all_up, t_all_open, st.fail_connect, st.fail_head, st.fail_read,
-		st.fail_errno);
+		",\"items_expected_by_n\":%" PRIu64 ",\"items_by_n\":%" PRIu64 ",\"t_start_ns\":%" PRIu64 ",\"t_all_up_ns\":%" PRIu64 ",\"t_all_open_ns\":%" PRIu64
+		",\"fail_connect\":%" PRIu64 ",\"fail_head\":%" PRIu64 ",\"fail_read\":%" PRIu64 ",\"fail_errno\":%d"
+		",\"reconnect_draining\":%" PRIu64 ",\"reconnect_slow\":%" PRIu64 ",\"reconnect_other\":%" PRIu64,
+		st.gaps, st.lost, nmin, nmax, expect_n, got_n, t_start, t_all_up, t_all_open, st.fail_connect, st.fail_head, st.fail_read,
+		st.fail_errno, st.why_draining, st.why_slow, st.why_other);
 	if (opt.resume) {
 		fprintf(f,
 			",\"ends\":%" PRIu64 ",\"reconnects\":%" PRIu64 ",\"retry_fail\":%" PRIu64 ",\"back\":%" PRIu64

@@ -446,6 +446,13 @@ def buckets_quantiles(lists, qs=(50, 99)):
     return res
 
 
+def listen_overflows():
+    """TcpExt ListenOverflows of this network namespace (accept queues that were full)."""
+    with open("/proc/net/netstat") as f:
+        lines = [ln.split() for ln in f if ln.startswith("TcpExt:")]
+    return int(dict(zip(lines[0], lines[1])).get("ListenOverflows", 0)) if len(lines) >= 2 else None
+
+
 def fifty(args, tmp):
     """51,000 streams on one machine as a deployment runs them: 3 edges behind the
     same 2 writers, each under this machine's 20,000 descriptors, the load spread
@@ -471,6 +478,7 @@ def fifty(args, tmp):
             e.wait_ready(30)
         time.sleep(0.5)
         rss0 = [rss_kb(e.pid) for e in edges]
+        lo0 = listen_overflows()
         addrs = ",".join(e.listen for e in edges)
         t0 = time.monotonic_ns()
         lgs = []
@@ -480,6 +488,7 @@ def fifty(args, tmp):
                                rate=args.fifty_connect_rate / nprocs, max_seconds=window + 300,
                                extra=["--initial", str(nedges), "--resume"]))
         ready = [lg.wait_ready(120) for lg in lgs]
+        lo1 = listen_overflows()
         log("fifty: %d streams up in %.1f s" % (sum(c for c, _ in ready), (time.monotonic_ns() - t0) / 1e9))
         pg = pubgen(tmp, "fifty-pub", "--mode", "nng", "--url", s.writers[0].ingest, "--topic", "fifty",
                     "--rate", rate, "--duration", args.warmup + window, "--batch", 1000, "--inflight", 64,
@@ -531,6 +540,7 @@ def fifty(args, tmp):
         for lg in lgs:
             lg.stop()
         pub = pg.json()
+        lo2 = listen_overflows()
         # The edges' histograms added up (the drained one up to its drain).
         hsum = []
         for a, b in zip(h0, h_end):
@@ -548,11 +558,17 @@ def fifty(args, tmp):
                "connected": sum(c for c, _ in ready), "failed": sum(f for _, f in ready),
                "connect_failures": {k: sum(r[k] for r in reps) for k in ("fail_connect", "fail_head", "fail_read")},
                "connect_errno": sorted({r["fail_errno"] for r in reps}),
+               "reconnect_reasons": {k: sum(r.get("reconnect_" + k, 0) for r in reps)
+                                     for k in ("draining", "slow", "other")},
+               "listen_overflows_connect": lo1 - lo0 if lo0 is not None else None,
+               "listen_overflows_window": lo2 - lo1 if lo0 is not None else None,
                "connect_s": (max(r["t_all_open_ns"] for r in reps) - t0) / 1e9
                if all(r["t_all_open_ns"] for r in reps) else None,
                "published": pub["ok"], "pub_busy": pub["busy"], "pub_errors": pub["errors"],
                "items": sum(r["items"] for r in reps),
                "expected": sum(r["items_expected_by_n"] for r in reps),
+               # the items of the streams the expectation is about (those that had read one at the start)
+               "items_by_n": sum(r.get("items_by_n", 0) for r in reps),
                "gaps": sum(r["gaps"] for r in reps), "lost": sum(r["lost"] for r in reps),
                "duplicates": sum(r["reordered"] for r in reps), "resyncs": sum(r["resyncs"] for r in reps),
                "last_n_min": min(r["last_n_min"] for r in reps), "last_n_max": max(r["last_n_max"] for r in reps),
@@ -936,15 +952,24 @@ def table(R, quick):
         label = "%d streams x %d/s, %d edges + 1 replacement, %d client processes" % (
             ff["streams"], ff["rate"], ff["edges"], ff["client_procs"])
         dr = ff["drain"]
-        L.append("| %s | frames delivered / expected (lost, duplicated, resyncs) | %d / %d (%d, %d, %d) | - | | | | "
-                 "every frame | %s |" % (label, ff["items"], ff["expected"], ff["lost"], ff["duplicates"], ff["resyncs"],
-                                        "yes" if ff["items"] == ff["expected"] and ff["lost"] == 0 and
+        L.append("| %s | frames delivered / expected, streams open at the start (lost, duplicated, resyncs) | %d / %d (%d, %d, %d) | - | | | | "
+                 "every frame | %s |" % (label, ff.get("items_by_n", ff["items"]), ff["expected"], ff["lost"], ff["duplicates"],
+                                        ff["resyncs"],
+                                        "yes" if ff.get("items_by_n", ff["items"]) == ff["expected"] and ff["lost"] == 0 and
                                         ff["duplicates"] == 0 and ff["all_at_last"] else "no"))
         L.append("| %s | every stream at the last event published | %s (last n %d..%d of %d) | - | | | | | |" % (
             label, "yes" if ff["all_at_last"] else "no", ff["last_n_min"], ff["last_n_max"], ff["published"]))
         L.append("| %s | time for all to connect (s, %d connections/s asked; attempts connected / failed and retried "
                  "by then) | %s (%d / %d) | - | | | | | |" % (
                      label, ff["connect_rate"], fmt(ff["connect_s"], "%.1f"), ff["connected"], ff["failed"]))
+        L.append("| %s | failed attempts: refused / closed before the head / reset; accept-queue overflows "
+                 "(TcpExt ListenOverflows) while connecting / in the window | %d / %d / %d; %s / %s | - | | | | | |" % (
+                     label, ff["connect_failures"]["fail_connect"], ff["connect_failures"]["fail_head"],
+                     ff["connect_failures"]["fail_read"], fmt(ff["listen_overflows_connect"]),
+                     fmt(ff["listen_overflows_window"])))
+        rr = ff.get("reconnect_reasons", {})
+        L.append("| %s | `reconnect` envelopes read: draining / slow_consumer or blocked / other | %s / %s / %s | - | | | | | |" % (
+            label, fmt(rr.get("draining")), fmt(rr.get("slow")), fmt(rr.get("other"))))
         L.append("| %s | drain (grace %d s): first end / all reconnected streams back, first frame (s after SIGTERM) | "
                  "%s / %s (%d ended, %d back; %d still waiting) | - | | | | | |" % (
                      label, ff["grace_s"], fmt(dr["first_end_s"], "%.2f"), fmt(dr["all_back_s"], "%.2f"), dr["ends"],
