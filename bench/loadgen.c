@@ -29,6 +29,20 @@
  * 50,000 streams need more than one loopback source port range: --src-addrs
  * K binds stream i to 127.0.0.(1 + i % K) with IP_BIND_ADDRESS_NO_PORT so the
  * port is chosen per 4-tuple at connect.
+ *
+ * Several servers (the 50,000-stream scenario: edges behind one Ingress):
+ * --connect takes a comma-separated list; stream i first goes to target
+ * i % K (round-robin over the first K = --initial targets).  With --resume a
+ * stream that ends (a terminal `reconnect`, or cut off) comes back as an
+ * EventSource does: after the hint (`retry:`, 1 s when there was none), with
+ * Last-Event-ID set to the last id it read, to the target with the fewest
+ * open streams of this process among those not draining (least connections,
+ * the Ingress of scripts/cluster.sh; a target is taken out when a stream of
+ * it reads reason `draining`, as /readyz takes a pod out of its Service).
+ * Targets after the first K are spares: they join the pool when one drains
+ * (the replacement pod a rolling update with maxSurge 1 starts first).
+ * Per stream the event numbers must go up by one: a gap (events lost) or a
+ * number again (a duplicate) is counted, across reconnects too.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -60,8 +74,10 @@
 #define CARRY_MAX 8192
 #define READ_BUF (256 * 1024)
 #define RING (1u << 20)
+#define MAX_TARGETS 16
+#define RETRY_DEFAULT_MS 1000
 
-enum cstate { C_IDLE, C_CONNECTING, C_HEADERS, C_BODY, C_DONE };
+enum cstate { C_IDLE, C_CONNECTING, C_HEADERS, C_BODY, C_WAIT, C_DONE };
 
 struct conn {
 	int fd;
@@ -80,6 +96,19 @@ struct conn {
 	uint64_t frames;
 	uint64_t frames_at_mark;
 	uint64_t last_n;
+	uint64_t last_n_at_mark;
+	uint64_t last_id;  /* the last SSE id: read (an item's seq or the stream position) */
+	uint32_t retry_ms; /* the last hint (`retry:`), 0 = none this connection */
+	uint8_t target;
+	uint8_t resuming; /* reopened after an end: waiting for its first item */
+	uint8_t terminal; /* a terminal envelope was read on this connection */
+	uint8_t was_up;   /* a response head was read once: a reopen is a come-back */
+};
+
+/* A stream waiting to reopen (--resume), in a min-heap by due time. */
+struct pending {
+	uint64_t due;
+	unsigned i;
 };
 
 struct ring_slot {
@@ -88,8 +117,11 @@ struct ring_slot {
 };
 
 static struct {
-	struct sockaddr_in dst;
-	char host[64];
+	struct sockaddr_in dst[MAX_TARGETS];
+	char host[MAX_TARGETS][64];
+	unsigned targets;
+	unsigned initial;
+	int resume;
 	const char *path;
 	const char *accept;
 	unsigned streams;
@@ -107,6 +139,10 @@ static int epfd;
 static char *rbuf;
 static char *cbuf;
 static struct ring_slot *ring;
+static struct pending *heap;
+static unsigned heap_len;
+static unsigned t_open[MAX_TARGETS];
+static uint8_t t_draining[MAX_TARGETS];
 
 static struct {
 	uint64_t connected, failed, closed, http_errors, items, other_data, heartbeats, terminal;
@@ -114,9 +150,20 @@ static struct {
 	uint64_t bytes;
 	hist e2e, edge;
 	uint64_t t_mark;
+	/* --resume; gaps and lost also without it.  Not reset by the window:
+	 * the seam of a drain is what they are for. */
+	uint64_t gaps, lost, ends, reconnects, back, retry_fail;
+	uint64_t fail_connect, fail_head, fail_read; /* why attempts failed; fail_errno: the last errno */
+	uint64_t why_draining, why_slow, why_other;  /* reasons of the `reconnect` envelopes read */
+	int fail_errno;
+	uint64_t t_first_end, t_last_head, t_last_back;
+	hist late; /* reopened stream's first item - (end + hint), us */
 } st;
 
 static uint64_t t_start, t_all_up, t_last_close, t_first_item;
+static uint64_t *t_due; /* per stream: when it was due to reopen (--resume) */
+static unsigned n_body;  /* streams past their response head now */
+static uint64_t t_all_open; /* the first time every stream was past its head */
 static unsigned n_started, n_finished;
 static _Atomic uint64_t sub_msgs, sub_events;
 
@@ -139,9 +186,9 @@ die(const char *what)
 static void
 usage(void)
 {
-	fprintf(stderr, "usage: loadgen --connect 127.0.0.1:PORT --path /v1/stream?topic=T --streams N\n"
-			"               [--rate CONN_PER_S] [--src-addrs K] [--accept TYPE] [--sub nng-url]\n"
-			"               [--ready-file F] [--out F] [--until-close] [--max-seconds S]\n"
+	fprintf(stderr, "usage: loadgen --connect 127.0.0.1:PORT[,127.0.0.1:PORT...] --path /v1/stream?topic=T --streams N\n"
+			"               [--initial K] [--resume] [--rate CONN_PER_S] [--src-addrs K] [--accept TYPE]\n"
+			"               [--sub nng-url] [--ready-file F] [--out F] [--until-close] [--max-seconds S]\n"
 			"signals: USR1 starts the window (resets counters), USR2 writes the report to --out\n");
 	exit(2);
 }
@@ -168,6 +215,25 @@ json_u64(const char *s, size_t len, const char *key, uint64_t *out)
 }
 
 static void
+t_last_back_set(uint64_t now)
+{
+	if (now > st.t_last_back)
+		st.t_last_back = now;
+}
+
+static uint64_t
+line_u64(const char *l, size_t len, size_t skip)
+{
+	uint64_t v = 0;
+
+	while (skip < len && l[skip] == ' ')
+		skip++;
+	while (skip < len && l[skip] >= '0' && l[skip] <= '9')
+		v = v * 10 + (uint64_t)(l[skip++] - '0');
+	return v;
+}
+
+static void
 on_line(struct conn *c, const char *l, size_t len, uint64_t now)
 {
 	if (len >= 5 && memcmp(l, "data:", 5) == 0) {
@@ -178,9 +244,20 @@ on_line(struct conn *c, const char *l, size_t len, uint64_t now)
 			st.items++;
 			if (t_first_item == 0)
 				t_first_item = now;
-			if (n <= c->last_n && c->last_n != 0)
+			if (n <= c->last_n && c->last_n != 0) {
 				st.reordered++;
+			} else if (c->last_n != 0 && n > c->last_n + 1) {
+				st.gaps++;
+				st.lost += n - c->last_n - 1;
+			}
 			c->last_n = n;
+			if (c->resuming) {
+				c->resuming = 0;
+				st.back++;
+				t_last_back_set(now);
+				if (t_due != NULL && t_due[c - conns] != 0)
+					hist_add(&st.late, now > t_due[c - conns] ? (now - t_due[c - conns]) / 1000 : 0);
+			}
 			if (now > t)
 				hist_add(&st.e2e, (now - t) / 1000);
 			if (ring != NULL) {
@@ -196,13 +273,36 @@ on_line(struct conn *c, const char *l, size_t len, uint64_t now)
 			}
 		} else if (memmem(l, len, "\"type\":\"resync\"", 15) != NULL) {
 			st.resyncs++;
-		} else if (memmem(l, len, "\"type\":\"reconnect\"", 18) != NULL ||
-			   memmem(l, len, "\"type\":\"complete\"", 17) != NULL ||
+		} else if (memmem(l, len, "\"type\":\"reconnect\"", 18) != NULL) {
+			uint64_t ms;
+
+			st.terminal++;
+			c->terminal = 1;
+			if (json_u64(l, len, "\"retry_ms\":", &ms))
+				c->retry_ms = ms > 3600000 ? 3600000 : (uint32_t)ms;
+			/* The endpoint leaves the pool, as a pod whose /readyz fails. */
+			if (memmem(l, len, "\"reason\":\"draining\"", 19) != NULL) {
+				t_draining[c->target] = 1;
+				st.why_draining++;
+			} else if (memmem(l, len, "\"reason\":\"slow_consumer\"", 24) != NULL ||
+				   memmem(l, len, "\"reason\":\"blocked\"", 18) != NULL) {
+				st.why_slow++;
+			} else {
+				st.why_other++;
+			}
+		} else if (memmem(l, len, "\"type\":\"complete\"", 17) != NULL ||
 			   memmem(l, len, "\"type\":\"failure\"", 16) != NULL) {
 			st.terminal++;
+			c->terminal = 1;
 		} else {
 			st.other_data++;
 		}
+	} else if (len >= 3 && memcmp(l, "id:", 3) == 0) {
+		c->last_id = line_u64(l, len, 3);
+	} else if (len >= 6 && memcmp(l, "retry:", 6) == 0) {
+		uint64_t ms = line_u64(l, len, 6);
+
+		c->retry_ms = ms > 3600000 ? 3600000 : (uint32_t)ms;
 	} else if (len >= 1 && l[0] == ':') {
 		st.heartbeats++;
 	}
@@ -310,40 +410,122 @@ on_chunked(struct conn *c, const char *b, size_t len, uint64_t now)
 }
 
 static void
+heap_push(uint64_t due, unsigned i)
+{
+	unsigned k = heap_len++;
+
+	while (k > 0 && heap[(k - 1) / 2].due > due) {
+		heap[k] = heap[(k - 1) / 2];
+		k = (k - 1) / 2;
+	}
+	heap[k] = (struct pending){ .due = due, .i = i };
+}
+
+static unsigned
+heap_pop(void)
+{
+	unsigned top = heap[0].i, k = 0;
+	struct pending last = heap[--heap_len];
+
+	for (;;) {
+		unsigned m = 2 * k + 1;
+
+		if (m >= heap_len)
+			break;
+		if (m + 1 < heap_len && heap[m + 1].due < heap[m].due)
+			m++;
+		if (heap[m].due >= last.due)
+			break;
+		heap[k] = heap[m];
+		k = m;
+	}
+	if (heap_len > 0)
+		heap[k] = last;
+	return top;
+}
+
+static void
 conn_close(struct conn *c, int failed)
 {
+	uint64_t now = now_ns();
+
 	if (c->fd >= 0) {
 		epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
 		close(c->fd);
 		c->fd = -1;
+		t_open[c->target]--;
 	}
-	if (c->st != C_DONE) {
-		if (failed)
-			st.failed++;
-		else
-			st.closed++;
-		n_finished++;
-		t_last_close = now_ns();
-	}
-	c->st = C_DONE;
+	if (c->st == C_BODY)
+		n_body--;
 	free(c->carry);
 	c->carry = NULL;
+	c->carry_len = 0;
+	c->carry_overflow = 0;
+	if (c->st == C_DONE || c->st == C_WAIT)
+		return;
+	if (failed)
+		st.failed++;
+	if (opt.resume) {
+		/* As an EventSource: back after the hint, from the last id read. */
+		unsigned i = (unsigned)(c - conns);
+
+		if (failed) {
+			st.retry_fail++;
+		} else {
+			st.ends++;
+			if (st.t_first_end == 0)
+				st.t_first_end = now;
+		}
+		t_due[i] = now + (uint64_t)(c->retry_ms ? c->retry_ms : RETRY_DEFAULT_MS) * 1000000u;
+		c->st = C_WAIT;
+		heap_push(t_due[i], i);
+		return;
+	}
+	if (!failed)
+		st.closed++;
+	n_finished++;
+	t_last_close = now;
+	c->st = C_DONE;
+}
+
+/* Least connections among the targets in the pool: the first --initial ones
+ * until one drains, then every target that does not (the spares stand for
+ * the replacement a rolling update starts before it stops a pod). */
+static unsigned
+target_pick(unsigned i)
+{
+	int best = -1, drained = 0;
+
+	for (unsigned t = 0; t < opt.targets; t++)
+		drained |= t_draining[t];
+	for (unsigned t = 0; t < (drained ? opt.targets : opt.initial); t++)
+		if (!t_draining[t] && (best < 0 || t_open[t] < t_open[best]))
+			best = (int)t;
+	return best < 0 ? i % opt.targets : (unsigned)best;
 }
 
 static void
-conn_start(unsigned i)
+conn_open(unsigned i, unsigned target)
 {
 	struct conn *c = &conns[i];
 	int one = 1;
 
-	c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	c->st = C_IDLE;
+	c->target = (uint8_t)target;
 	c->chunk_left = -1;
-	n_started++;
+	c->chunked = 0;
+	c->crlf_skip = 0;
+	c->sizeline_len = 0;
+	c->status = 0;
+	c->retry_ms = 0;
+	c->terminal = 0;
+	c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (c->fd == -1) {
-		c->st = C_IDLE;
 		conn_close(c, 1);
 		return;
 	}
+	t_open[target]++;
+	c->st = C_CONNECTING;
 	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	if (opt.src_addrs > 1) {
 		struct sockaddr_in src = { .sin_family = AF_INET };
@@ -355,15 +537,32 @@ conn_start(unsigned i)
 			return;
 		}
 	}
-	if (connect(c->fd, (struct sockaddr *)&opt.dst, sizeof(opt.dst)) == -1 && errno != EINPROGRESS) {
+	if (connect(c->fd, (struct sockaddr *)&opt.dst[target], sizeof(opt.dst[target])) == -1 &&
+	    errno != EINPROGRESS) {
 		conn_close(c, 1);
 		return;
 	}
-	c->st = C_CONNECTING;
 	struct epoll_event ev = { .events = EPOLLOUT, .data.u32 = i };
 
 	if (epoll_ctl(epfd, EPOLL_CTL_ADD, c->fd, &ev) == -1)
 		conn_close(c, 1);
+}
+
+/* The first connection of stream i: round-robin over the first --initial targets. */
+static void
+conn_start(unsigned i)
+{
+	n_started++;
+	conn_open(i, i % opt.initial);
+}
+
+static void
+conn_reopen(unsigned i)
+{
+	st.reconnects++;
+	if (conns[i].was_up)
+		conns[i].resuming = 1;
+	conn_open(i, target_pick(i));
 }
 
 static void
@@ -375,12 +574,18 @@ conn_writable(unsigned i)
 	socklen_t el = sizeof(err);
 
 	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el) == -1 || err != 0) {
+		st.fail_connect++;
+		st.fail_errno = err;
 		conn_close(c, 1);
 		return;
 	}
+	char lei[48] = "";
+
+	if (opt.resume && c->last_id > 0)
+		snprintf(lei, sizeof(lei), "Last-Event-ID: %" PRIu64 "\r\n", c->last_id);
 	int n = snprintf(req, sizeof(req),
-			 "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: %s\r\nUser-Agent: studio-loadgen\r\n\r\n", opt.path,
-			 opt.host, opt.accept);
+			 "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: %s\r\n%sUser-Agent: studio-loadgen\r\n\r\n",
+			 opt.path, opt.host[c->target], opt.accept, lei);
 
 	if (n <= 0 || (size_t)n >= sizeof(req) || write(c->fd, req, (size_t)n) != n) {
 		conn_close(c, 1);
@@ -426,12 +631,16 @@ conn_readable(unsigned i, uint64_t now)
 		ssize_t n = read(c->fd, rbuf + have, READ_BUF - have);
 
 		if (n == 0) {
+			if (c->st == C_HEADERS)
+				st.fail_head++;
 			conn_close(c, c->st == C_HEADERS);
 			return;
 		}
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EINTR)
 				return;
+			st.fail_read++;
+			st.fail_errno = errno;
 			conn_close(c, 1);
 			return;
 		}
@@ -460,6 +669,11 @@ conn_readable(unsigned i, uint64_t now)
 			}
 			c->st = C_BODY;
 			st.connected++;
+			c->was_up = 1;
+			if (++n_body == opt.streams && t_all_open == 0)
+				t_all_open = now;
+			if (c->resuming && now > st.t_last_head)
+				st.t_last_head = now;
 			off = h;
 		}
 		if (off < len) {
@@ -541,8 +755,27 @@ mark(void)
 	st.items = st.other_data = st.heartbeats = st.resyncs = st.unmatched = st.bytes = 0;
 	st.reordered = 0;
 	st.t_mark = now_ns();
-	for (unsigned i = 0; i < opt.streams; i++)
+	for (unsigned i = 0; i < opt.streams; i++) {
 		conns[i].frames_at_mark = conns[i].frames;
+		conns[i].last_n_at_mark = conns[i].last_n;
+	}
+}
+
+/* Non-empty buckets as [[upper bound us, count],...]: reports of several
+ * processes add up to one distribution. */
+static void
+hist_buckets_json(const hist *h, FILE *f)
+{
+	int first = 1;
+
+	fputc('[', f);
+	for (unsigned i = 0; i < HIST_N; i++) {
+		if (h->b[i] == 0)
+			continue;
+		fprintf(f, "%s[%" PRIu64 ",%" PRIu64 "]", first ? "" : ",", hist_value(i), h->b[i]);
+		first = 0;
+	}
+	fputc(']', f);
 }
 
 static void
@@ -550,6 +783,7 @@ report(void)
 {
 	uint64_t now = now_ns();
 	uint64_t fmin = UINT64_MAX, fmax = 0, zero = 0, open = 0;
+	uint64_t nmin = UINT64_MAX, nmax = 0, expect_n = 0, got_n = 0;
 	FILE *f = opt.out_file ? fopen(opt.out_file, "w") : stdout;
 
 	if (f == NULL)
@@ -560,6 +794,17 @@ report(void)
 
 		if (c->st == C_BODY)
 			open++;
+		if (c->last_n < nmin)
+			nmin = c->last_n;
+		if (c->last_n > nmax)
+			nmax = c->last_n;
+		/* Streams that had read an item at the window's start: their
+		 * items since, and the numbers they moved by. */
+		if (c->last_n_at_mark != 0) {
+			got_n += d;
+			if (c->last_n > c->last_n_at_mark)
+				expect_n += c->last_n - c->last_n_at_mark;
+		}
 		if (c->st != C_BODY && d == 0)
 			continue;
 		if (d < fmin)
@@ -585,6 +830,30 @@ report(void)
 		t_last_close ? (double)(t_last_close - t_start) / 1e9 : -1.0);
 	fprintf(f, ",\"e2e_us\":");
 	hist_json(&st.e2e, f);
+	fprintf(f, ",\"e2e_buckets\":");
+	hist_buckets_json(&st.e2e, f);
+	if (nmin == UINT64_MAX)
+		nmin = 0;
+	fprintf(f,
+		",\"gaps\":%" PRIu64 ",\"lost\":%" PRIu64 ",\"last_n_min\":%" PRIu64 ",\"last_n_max\":%" PRIu64
+		",\"items_expected_by_n\":%" PRIu64 ",\"items_by_n\":%" PRIu64 ",\"t_start_ns\":%" PRIu64 ",\"t_all_up_ns\":%" PRIu64 ",\"t_all_open_ns\":%" PRIu64
+		",\"fail_connect\":%" PRIu64 ",\"fail_head\":%" PRIu64 ",\"fail_read\":%" PRIu64 ",\"fail_errno\":%d"
+		",\"reconnect_draining\":%" PRIu64 ",\"reconnect_slow\":%" PRIu64 ",\"reconnect_other\":%" PRIu64,
+		st.gaps, st.lost, nmin, nmax, expect_n, got_n, t_start, t_all_up, t_all_open, st.fail_connect, st.fail_head, st.fail_read,
+		st.fail_errno, st.why_draining, st.why_slow, st.why_other);
+	if (opt.resume) {
+		fprintf(f,
+			",\"ends\":%" PRIu64 ",\"reconnects\":%" PRIu64 ",\"retry_fail\":%" PRIu64 ",\"back\":%" PRIu64
+			",\"waiting\":%u,\"t_first_end_ns\":%" PRIu64 ",\"t_last_head_ns\":%" PRIu64
+			",\"t_last_back_ns\":%" PRIu64 ",\"late_us\":",
+			st.ends, st.reconnects, st.retry_fail, st.back, heap_len, st.t_first_end, st.t_last_head,
+			st.t_last_back);
+		hist_json(&st.late, f);
+		fprintf(f, ",\"per_target_open\":[");
+		for (unsigned t = 0; t < opt.targets; t++)
+			fprintf(f, "%s%u", t ? "," : "", t_open[t]);
+		fprintf(f, "]");
+	}
 	if (ring != NULL) {
 		fprintf(f, ",\"edge_us\":");
 		hist_json(&st.edge, f);
@@ -596,6 +865,26 @@ report(void)
 		fclose(f);
 	else
 		fflush(f);
+}
+
+/* Target k from "IPv4:PORT" (len bytes at v); 0 when it is not one. */
+static int
+target_parse(unsigned k, const char *v, size_t len)
+{
+	char h[64];
+	const char *colon = memrchr(v, ':', len);
+	long port;
+
+	if (colon == NULL || (size_t)(colon - v) >= sizeof(h) || len >= sizeof(opt.host[k]))
+		return 0;
+	memcpy(h, v, (size_t)(colon - v));
+	h[colon - v] = '\0';
+	memcpy(opt.host[k], v, len);
+	opt.host[k][len] = '\0';
+	port = strtol(colon + 1, NULL, 10);
+	opt.dst[k].sin_family = AF_INET;
+	opt.dst[k].sin_port = htons((uint16_t)port);
+	return port > 0 && port < 65536 && inet_pton(AF_INET, h, &opt.dst[k].sin_addr) == 1;
 }
 
 static void
@@ -612,22 +901,26 @@ parse_args(int argc, char **argv)
 			opt.until_close = 1;
 			continue;
 		}
+		if (strcmp(a, "--resume") == 0) {
+			opt.resume = 1;
+			continue;
+		}
 		if (v == NULL)
 			usage();
 		i++;
 		if (strcmp(a, "--connect") == 0) {
-			char h[64];
-			const char *colon = strrchr(v, ':');
+			const char *p = v;
 
-			if (colon == NULL || (size_t)(colon - v) >= sizeof(h))
-				usage();
-			memcpy(h, v, (size_t)(colon - v));
-			h[colon - v] = '\0';
-			snprintf(opt.host, sizeof(opt.host), "%s", v);
-			opt.dst.sin_family = AF_INET;
-			opt.dst.sin_port = htons((uint16_t)atoi(colon + 1));
-			if (inet_pton(AF_INET, h, &opt.dst.sin_addr) != 1)
-				usage();
+			while (*p != '\0') {
+				const char *comma = strchr(p, ','), *e = comma ? comma : p + strlen(p);
+
+				if (opt.targets == MAX_TARGETS || !target_parse(opt.targets, p, (size_t)(e - p)))
+					usage();
+				opt.targets++;
+				p = comma ? comma + 1 : e;
+			}
+		} else if (strcmp(a, "--initial") == 0) {
+			opt.initial = (unsigned)strtoul(v, NULL, 10);
 		} else if (strcmp(a, "--path") == 0) {
 			opt.path = v;
 		} else if (strcmp(a, "--streams") == 0) {
@@ -650,8 +943,10 @@ parse_args(int argc, char **argv)
 			usage();
 		}
 	}
-	if (opt.path == NULL || opt.streams == 0 || opt.streams > 1000000 || opt.dst.sin_port == 0 || opt.rate <= 0 ||
-	    opt.src_addrs == 0 || opt.src_addrs > 250)
+	if (opt.initial == 0 || opt.initial > opt.targets)
+		opt.initial = opt.targets;
+	if (opt.path == NULL || opt.streams == 0 || opt.streams > 1000000 || opt.targets == 0 || opt.rate <= 0 ||
+	    opt.src_addrs == 0 || opt.src_addrs > 250 || (opt.resume && opt.until_close))
 		usage();
 }
 
@@ -672,6 +967,9 @@ main(int argc, char **argv)
 		die("malloc");
 	for (unsigned i = 0; i < opt.streams; i++)
 		conns[i].fd = -1;
+	if (opt.resume && ((heap = calloc(opt.streams, sizeof(*heap))) == NULL ||
+			   (t_due = calloc(opt.streams, sizeof(*t_due))) == NULL))
+		die("malloc");
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGUSR1);
 	sigaddset(&mask, SIGUSR2);
@@ -709,6 +1007,8 @@ main(int argc, char **argv)
 
 		while (n_started < opt.streams && n_started < due)
 			conn_start(n_started);
+		while (heap_len > 0 && heap[0].due <= now)
+			conn_reopen(heap_pop());
 		if (!ready_written && n_started == opt.streams && st.connected + st.failed >= opt.streams) {
 			t_all_up = now_ns();
 			ready_written = 1;

@@ -140,7 +140,7 @@ def wait_file(path, timeout, what):
 
 class Loadgen:
     def __init__(self, tmp, name, addr, path, streams, rate=4000, sub=None, until_close=False,
-                 max_seconds=600):
+                 max_seconds=600, extra=()):
         self.ready = os.path.join(tmp, name + ".ready")
         self.report = os.path.join(tmp, name + ".report")
         args = [LOADGEN, "--connect", addr, "--path", path, "--streams", str(streams),
@@ -150,6 +150,7 @@ class Loadgen:
             args += ["--sub", sub]
         if until_close:
             args.append("--until-close")
+        args += list(extra)
         self.tool = Tool(name, args, tmp)
 
     def wait_ready(self, timeout):
@@ -159,11 +160,11 @@ class Loadgen:
     def start_window(self):
         self.tool.p.send_signal(signal.SIGUSR1)
 
-    def end_window(self):
+    def end_window(self, timeout=20):
         if os.path.exists(self.report):
             os.unlink(self.report)
         self.tool.p.send_signal(signal.SIGUSR2)
-        wait_file(self.report, 20, "loadgen report")
+        wait_file(self.report, timeout, "loadgen report")
         time.sleep(0.1)
         with open(self.report) as f:
             return json.loads(f.read())
@@ -495,6 +496,174 @@ def same_shape_table(R):
                          fmt(f["cpu_s_per_mframe"], "%.2f"), f["items"], f["expected"],
                          ratio(e["cpu_s_per_mframe"], f["cpu_s_per_mframe"])))
     return L
+
+def buckets_quantiles(lists, qs=(50, 99)):
+    """Percentiles (us) of several loadgen histograms added up ([[upper bound us, count], ...] each)."""
+    tot = {}
+    for bl in lists:
+        for v, c in bl:
+            tot[v] = tot.get(v, 0) + c
+    items = sorted(tot.items())
+    n = sum(c for _, c in items)
+    res = {"count": n}
+    for q in qs:
+        want, seen, val = max(1, int(n * q / 100.0 + 0.5)), 0, None
+        for v, c in items:
+            seen += c
+            if seen >= want:
+                val = v
+                break
+        res["p%g" % q] = val
+    return res
+
+
+def listen_overflows():
+    """TcpExt ListenOverflows of this network namespace (accept queues that were full)."""
+    with open("/proc/net/netstat") as f:
+        lines = [ln.split() for ln in f if ln.startswith("TcpExt:")]
+    return int(dict(zip(lines[0], lines[1])).get("ListenOverflows", 0)) if len(lines) >= 2 else None
+
+
+def fifty(args, tmp):
+    """51,000 streams on one machine as a deployment runs them: 3 edges behind the
+    same 2 writers, each under this machine's 20,000 descriptors, the load spread
+    over 4 loadgen processes; 2 events/s for the window; one edge drained (SIGTERM,
+    as a rolling update) part-way through while its replacement is up (maxSurge 1).
+    Streams go round-robin over the 3 edges; a drained stream comes back after its
+    hint with Last-Event-ID to the edge with the fewest streams (least_conn, the
+    Ingress of scripts/cluster.sh), so the replacement takes them."""
+    raise_nofile()
+    n, rate, nedges, nprocs = args.fifty_n, 2, 3, 4
+    window, drain_at, grace = args.fifty_window, args.fifty_drain_at, args.fifty_grace
+    hard = nofile_hard()
+    if n // nedges + 1000 > hard or n // nprocs + 1000 > hard:
+        return {"skipped": "RLIMIT_NOFILE hard limit %d: %d streams an edge or %d a client process do not fit"
+                % (hard, n // nedges, n // nprocs)}
+    load0 = os.getloadavg()
+    s = Studio(writers=2, edge=False, flush_ms=1000)
+    try:
+        # edges[nedges] is the replacement: ready before the drain, no stream until then.
+        edges = [s.env.start_edge(s.writers, flush_interval_ms=1000, drain_grace_s=grace)
+                 for _ in range(nedges + 1)]
+        for e in edges:
+            e.wait_ready(30)
+        time.sleep(0.5)
+        rss0 = [rss_kb(e.pid) for e in edges]
+        lo0 = listen_overflows()
+        addrs = ",".join(e.listen for e in edges)
+        t0 = time.monotonic_ns()
+        lgs = []
+        for k in range(nprocs):
+            share = n // nprocs + (1 if k < n % nprocs else 0)
+            lgs.append(Loadgen(tmp, "fifty-%d" % k, addrs, "/v1/stream?topic=fifty", share,
+                               rate=args.fifty_connect_rate / nprocs, max_seconds=window + 300,
+                               extra=["--initial", str(nedges), "--resume"]))
+        ready = [lg.wait_ready(120) for lg in lgs]
+        lo1 = listen_overflows()
+        log("fifty: %d streams up in %.1f s" % (sum(c for c, _ in ready), (time.monotonic_ns() - t0) / 1e9))
+        pg = pubgen(tmp, "fifty-pub", "--mode", "nng", "--url", s.writers[0].ingest, "--topic", "fifty",
+                    "--rate", rate, "--duration", args.warmup + window, "--batch", 1000, "--inflight", 64,
+                    "--pad", 64, "--n-base", 1)
+        time.sleep(args.warmup)
+        open0 = [harness.metric(e.url, "studio_streams_open") for e in edges]
+        h0 = [edge_hist(e.url) for e in edges]
+        c0 = [cpu_s(e.pid) for e in edges]
+        w0 = [cpu_s(w.pid) for w in s.writers]
+        rss_mark = [rss_kb(e.pid) for e in edges]
+        l0 = [cpu_s(lg.tool.p.pid) for lg in lgs]
+        c_last, rss_max = list(c0), list(rss_mark)
+        h_end = [None] * len(edges)
+        for lg in lgs:
+            lg.start_window()
+        tmark = time.monotonic()
+        drained = edges[0]
+        t_drain = t_exit = None
+        while time.monotonic() < tmark + window:
+            for i, e in enumerate(edges):
+                if e.alive():
+                    try:
+                        c_last[i], r = cpu_s(e.pid), rss_kb(e.pid)
+                        rss_max[i] = max(rss_max[i], r)
+                    except OSError:
+                        pass
+            if t_drain is None and time.monotonic() >= tmark + drain_at:
+                h_end[0] = edge_hist(drained.url)
+                t_drain = time.monotonic_ns()
+                drained.signal(signal.SIGTERM)
+                log("fifty: drained edge 0 (SIGTERM)")
+            if t_drain is not None and t_exit is None and not drained.alive():
+                t_exit = time.monotonic_ns()
+            time.sleep(0.5)
+        pg.wait(60)
+        # The last events: one flush interval, then their delivery.
+        time.sleep(3)
+        # 12,750 streams a process on a shared 2-core machine: a report may wait its turn.
+        reps = [lg.end_window(120) for lg in lgs]
+        el = time.monotonic() - tmark
+        for i, e in enumerate(edges):
+            if e.alive():
+                h_end[i] = edge_hist(e.url)
+                c_last[i] = cpu_s(e.pid)
+        open1 = [harness.metric(e.url, "studio_streams_open") if e.alive() else 0 for e in edges]
+        rss_end = [rss_kb(e.pid) if e.alive() else None for e in edges]
+        w1 = [cpu_s(w.pid) for w in s.writers]
+        l1 = [cpu_s(lg.tool.p.pid) for lg in lgs]
+        for lg in lgs:
+            lg.stop()
+        pub = pg.json()
+        lo2 = listen_overflows()
+        # The edges' histograms added up (the drained one up to its drain).
+        hsum = []
+        for a, b in zip(h0, h_end):
+            if not b:
+                continue
+            d = [(le, c1 - (a[k][1] if a else 0)) for k, (le, c1) in enumerate(b)]
+            hsum = d if not hsum else [(le, c + d[k][1]) for k, (le, c) in enumerate(hsum)]
+        roles = ["drained"] + ["serving"] * (nedges - 1) + ["replacement"]
+        per_edge = [{"role": roles[i], "rss_idle_kb": rss0[i], "rss_mark_kb": rss_mark[i], "rss_max_kb": rss_max[i],
+                     "rss_end_kb": rss_end[i], "cpu_s": c_last[i] - c0[i], "streams_at_mark": open0[i],
+                     "streams_at_end": open1[i]} for i in range(len(edges))]
+        last_pub = pub["ok"]  # --n-base 1: the numbers are 1..ok
+        res = {"streams": n, "rate": rate, "edges": nedges, "client_procs": nprocs, "window_s": el,
+               "drain_at_s": drain_at, "grace_s": grace, "connect_rate": args.fifty_connect_rate,
+               "connected": sum(c for c, _ in ready), "failed": sum(f for _, f in ready),
+               "connect_failures": {k: sum(r[k] for r in reps) for k in ("fail_connect", "fail_head", "fail_read")},
+               "connect_errno": sorted({r["fail_errno"] for r in reps}),
+               "reconnect_reasons": {k: sum(r.get("reconnect_" + k, 0) for r in reps)
+                                     for k in ("draining", "slow", "other")},
+               "listen_overflows_connect": lo1 - lo0 if lo0 is not None else None,
+               "listen_overflows_window": lo2 - lo1 if lo0 is not None else None,
+               "connect_s": (max(r["t_all_open_ns"] for r in reps) - t0) / 1e9
+               if all(r["t_all_open_ns"] for r in reps) else None,
+               "published": pub["ok"], "pub_busy": pub["busy"], "pub_errors": pub["errors"],
+               "items": sum(r["items"] for r in reps),
+               "expected": sum(r["items_expected_by_n"] for r in reps),
+               # the items of the streams the expectation is about (those that had read one at the start)
+               "items_by_n": sum(r.get("items_by_n", 0) for r in reps),
+               "gaps": sum(r["gaps"] for r in reps), "lost": sum(r["lost"] for r in reps),
+               "duplicates": sum(r["reordered"] for r in reps), "resyncs": sum(r["resyncs"] for r in reps),
+               "last_n_min": min(r["last_n_min"] for r in reps), "last_n_max": max(r["last_n_max"] for r in reps),
+               "all_at_last": all(r["last_n_min"] == last_pub for r in reps),
+               "open_at_end": sum(r["open"] for r in reps),
+               "e2e_us": buckets_quantiles([r["e2e_buckets"] for r in reps]),
+               "edge_internal": hist_quantiles(None, hsum) if hsum else None,
+               "per_edge": per_edge, "writer_cpu_s": [b - a for a, b in zip(w0, w1)],
+               "client_cpu_s": sum(b - a for a, b in zip(l0, l1)),
+               "drain": {"ends": sum(r["ends"] for r in reps), "reconnects": sum(r["reconnects"] for r in reps),
+                         "retry_fail": sum(r["retry_fail"] for r in reps), "back": sum(r["back"] for r in reps),
+                         "waiting": sum(r["waiting"] for r in reps),
+                         "first_end_s": (min(r["t_first_end_ns"] for r in reps if r["t_first_end_ns"]) - t_drain) / 1e9
+                         if t_drain and any(r["t_first_end_ns"] for r in reps) else None,
+                         "all_heads_s": (max(r["t_last_head_ns"] for r in reps) - t_drain) / 1e9 if t_drain else None,
+                         "all_back_s": (max(r["t_last_back_ns"] for r in reps) - t_drain) / 1e9 if t_drain else None,
+                         "late_p99_ms_max": max(r["late_us"]["p99"] for r in reps) / 1e3,
+                         "late_max_ms": max(r["late_us"]["max"] for r in reps) / 1e3,
+                         "edge_exit_s": (t_exit - t_drain) / 1e9 if t_exit else None,
+                         "per_target_open": [sum(r["per_target_open"][t] for r in reps) for t in range(len(edges))]},
+               "loadavg_before": load0, "loadavg_after": os.getloadavg()}
+        return res
+    finally:
+        s.close()
 
 
 def copy_rows_file(tmp, rows, pad):
@@ -1047,6 +1216,52 @@ def table(R, quick):
     sc = scale_table(R)
     if sc:
         L.append(sc)
+    ff = R.get("fifty")
+    if ff and "skipped" in ff:
+        L.append("| 51,000 streams, 3 edges | - | skipped: %s | | | | | | |" % ff["skipped"])
+    elif ff:
+        label = "%d streams x %d/s, %d edges + 1 replacement, %d client processes" % (
+            ff["streams"], ff["rate"], ff["edges"], ff["client_procs"])
+        dr = ff["drain"]
+        L.append("| %s | frames delivered / expected, streams open at the start (lost, duplicated, resyncs) | %d / %d (%d, %d, %d) | - | | | | "
+                 "every frame | %s |" % (label, ff.get("items_by_n", ff["items"]), ff["expected"], ff["lost"], ff["duplicates"],
+                                        ff["resyncs"],
+                                        "yes" if ff.get("items_by_n", ff["items"]) == ff["expected"] and ff["lost"] == 0 and
+                                        ff["duplicates"] == 0 and ff["all_at_last"] else "no"))
+        L.append("| %s | every stream at the last event published | %s (last n %d..%d of %d) | - | | | | | |" % (
+            label, "yes" if ff["all_at_last"] else "no", ff["last_n_min"], ff["last_n_max"], ff["published"]))
+        L.append("| %s | time for all to connect (s, %d connections/s asked; attempts connected / failed and retried "
+                 "by then) | %s (%d / %d) | - | | | | | |" % (
+                     label, ff["connect_rate"], fmt(ff["connect_s"], "%.1f"), ff["connected"], ff["failed"]))
+        L.append("| %s | failed attempts: refused / closed before the head / reset; accept-queue overflows "
+                 "(TcpExt ListenOverflows) while connecting / in the window | %d / %d / %d; %s / %s | - | | | | | |" % (
+                     label, ff["connect_failures"]["fail_connect"], ff["connect_failures"]["fail_head"],
+                     ff["connect_failures"]["fail_read"], fmt(ff["listen_overflows_connect"]),
+                     fmt(ff["listen_overflows_window"])))
+        rr = ff.get("reconnect_reasons", {})
+        L.append("| %s | `reconnect` envelopes read: draining / slow_consumer or blocked / other | %s / %s / %s | - | | | | | |" % (
+            label, fmt(rr.get("draining")), fmt(rr.get("slow")), fmt(rr.get("other"))))
+        L.append("| %s | drain (grace %d s): first end / all reconnected streams back, first frame (s after SIGTERM) | "
+                 "%s / %s (%d ended, %d back; %d still waiting) | - | | | | | |" % (
+                     label, ff["grace_s"], fmt(dr["first_end_s"], "%.2f"), fmt(dr["all_back_s"], "%.2f"), dr["ends"],
+                     dr["back"], dr["waiting"]))
+        L.append("| %s | back after the hint: p99 / max of (first frame - hint due) (ms) | %.1f / %.1f | - | | | | | |" % (
+            label, dr["late_p99_ms_max"], dr["late_max_ms"]))
+        e2e, ei = ff["e2e_us"], ff["edge_internal"]
+        L.append("| %s | e2e latency p50 / p99 (ms; flush interval 1,000 ms) | %s / %s | - | | | | | |" % (
+            label, fmt(e2e["p50"] / 1e3 if e2e["p50"] is not None else None, "%.1f"),
+            fmt(e2e["p99"] / 1e3 if e2e["p99"] is not None else None, "%.1f")))
+        if ei:
+            L.append("| %s | edge-added latency, in the edges, p50 / p99 (ms) | %s / %s | - | | | | | |" % (
+                label, fmt(ei["p50"], "%.2f"), fmt(ei["p99"], "%.2f")))
+        for i, pe in enumerate(ff["per_edge"]):
+            L.append("| %s | edge %d (%s): streams at the start / end, RSS idle / with streams / max (MiB), CPU-s in the window "
+                     "| %s / %s, %.1f / %.1f / %.1f, %.1f | - | | | | | |" % (
+                         label, i, pe["role"], fmt(pe["streams_at_mark"]), fmt(pe["streams_at_end"]),
+                         pe["rss_idle_kb"] / 1024, pe["rss_mark_kb"] / 1024, pe["rss_max_kb"] / 1024, pe["cpu_s"]))
+        L.append("| %s | writers' CPU-s / clients' CPU-s in the window; load average before / after | %s / %.1f; %.2f / %.2f | - | | | | | |" % (
+            label, " + ".join("%.1f" % w for w in ff["writer_cpu_s"]), ff["client_cpu_s"],
+            ff["loadavg_before"][0], ff["loadavg_after"][0]))
     return "\n".join(L)
 
 
@@ -1070,7 +1285,7 @@ def write_results(path, t, R):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", default="idle,fanout,ingest,replay")
+    ap.add_argument("--only", default="idle,fanout,ingest,replay,fifty")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "performance.md"))
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -1084,6 +1299,12 @@ def main():
     args.connect_rate = 5000
     args.repeat = 3  # the scale_* scenarios: median and range of 3 runs
     args.fan_rate = 20000
+    args.fifty_n = 51000
+    # The drain's hints are spread over its 25 s grace: the window holds it all.
+    args.fifty_window = 40 if args.quick else 60
+    args.fifty_drain_at = 5 if args.quick else 15
+    args.fifty_grace = 25  # the edge default and the manifests
+    args.fifty_connect_rate = 5000
     only = set(args.only.split(","))
     systems = ["studio"] + (["nchan"] if NGINX else [])
     tmp = tempfile.mkdtemp(prefix="studio-bench-")
@@ -1157,6 +1378,10 @@ def main():
             log("gap fill of large rows")
             R["gap_fill"] = gap_fill(args, tmp)
             log(json.dumps(R["gap_fill"]))
+        if "fifty" in only:
+            log("fifty: %d streams over 3 edges, one drained" % args.fifty_n)
+            R["fifty"] = fifty(args, tmp)
+            log(json.dumps(R["fifty"]))
     finally:
         R["elapsed_s"] = time.monotonic() - t_start
         t = table(R, args.quick)

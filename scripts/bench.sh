@@ -11,7 +11,7 @@
 # prefix, pid and error log under a temp dir), with the same load client.
 # Prints the table and rewrites the results section of docs/performance.md.
 #
-# Usage: bash scripts/bench.sh [--quick] [--only idle,fanout,ingest,replay]
+# Usage: bash scripts/bench.sh [--quick] [--only idle,fanout,ingest,replay,fifty]
 #        (also, not in the default set: scale_fanout, scale_writers, scale_copy:
 #        docs/performance.md "How it scales", three runs each, median and range)
 # Environment: STUDIO_PG_DSN (an admin DSN: each scenario creates and drops
