@@ -161,8 +161,8 @@ static struct {
 } st;
 
 static uint64_t t_start, t_all_up, t_last_close, t_first_item;
-static uint64_t *t_due; /* per stream: when it was due to reopen (--resume) */
-static unsigned n_body;  /* streams past their response head now */
+static uint64_t *t_due;     /* per stream: when it was due to reopen (--resume) */
+static unsigned n_body;     /* streams past their response head now */
 static uint64_t t_all_open; /* the first time every stream was past its head */
 static unsigned n_started, n_finished;
 static _Atomic uint64_t sub_msgs, sub_events;
@@ -186,10 +186,11 @@ die(const char *what)
 static void
 usage(void)
 {
-	fprintf(stderr, "usage: loadgen --connect 127.0.0.1:PORT[,127.0.0.1:PORT...] --path /v1/stream?topic=T --streams N\n"
-			"               [--initial K] [--resume] [--rate CONN_PER_S] [--src-addrs K] [--accept TYPE]\n"
-			"               [--sub nng-url] [--ready-file F] [--out F] [--until-close] [--max-seconds S]\n"
-			"signals: USR1 starts the window (resets counters), USR2 writes the report to --out\n");
+	fprintf(stderr,
+		"usage: loadgen --connect 127.0.0.1:PORT[,127.0.0.1:PORT...] --path /v1/stream?topic=T --streams N\n"
+		"               [--initial K] [--resume] [--rate CONN_PER_S] [--src-addrs K] [--accept TYPE]\n"
+		"               [--sub nng-url] [--ready-file F] [--out F] [--until-close] [--max-seconds S]\n"
+		"signals: USR1 starts the window (resets counters), USR2 writes the report to --out\n");
 	exit(2);
 }
 
@@ -256,7 +257,8 @@ on_line(struct conn *c, const char *l, size_t len, uint64_t now)
 				st.back++;
 				t_last_back_set(now);
 				if (t_due != NULL && t_due[c - conns] != 0)
-					hist_add(&st.late, now > t_due[c - conns] ? (now - t_due[c - conns]) / 1000 : 0);
+					hist_add(&st.late,
+						 now > t_due[c - conns] ? (now - t_due[c - conns]) / 1000 : 0);
 			}
 			if (now > t)
 				hist_add(&st.e2e, (now - t) / 1000);
@@ -584,8 +586,8 @@ conn_writable(unsigned i)
 	if (opt.resume && c->last_id > 0)
 		snprintf(lei, sizeof(lei), "Last-Event-ID: %" PRIu64 "\r\n", c->last_id);
 	int n = snprintf(req, sizeof(req),
-			 "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: %s\r\n%sUser-Agent: studio-loadgen\r\n\r\n",
-			 opt.path, opt.host[c->target], opt.accept, lei);
+			 "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: %s\r\n%sUser-Agent: studio-loadgen\r\n\r\n", opt.path,
+			 opt.host[c->target], opt.accept, lei);
 
 	if (n <= 0 || (size_t)n >= sizeof(req) || write(c->fd, req, (size_t)n) != n) {
 		conn_close(c, 1);
@@ -836,11 +838,12 @@ report(void)
 		nmin = 0;
 	fprintf(f,
 		",\"gaps\":%" PRIu64 ",\"lost\":%" PRIu64 ",\"last_n_min\":%" PRIu64 ",\"last_n_max\":%" PRIu64
-		",\"items_expected_by_n\":%" PRIu64 ",\"items_by_n\":%" PRIu64 ",\"t_start_ns\":%" PRIu64 ",\"t_all_up_ns\":%" PRIu64 ",\"t_all_open_ns\":%" PRIu64
-		",\"fail_connect\":%" PRIu64 ",\"fail_head\":%" PRIu64 ",\"fail_read\":%" PRIu64 ",\"fail_errno\":%d"
+		",\"items_expected_by_n\":%" PRIu64 ",\"items_by_n\":%" PRIu64 ",\"t_start_ns\":%" PRIu64
+		",\"t_all_up_ns\":%" PRIu64 ",\"t_all_open_ns\":%" PRIu64 ",\"fail_connect\":%" PRIu64
+		",\"fail_head\":%" PRIu64 ",\"fail_read\":%" PRIu64 ",\"fail_errno\":%d"
 		",\"reconnect_draining\":%" PRIu64 ",\"reconnect_slow\":%" PRIu64 ",\"reconnect_other\":%" PRIu64,
-		st.gaps, st.lost, nmin, nmax, expect_n, got_n, t_start, t_all_up, t_all_open, st.fail_connect, st.fail_head, st.fail_read,
-		st.fail_errno, st.why_draining, st.why_slow, st.why_other);
+		st.gaps, st.lost, nmin, nmax, expect_n, got_n, t_start, t_all_up, t_all_open, st.fail_connect,
+		st.fail_head, st.fail_read, st.fail_errno, st.why_draining, st.why_slow, st.why_other);
 	if (opt.resume) {
 		fprintf(f,
 			",\"ends\":%" PRIu64 ",\"reconnects\":%" PRIu64 ",\"retry_fail\":%" PRIu64 ",\"back\":%" PRIu64

@@ -267,7 +267,7 @@ typedef struct bloop {
 static bconn *bconns;
 static bloop bloops[BURST_LOOPS_MAX];
 static size_t n_bloops;
-static _Atomic unsigned b_gen;     /* bumped at SIGUSR1: loops reset their counters */
+static _Atomic unsigned b_gen; /* bumped at SIGUSR1: loops reset their counters */
 static _Atomic bool b_measuring, b_stop;
 static const char *b_sub_url;
 
@@ -535,8 +535,8 @@ burst_from_msg(const void *body, size_t len, uint64_t arrival)
 	for (uint32_t k = 0; k < u.data.via.map.size; k++) {
 		msgpack_object *key = &u.data.via.map.ptr[k].key, *val = &u.data.via.map.ptr[k].val;
 
-		if (key->type != MSGPACK_OBJECT_STR || key->via.str.size != 2 || memcmp(key->via.str.ptr, "ev", 2) != 0 ||
-		    val->type != MSGPACK_OBJECT_ARRAY)
+		if (key->type != MSGPACK_OBJECT_STR || key->via.str.size != 2 ||
+		    memcmp(key->via.str.ptr, "ev", 2) != 0 || val->type != MSGPACK_OBJECT_ARRAY)
 			continue;
 		for (uint32_t e = 0; e < val->via.array.size; e++) {
 			msgpack_object *ev = &val->via.array.ptr[e], *f;
@@ -747,7 +747,8 @@ burst_main(const struct sockaddr_in *a, const char *sub_url, size_t threads, con
 	signal(SIGPIPE, SIG_IGN);
 	sfd = signalfd(-1, &ss, SFD_NONBLOCK | SFD_CLOEXEC);
 	if ((rv = nng_sub0_open(&s)) != 0 || (rv = nng_setopt(s, NNG_OPT_SUB_SUBSCRIBE, "", 0)) != 0 ||
-	    (rv = nng_setopt_int(s, NNG_OPT_RECVBUF, 8192)) != 0 || (rv = nng_socket_get_int(s, NNG_OPT_RECVFD, &nfd)) != 0) {
+	    (rv = nng_setopt_int(s, NNG_OPT_RECVBUF, 8192)) != 0 ||
+	    (rv = nng_socket_get_int(s, NNG_OPT_RECVFD, &nfd)) != 0) {
 		fprintf(stderr, "sweep: sub %s: %s\n", sub_url, nng_strerror(rv));
 		return 1;
 	}
@@ -829,8 +830,8 @@ main(int argc, char **argv)
 	}
 	if (sub_url != NULL)
 		rate = 1; /* unused: the writer's messages pace the bursts */
-	if (!listen_s || rate <= 0 || threads < 1 || threads > BURST_LOOPS_MAX || rate > 100000 || pad < 0 || pad > 200 || !(colon = strrchr(listen_s, ':')) ||
-	    (size_t)(colon - listen_s) >= sizeof(host))
+	if (!listen_s || rate <= 0 || threads < 1 || threads > BURST_LOOPS_MAX || rate > 100000 || pad < 0 ||
+	    pad > 200 || !(colon = strrchr(listen_s, ':')) || (size_t)(colon - listen_s) >= sizeof(host))
 		usage();
 	memcpy(host, listen_s, (size_t)(colon - listen_s));
 	host[colon - listen_s] = '\0';

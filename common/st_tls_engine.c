@@ -77,15 +77,15 @@ struct nng_tls_engine_config {
 	char *server_name; /* owned; NULL: not checked (a client always gets one from nng) */
 	const char *label; /* static, from st_tls_engine_label; NULL: none */
 	bool client;
-	bool inited;       /* fini on a half-built configuration frees only what init made */
+	bool inited; /* fini on a half-built configuration frees only what init made */
 };
 
 struct nng_tls_engine_conn {
 	void *tls; /* nng's, for nng_tls_engine_send/recv only */
 	nng_tls_engine_config *cfg;
 	mbedtls_ssl_context ssl;
-	int io_err;       /* nng's error from the last BIO call that failed; 0: none */
-	int failed;       /* the nng error of a handshake that failed (reported once); 0: none */
+	int io_err;        /* nng's error from the last BIO call that failed; 0: none */
+	int failed;        /* the nng error of a handshake that failed (reported once); 0: none */
 	char subject[160]; /* the peer's end-entity certificate, when it presented one */
 };
 
@@ -159,7 +159,8 @@ config_init(nng_tls_engine_config *c, nng_tls_mode mode)
 	if (mbedtls_ctr_drbg_seed(&c->drbg, mbedtls_entropy_func, &c->entropy, (const unsigned char *)pers,
 				  sizeof(pers) - 1) != 0)
 		goto fail;
-	rv = mbedtls_ssl_config_defaults(&c->ssl, mode == NNG_TLS_MODE_SERVER ? MBEDTLS_SSL_IS_SERVER : MBEDTLS_SSL_IS_CLIENT,
+	rv = mbedtls_ssl_config_defaults(&c->ssl,
+					 mode == NNG_TLS_MODE_SERVER ? MBEDTLS_SSL_IS_SERVER : MBEDTLS_SSL_IS_CLIENT,
 					 MBEDTLS_SSL_TRANSPORT_STREAM, MBEDTLS_SSL_PRESET_DEFAULT);
 	if (rv != 0)
 		goto fail;
@@ -194,15 +195,9 @@ static int
 config_auth(nng_tls_engine_config *c, nng_tls_auth_mode mode)
 {
 	switch (mode) {
-	case NNG_TLS_AUTH_MODE_NONE:
-		mbedtls_ssl_conf_authmode(&c->ssl, MBEDTLS_SSL_VERIFY_NONE);
-		return 0;
-	case NNG_TLS_AUTH_MODE_OPTIONAL:
-		mbedtls_ssl_conf_authmode(&c->ssl, MBEDTLS_SSL_VERIFY_OPTIONAL);
-		return 0;
-	case NNG_TLS_AUTH_MODE_REQUIRED:
-		mbedtls_ssl_conf_authmode(&c->ssl, MBEDTLS_SSL_VERIFY_REQUIRED);
-		return 0;
+	case NNG_TLS_AUTH_MODE_NONE: mbedtls_ssl_conf_authmode(&c->ssl, MBEDTLS_SSL_VERIFY_NONE); return 0;
+	case NNG_TLS_AUTH_MODE_OPTIONAL: mbedtls_ssl_conf_authmode(&c->ssl, MBEDTLS_SSL_VERIFY_OPTIONAL); return 0;
+	case NNG_TLS_AUTH_MODE_REQUIRED: mbedtls_ssl_conf_authmode(&c->ssl, MBEDTLS_SSL_VERIFY_REQUIRED); return 0;
 	}
 	return NNG_EINVAL;
 }
@@ -370,9 +365,8 @@ reason_of(const nng_tls_engine_conn *k, int rv, char *out, size_t cap)
 		snprintf(buf, sizeof(buf), "server %s: ", k->cfg->server_name);
 		append(out, cap, buf);
 	}
-	if (rv == MBEDTLS_ERR_X509_CERT_VERIFY_FAILED &&
-	    (flags = mbedtls_ssl_get_verify_result(&k->ssl)) != 0 && flags != (uint32_t)-1 &&
-	    mbedtls_x509_crt_verify_info(buf, sizeof(buf), "", flags) > 0) {
+	if (rv == MBEDTLS_ERR_X509_CERT_VERIFY_FAILED && (flags = mbedtls_ssl_get_verify_result(&k->ssl)) != 0 &&
+	    flags != (uint32_t)-1 && mbedtls_x509_crt_verify_info(buf, sizeof(buf), "", flags) > 0) {
 		/* one flag per line in mbedTLS's text: one line here */
 		for (char *p = buf; *p != '\0'; p++)
 			if (*p == '\n')

@@ -49,9 +49,9 @@ struct st_tlsstat {
 	struct event *timer; /* owned */
 	uint64_t interval_ms;
 	size_t n;
-	const char *labels[MAX_LABELS];    /* borrowed, static strings */
-	st_counter *counters[MAX_LABELS];  /* owned by the registry; NULL when nng has no statistics */
-	uint64_t pending[MAX_LABELS][R_N]; /* failures since the last summary line (mu) */
+	const char *labels[MAX_LABELS];               /* borrowed, static strings */
+	st_counter *counters[MAX_LABELS];             /* owned by the registry; NULL when nng has no statistics */
+	uint64_t pending[MAX_LABELS][R_N];            /* failures since the last summary line (mu) */
 	char last[MAX_LABELS][ST_TLSSTAT_REASON_MAX]; /* the latest refusal's reason since the last line (mu) */
 };
 
@@ -245,8 +245,8 @@ on_timer(evutil_socket_t fd, short what, void *arg)
 			continue;
 		st_warn("tls: %s listener: %" PRIu64 " failed handshakes in the last %" PRIu64 " s (%" PRIu64
 			" refused%s%s; %" PRIu64 " timed out; %" PRIu64 " bad SP header)",
-			s->labels[k], sum, (s->interval_ms + 999) / 1000, p[k][R_REFUSED], last[k][0] ? ", the last: " : "",
-			last[k], p[k][R_TIMEOUT], p[k][R_PROTO]);
+			s->labels[k], sum, (s->interval_ms + 999) / 1000, p[k][R_REFUSED],
+			last[k][0] ? ", the last: " : "", last[k], p[k][R_TIMEOUT], p[k][R_PROTO]);
 	}
 }
 

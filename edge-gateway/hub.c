@@ -47,10 +47,10 @@ typedef struct topic {
 
 struct hub_sub {
 	void *stream;
-	st_dlink all;       /* on hub.all: the registry, for hub_each and hub_free */
-	hub_sub *dead_next; /* awaiting reap */
+	st_dlink all;         /* on hub.all: the registry, for hub_each and hub_free */
+	hub_sub *dead_next;   /* awaiting reap */
 	uint64_t touched_gen; /* hub.gen of the last batch it was served in */
-	uint32_t n; /* topics */
+	uint32_t n;           /* topics */
 	bool dead;
 	topic *t[]; /* n topics, then uint32_t pos[n]: index in t[i]->subs */
 };
