@@ -62,7 +62,8 @@ typedef struct http_stream http_stream;
  * A bound on open connections that several servers share (one per loop
  * thread of a program): a connection takes a slot with a compare-and-swap
  * at accept, so the servers together never exceed max, and gives it back
- * when it is freed.  Thread-safe; must outlive every server given it.
+ * when it is freed; max 0 means 100000, as max_conns 0 does for one server.
+ * Thread-safe; must outlive every server given it.
  */
 typedef struct http_conn_limit http_conn_limit;
 http_conn_limit *http_conn_limit_new(uint32_t max);

@@ -47,6 +47,14 @@ struct sockaddr;
 #define HTTP_STREAM_STALL_MS 30000
 /* Buffers per writev of http_stream_write_refs (callers batch fewer). */
 #define HTTP_WRITEV_MAX 256
+/* Connections a limit admits when it is given 0 (st_http.h: max_conns). */
+#define HTTP_CONNS_DEFAULT 100000u
+/* listen()'s backlog: the kernel caps it at net.core.somaxconn (4096 on
+ * Debian 12).  It was 1024: 51,000 clients connecting at 5,000/s over 3
+ * edges overflowed the accept queues 12,000-33,000 times (bench.sh --only
+ * fifty), each a client's 1 s SYN retry; a bigger queue costs nothing
+ * until it is used. */
+#define HTTP_LISTEN_BACKLOG 65535
 
 enum conn_state { ST_HEAD, ST_HANDLER, ST_BODY, ST_STREAM, ST_DRAIN };
 

@@ -35,7 +35,7 @@ http_conn_limit_new(uint32_t max)
 	http_conn_limit *l = st_xcalloc(1, sizeof(*l));
 
 	atomic_init(&l->open, 0);
-	l->max = max;
+	l->max = max ? max : HTTP_CONNS_DEFAULT;
 	return l;
 }
 
@@ -192,7 +192,7 @@ server_create(struct event_base *base, const char *listen, const http_server_con
 	if (limit) {
 		s->limit = limit;
 	} else {
-		s->own_limit = http_conn_limit_new(cfg && cfg->max_conns ? cfg->max_conns : 100000);
+		s->own_limit = http_conn_limit_new(cfg ? cfg->max_conns : 0);
 		s->limit = s->own_limit;
 	}
 	if (cfg && cfg->cors_origins && *cfg->cors_origins)
@@ -211,7 +211,7 @@ server_create(struct event_base *base, const char *listen, const http_server_con
 	s->lis = evconnlistener_new_bind(base, accept_cb, s,
 					 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC |
 						 (reuse_port ? LEV_OPT_REUSEABLE_PORT : 0),
-					 1024, (struct sockaddr *)&ss, sslen);
+					 HTTP_LISTEN_BACKLOG, (struct sockaddr *)&ss, sslen);
 	if (!s->lis) {
 		st_error("http: listen %s: %s", listen, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
 		rv = ST_ESYS;

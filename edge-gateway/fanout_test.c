@@ -60,7 +60,7 @@ on_drained(void *arg)
 static void
 fx_init(fx *x, size_t workers)
 {
-	/* max_conns given: with several workers it is their shared bound (fanout.h), and 0 there would admit none. */
+	/* max_conns given: with several workers it is their shared bound (fanout.h). */
 	http_server_config hc = { .max_conns = 1000 };
 	streams_config sc = { .replay_cap = 1000, .heartbeat_ms = 15000, .drain_grace_ms = 2000 };
 	fanout_config fc = { 0 };
