@@ -70,6 +70,7 @@
 #include <nng/protocol/pubsub0/sub.h>
 
 #include "hist.h"
+#include "clock.h"
 
 #define CARRY_MAX 8192
 #define READ_BUF (256 * 1024)
@@ -166,15 +167,6 @@ static unsigned n_body;     /* streams past their response head now */
 static uint64_t t_all_open; /* the first time every stream was past its head */
 static unsigned n_started, n_finished;
 static _Atomic uint64_t sub_msgs, sub_events;
-
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void
 die(const char *what)

@@ -37,6 +37,7 @@
 #include <msgpack.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
+#include "clock.h"
 
 #define MAX_CTX 256
 
@@ -68,15 +69,6 @@ static struct work *free_list;
 static unsigned n_busy_ctx;
 static _Atomic uint64_t c_ok, c_busy, c_err, c_reqs, t_last_reply;
 static volatile sig_atomic_t stop_flag;
-
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void
 on_stop(int sig)

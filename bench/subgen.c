@@ -43,6 +43,7 @@
 #include <nng/protocol/pubsub0/sub.h>
 
 #include "hist.h"
+#include "clock.h"
 
 #define MAX_SUBS 256
 #define RING 65536u
@@ -68,15 +69,6 @@ static struct {
 	uint64_t key; /* first event's n + 1; 0 = empty */
 	uint64_t t0;
 } ring[RING];
-
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void
 die(const char *what)

@@ -51,6 +51,7 @@
 #include <nng/protocol/pubsub0/sub.h>
 
 #include "hist.h"
+#include "clock.h"
 
 #define HEAD_MAX 4096
 #define MAX_FDS (1u << 20)
@@ -70,15 +71,6 @@ static size_t n_streams;
 static hist wr; /* sweep start -> write returned, per write (us) */
 static hist sw; /* whole sweep (us) */
 static uint64_t writes, refused, errors, sweeps;
-
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static double
 cpu_now(void)
