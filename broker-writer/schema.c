@@ -185,7 +185,8 @@ static const char tables_sql[] =
 	"CREATE INDEX IF NOT EXISTS broker_flush_created_at ON broker_flush (created_at);\n";
 
 /*
- * functions_sql: CREATE OR REPLACE FUNCTION only.  It updates pg_proc rows
+ * functions_sql: CREATE OR REPLACE FUNCTION only (the wrappers from a DO
+ * block that reads their language first).  It updates pg_proc rows
  * and takes no lock on a table or on the function (a call in progress keeps
  * the definition it started with; checked with pg_locks), and the SQL
  * wrappers' bodies are analysed with at most an AccessShareLock.  So it is
@@ -202,6 +203,15 @@ static const char tables_sql[] =
  * behaviour (created_at under the lock, bounded retention, 24 h of flush
  * records, data_bytes recorded) until it restarts.
  */
+/* A wrapper's arguments, result, body and whether it returns a set (functions_sql's DO block). */
+#define WRAP_APPEND                                                                                   \
+	"'lock_key bigint, flush_id text, topics text[], abouts text[], datas text[], keys text[]', " \
+	"'TABLE(prev bigint, first_seq bigint, n_fresh int, dup_ords int[], dup_seqs bigint[])', "    \
+	"'SELECT * FROM broker_append4(lock_key, flush_id, topics, abouts, datas, keys)', true"
+#define WRAP_RETAIN                                                  \
+	"'lock_key bigint, older_than interval, chunk int', 'int', " \
+	"'SELECT broker_retain4(lock_key, older_than, chunk)', false"
+
 static const char functions_sql[] =
 	"CREATE OR REPLACE FUNCTION broker_append4(lock_key bigint, flush_id text, topics text[],\n"
 	"    abouts text[], datas text[], keys text[])\n"
@@ -304,21 +314,42 @@ static const char functions_sql[] =
 					 "END\n"
 					 "$fn$;\n"
 					 "\n"
-					 "CREATE OR REPLACE FUNCTION broker_append3(lock_key bigint, flush_id text, topics text[],\n"
-					 "    abouts text[], datas text[], keys text[])\n"
-					 "  RETURNS TABLE(prev bigint, first_seq bigint, n_fresh int, dup_ords int[], dup_seqs bigint[])\n"
-					 "  LANGUAGE sql AS $fn$ SELECT * FROM broker_append4(lock_key, flush_id, topics, abouts, datas, keys) $fn$;\n"
-					 "\n"
-					 "CREATE OR REPLACE FUNCTION broker_retain3(lock_key bigint, older_than interval, chunk int)\n"
-					 "  RETURNS int LANGUAGE sql AS $fn$ SELECT broker_retain4(lock_key, older_than, chunk) $fn$;\n"
-					 "\n"
-					 "CREATE OR REPLACE FUNCTION broker_append2(lock_key bigint, flush_id text, topics text[],\n"
-					 "    abouts text[], datas text[], keys text[])\n"
-					 "  RETURNS TABLE(prev bigint, first_seq bigint, n_fresh int, dup_ords int[], dup_seqs bigint[])\n"
-					 "  LANGUAGE sql AS $fn$ SELECT * FROM broker_append4(lock_key, flush_id, topics, abouts, datas, keys) $fn$;\n"
-					 "\n"
-					 "CREATE OR REPLACE FUNCTION broker_retain(lock_key bigint, older_than interval, chunk int)\n"
-					 "  RETURNS int LANGUAGE sql AS $fn$ SELECT broker_retain4(lock_key, older_than, chunk) $fn$;\n";
+					 /*
+					  * The wrappers keep the language of the function they replace
+					  * (a new name gets SQL).  A call that began before the
+					  * replacement looks the function up twice: fmgr picks the
+					  * language's handler, the handler reads the body again, and a
+					  * replacement committed in between hands a plpgsql handler an
+					  * SQL body ("syntax error at or near SELECT", seen while a
+					  * version-3 writer flushed through a migrate).
+					  */
+					 "DO $do$\n"
+					 "DECLARE\n"
+					 "  w record;\n"
+					 "  lang name;\n"
+					 "BEGIN\n"
+					 "  FOR w IN SELECT * FROM (VALUES\n"
+					 "    ('broker_append3', " WRAP_APPEND "),\n"
+					 "    ('broker_append2', " WRAP_APPEND "),\n"
+					 "    ('broker_retain3', " WRAP_RETAIN "),\n"
+					 "    ('broker_retain', " WRAP_RETAIN ")\n"
+					 "  ) AS v(fn, args, ret, body, set_returning) LOOP\n"
+					 "    lang := NULL;\n"
+					 "    SELECT l.lanname INTO lang FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang\n"
+					 "      WHERE p.proname = w.fn AND p.pronamespace =\n"
+					 "        (SELECT n.oid FROM pg_namespace n WHERE n.nspname = current_schema());\n"
+					 "    IF lang = 'plpgsql' THEN\n"
+					 "      EXECUTE format('CREATE OR REPLACE FUNCTION %I(%s) RETURNS %s LANGUAGE plpgsql AS %L',\n"
+					 "        w.fn, w.args, w.ret, CASE WHEN w.set_returning\n"
+					 "          THEN 'BEGIN RETURN QUERY ' || w.body || '; END'\n"
+					 "          ELSE 'BEGIN RETURN (' || w.body || '); END' END);\n"
+					 "    ELSE\n"
+					 "      EXECUTE format('CREATE OR REPLACE FUNCTION %I(%s) RETURNS %s LANGUAGE sql AS %L',\n"
+					 "        w.fn, w.args, w.ret, w.body);\n"
+					 "    END IF;\n"
+					 "  END LOOP;\n"
+					 "END\n"
+					 "$do$;\n";
 
 /* Takes a row lock on broker_meta's one row; never lowers the version. */
 static const char version_sql[] =
