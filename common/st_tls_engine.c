@@ -31,6 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+
 #include <mbedtls/ctr_drbg.h>
 #include <mbedtls/entropy.h>
 #include <mbedtls/error.h>
@@ -87,9 +89,11 @@ struct nng_tls_engine_conn {
 	int io_err;        /* nng's error from the last BIO call that failed; 0: none */
 	int failed;        /* the nng error of a handshake that failed (reported once); 0: none */
 	char subject[160]; /* the peer's end-entity certificate, when it presented one */
+	char peer[64];     /* the peer's address and port (peer_of); "": unknown */
 };
 
 static st_tls_engine_hook *fail_hook; /* set on the main thread before any connection */
+static bool peer_known;               /* the running nng is 1.5 (peer_of); set with fail_hook */
 static _Thread_local const char *next_label;
 
 const int *
@@ -308,11 +312,46 @@ on_verify(void *arg, mbedtls_x509_crt *crt, int depth, uint32_t *flags)
 	return 0;
 }
 
+/*
+ * The peer's address for the refusal report, "" when unknown.  engine.h
+ * documents the pointer nng gives conn_init only as the context of
+ * nng_tls_engine_send/recv.  In nng 1.5 (tls_common.c, tls_start) it is
+ * the framework's connection, whose first member is its nng_stream, with
+ * the TCP stream already attached, and whose option getter forwards
+ * NNG_OPT_REMADDR to that TCP stream without taking a lock.  So the cast
+ * below is used only when both the headers built against and the library
+ * running say 1.5 (peer_known, from nng_version() at registration);
+ * otherwise the report goes without the address, as before.  Issue 25:
+ * a failed handshake is logged with the peer's address.
+ */
+static void
+peer_of(void *tls, char *out, size_t cap)
+{
+	nng_sockaddr sa;
+	char ip[INET6_ADDRSTRLEN];
+
+	out[0] = '\0';
+#if NNG_MAJOR_VERSION == 1 && NNG_MINOR_VERSION == 5
+	if (!peer_known || nng_stream_get_addr((nng_stream *)tls, NNG_OPT_REMADDR, &sa) != 0)
+		return;
+	if (sa.s_family == NNG_AF_INET && inet_ntop(AF_INET, &sa.s_in.sa_addr, ip, sizeof(ip)) != NULL)
+		snprintf(out, cap, "%s:%u", ip, (unsigned)ntohs(sa.s_in.sa_port));
+	else if (sa.s_family == NNG_AF_INET6 && inet_ntop(AF_INET6, sa.s_in6.sa_addr, ip, sizeof(ip)) != NULL)
+		snprintf(out, cap, "[%s]:%u", ip, (unsigned)ntohs(sa.s_in6.sa_port));
+#else
+	(void)tls;
+	(void)sa;
+	(void)ip;
+	(void)cap;
+#endif
+}
+
 static int
 conn_init(nng_tls_engine_conn *k, void *tls, nng_tls_engine_config *c)
 {
 	k->tls = tls;
 	k->cfg = c;
+	peer_of(tls, k->peer, sizeof(k->peer));
 	mbedtls_ssl_init(&k->ssl);
 	if (mbedtls_ssl_setup(&k->ssl, &c->ssl) != 0)
 		return NNG_ENOMEM;
@@ -361,8 +400,13 @@ reason_of(const nng_tls_engine_conn *k, int rv, char *out, size_t cap)
 	uint32_t flags;
 
 	out[0] = '\0';
-	if (k->cfg->client && k->cfg->server_name != NULL) {
-		snprintf(buf, sizeof(buf), "server %s: ", k->cfg->server_name);
+	if (k->cfg->client) {
+		snprintf(buf, sizeof(buf), "server %s%s%s: ", k->cfg->server_name != NULL ? k->cfg->server_name : "",
+			 k->cfg->server_name != NULL && k->peer[0] != '\0' ? " at " : "", k->peer);
+		if (k->cfg->server_name != NULL || k->peer[0] != '\0')
+			append(out, cap, buf);
+	} else if (k->peer[0] != '\0') {
+		snprintf(buf, sizeof(buf), "client %s: ", k->peer);
 		append(out, cap, buf);
 	}
 	if (rv == MBEDTLS_ERR_X509_CERT_VERIFY_FAILED && (flags = mbedtls_ssl_get_verify_result(&k->ssl)) != 0 &&
@@ -483,6 +527,7 @@ st_tls_engine_register(st_tls_engine_hook *hook, char *why, size_t cap)
 	int rv;
 
 	fail_hook = hook;
+	peer_known = strncmp(nng_version(), "1.5.", 4) == 0;
 	if (engine.description[0] != '\0')
 		return ST_OK;
 	mbedtls_version_get_string(v);

@@ -176,6 +176,10 @@ def each_listener_admits_only_its_ca():
         h.check_eq(got, {k: True for k in roles},
                    "a summary line says why (wrong CA) and whose certificate: %r"
                    % {k: reasons(w, k) for k in roles})
+        # and from where: the peer's address and port (the peers dial localhost)
+        got = {k: any(re.match(r"client (127\.0\.0\.1|\[::1\]):\d+: ", r) for r in reasons(w, k)) for k in roles}
+        h.check_eq(got, {k: True for k in roles},
+                   "a summary line names the peer's address: %r" % {k: reasons(w, k) for k in roles})
         stopped_clean(w)
 
 
