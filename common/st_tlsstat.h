@@ -17,8 +17,8 @@
  * that gave up), which nng files with every established pipe's end
  * ("other", "disconnect"), and nng's "auth", which holds the same
  * refusals as the engine's, minus those that ended while nng was not
- * accepting.  What a line cannot say: the peer's address (the engine
- * interface does not give it, docs/security.md).
+ * accepting.  The reason carries the peer's address where the engine
+ * could read it (nng 1.5, docs/security.md).
  *
  * Reading nng's statistics snapshots every socket, listener, dialer and
  * pipe of the process (about 1 ms per 1000 pipes, measured on Debian 12's

@@ -52,6 +52,7 @@
 #include "sequencer.h"
 #include "st_clock.h"
 #include "st_control.h"
+#include "st_heap.h"
 #include "st_keywatch.h"
 #include "st_log.h"
 #include "st_metrics.h"
@@ -89,6 +90,7 @@ struct edge {
 	struct event *ev_tick, *ev_head_retry, *ev_term, *ev_int, *ev_exit, *ev_flow;
 	pgpool_query *head_query;
 	replay_job *fill_job;
+	st_heap_trim *trim;           /* owned: when to give a burst's free pages back (st_heap.h) */
 	flow_budget *flow;            /* the pause budget of the intake (flow.h) */
 	bool held;                    /* the intake is paused (the last flow decision) */
 	uint64_t paused_exported;     /* flow_budget_paused_ms already counted */
@@ -224,6 +226,27 @@ edge_export_stats(edge *e)
 	e->seen = now;
 }
 
+/*
+ * After a burst of connections (many opened or closed, then still), glibc
+ * keeps the burst's transient blocks resident: give the free pages back
+ * (st_heap.h).  At most once per burst, on this tick.
+ */
+static void
+heap_trim_maybe(edge *e)
+{
+	uint64_t open = fanout_conns_open(e->fan), t0, rss0;
+
+	if (!st_heap_trim_due(e->trim, st_clock_now(st_clock_system()), open))
+		return;
+	st_heap_trim_done(e->trim, open);
+	rss0 = st_heap_rss_bytes();
+	t0 = st_clock_mono_ns();
+	(void)st_heap_release();
+	st_info("heap: %llu connections open after a burst: gave free pages back, RSS %.1f -> %.1f MiB in %.1f ms",
+		(unsigned long long)open, (double)rss0 / 1048576.0, (double)st_heap_rss_bytes() / 1048576.0,
+		(double)(st_clock_mono_ns() - t0) / 1e6);
+}
+
 static void
 tick_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -236,6 +259,7 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
 		sequencer_on_timer(e->seq);
 	edge_export_stats(e);
 	atomic_store(&e->db_up, pgpool_ready(e->pool));
+	heap_trim_maybe(e);
 	/*
 	 * A reload (SIGHUP, `reload`, the watcher) swapped the keys: streams
 	 * verified by a key that is gone end now, so a leaked key stops
@@ -623,6 +647,10 @@ edge_new(const edge_config *cfg, edge **out, char *why, size_t cap)
 	pgpool_reserve_fills(e->pool, 1);
 	(void)sequencer_new(st_clock_system(), on_emit, on_fill, e, &e->seq);
 	e->flow = flow_budget_new(st_clock_system());
+	if ((e->trim = st_heap_trim_new()) == NULL) {
+		snprintf(why, cap, "out of memory");
+		return ST_ENOMEM;
+	}
 	e->scfg = cfg->streams;
 	e->scfg.drain_grace_ms = e->drain_grace_ms;
 	e->hcfg = cfg->http;
@@ -715,6 +743,7 @@ edge_free(edge *e)
 		replay_cancel(e->fill_job);
 	sequencer_free(e->seq);
 	flow_budget_free(e->flow);
+	st_heap_trim_free(e->trim);
 	pgpool_free(e->pool);
 	streams_metrics_free(e->sm);
 	event_free(e->ev_tick);
