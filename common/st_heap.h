@@ -7,12 +7,13 @@
  * request, the stream request's topic arrays); an idle stream keeps about
  * 0.9 KiB.  glibc reuses freed blocks but keeps their pages resident, so
  * after 10,000 clients connect at once the process stays at the peak of the
- * burst, the more so the slower the loop (measured before this module: 956,
+ * burst, the more so the slower the loop (measured before st_slab.h and this module: 956,
  * 964, 968 and 1,275 B of RSS per idle stream for ~933 B live;
  * docs/performance.md "Idle stream").  malloc_trim(0) returns every whole
  * free page inside the heap (madvise), so RSS falls back to what is live.
  *
- * When.  st_heap_trim_due is fed the number of open connections each tick.
+ * When.  st_heap_trim_due is fed a count of open connections (the edge: its
+ * streams, counted once their requests are parsed) each tick.
  * A trim is due once that number moved by ST_HEAP_TRIM_STEP or more since
  * the last trim (up or down: a burst of new streams, or many closed) and
  * then either held within a tenth of the step for ST_HEAP_TRIM_QUIET_MS (the
@@ -31,7 +32,7 @@
 #include <stdint.h>
 
 #define ST_HEAP_TRIM_STEP 1000u
-#define ST_HEAP_TRIM_QUIET_MS 500u
+#define ST_HEAP_TRIM_QUIET_MS 1000u
 #define ST_HEAP_TRIM_MAX_WAIT_MS 60000u
 
 typedef struct st_heap_trim st_heap_trim;

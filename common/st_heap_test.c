@@ -33,14 +33,24 @@ run(const char *what, const struct tick *ticks, size_t n)
 	st_heap_trim_free(t);
 }
 
+#define Q ST_HEAP_TRIM_QUIET_MS
+
 static void
 t_burst_then_quiet(void)
 {
 	/* 10,000 streams connect in 2 s, then stand still: one trim, QUIET_MS after the last rise */
 	const struct tick k[] = {
-		{ 1000, 0, false },     { 1500, 2500, false },  { 2000, 5000, false },   { 2500, 7500, false },
-		{ 3000, 10000, false }, { 3050, 10000, false }, { 3450, 10000, false },  { 3500, 10000, true },
-		{ 3550, 10000, false }, { 9000, 10000, false }, { 90000, 10000, false },
+		{ 1000, 0, false },
+		{ 1500, 2500, false },
+		{ 2000, 5000, false },
+		{ 2500, 7500, false },
+		{ 3000, 10000, false },
+		{ 3050, 10000, false },
+		{ 3000 + Q - 50, 10000, false },
+		{ 3000 + Q, 10000, true },
+		{ 3000 + Q + 50, 10000, false },
+		{ 9000 + Q, 10000, false },
+		{ 90000 + Q, 10000, false },
 	};
 	run("burst", k, ST_ARRAY_LEN(k));
 }
@@ -62,9 +72,10 @@ static void
 t_drop_trims_too(void)
 {
 	/* 5,000 open, trimmed; 3,000 close at once: trimmed again once still */
+	const uint64_t t1 = 1000 + Q + 100;
 	const struct tick k[] = {
-		{ 1000, 5000, false }, { 1600, 5000, true }, { 2000, 2000, false },
-		{ 2400, 2000, false }, { 2500, 2000, true }, { 3000, 2000, false },
+		{ 1000, 5000, false },         { 1000 + Q, 5000, true }, { t1, 2000, false },
+		{ t1 + Q - 100, 2000, false }, { t1 + Q, 2000, true },   { t1 + Q + 500, 2000, false },
 	};
 	run("drop", k, ST_ARRAY_LEN(k));
 }
@@ -74,7 +85,8 @@ t_up_and_back_down(void)
 {
 	/* 2,000 connect and leave again before a tick is still: the excursion counts */
 	const struct tick k[] = {
-		{ 1000, 0, false }, { 1200, 2000, false }, { 1400, 0, false }, { 1800, 0, false }, { 1900, 0, true },
+		{ 1000, 0, false },           { 1200, 2000, false }, { 1400, 0, false },
+		{ 1400 + Q - 100, 0, false }, { 1400 + Q, 0, true },
 	};
 	run("excursion", k, ST_ARRAY_LEN(k));
 }

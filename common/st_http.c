@@ -202,7 +202,7 @@ http_conn_destroy(http_stream *c, bool force_abrupt)
 		c->on_close(c->arg, force_abrupt || c->aborted || !c->end_called || unsent);
 	}
 	s->cb_depth--;
-	free(c);
+	st_slab_put(s->conns, c);
 }
 
 static void conn_parse(http_stream *c);
@@ -746,7 +746,7 @@ http_conn_accept(http_server *s, struct bufferevent *bev, const struct sockaddr 
 {
 	http_stream *c;
 
-	c = st_xcalloc(1, sizeof(*c));
+	c = st_slab_get(s->conns); /* zeroed, away from the request's buffers (st_slab.h) */
 	c->srv = s;
 	c->bev = bev;
 	c->state = ST_HEAD;

@@ -22,6 +22,7 @@
 #include "st_clock.h"
 #include "st_dlist.h"
 #include "st_metrics.h"
+#include "st_slab.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -138,6 +139,7 @@ struct http_server {
 	http_conn_limit *limit; /* cfg's (borrowed) or own_limit */
 	http_conn_limit *own_limit;
 	uint32_t nconns;
+	st_slab *conns; /* owned: every http_stream of this server (one loop's) */
 	int port;
 	int cb_depth; /* > 0 while a user callback of this server runs */
 	bool freeing;

@@ -176,6 +176,7 @@ server_create(struct event_base *base, const char *listen, const http_server_con
 		return ST_EINVAL;
 	s = st_xcalloc(1, sizeof(*s));
 	s->base = base;
+	s->conns = st_slab_new(sizeof(http_stream));
 	st_dlist_init(&s->all);
 	st_dlist_init(&s->headwait);
 	st_dlist_init(&s->endwait);
@@ -274,6 +275,7 @@ http_server_free(http_server *s)
 		evconnlistener_free(s->lis);
 	while ((c = http_conn_first(&s->all, L_ALL)) != NULL)
 		http_conn_destroy(c, true);
+	st_slab_free(s->conns);
 	if (s->trash)
 		evbuffer_free(s->trash);
 	if (s->defer_ev)

@@ -234,7 +234,7 @@ edge_export_stats(edge *e)
 static void
 heap_trim_maybe(edge *e)
 {
-	uint64_t open = fanout_conns_open(e->fan), t0, rss0;
+	uint64_t open = fanout_streams_open(e->fan), t0, rss0;
 
 	if (!st_heap_trim_due(e->trim, st_clock_now(st_clock_system()), open))
 		return;
@@ -242,7 +242,7 @@ heap_trim_maybe(edge *e)
 	rss0 = st_heap_rss_bytes();
 	t0 = st_clock_mono_ns();
 	(void)st_heap_release();
-	st_info("heap: %llu connections open after a burst: gave free pages back, RSS %.1f -> %.1f MiB in %.1f ms",
+	st_info("heap: %llu streams open after a burst: gave free pages back, RSS %.1f -> %.1f MiB in %.1f ms",
 		(unsigned long long)open, (double)rss0 / 1048576.0, (double)st_heap_rss_bytes() / 1048576.0,
 		(double)(st_clock_mono_ns() - t0) / 1e6);
 }

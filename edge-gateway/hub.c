@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "st_dlist.h"
+#include "st_slab.h"
 #include "st_util.h"
 
 #define TABLE_MIN 16u
@@ -52,6 +53,7 @@ struct hub_sub {
 	uint64_t touched_gen; /* hub.gen of the last batch it was served in */
 	uint32_t n;           /* topics */
 	bool dead;
+	bool slab;  /* from hub.one (subscribed to one topic), else malloc'd */
 	topic *t[]; /* n topics, then uint32_t pos[n]: index in t[i]->subs */
 };
 
@@ -67,6 +69,7 @@ struct hub {
 	size_t tf_cap;
 	uint64_t gen;
 	unsigned depth; /* hub calls in progress (callbacks running) */
+	st_slab *one;   /* owned: the hub_subs of one topic, the common case (st_slab.h) */
 };
 
 static uint32_t *
@@ -200,7 +203,10 @@ sub_destroy(hub *h, hub_sub *s)
 		}
 	}
 	st_dlink_unlink(&s->all);
-	free(s);
+	if (s->slab)
+		st_slab_put(h->one, s);
+	else
+		free(s);
 }
 
 static void
@@ -233,6 +239,7 @@ hub_new(hub_deliver_fn deliver, hub_flush_fn flush)
 	h->flush = flush;
 	h->cap = TABLE_MIN;
 	h->table = st_xcalloc(h->cap, sizeof(*h->table));
+	h->one = st_slab_new(sizeof(hub_sub) + sizeof(topic *) + sizeof(uint32_t));
 	st_dlist_init(&h->all);
 	return h;
 }
@@ -247,6 +254,7 @@ hub_free(hub *h)
 		sub_destroy(h, ST_CONTAINER_OF(l, hub_sub, all)); /* the last one out frees each topic */
 	free(h->tf);
 	free(h->table);
+	st_slab_free(h->one);
 	free(h);
 }
 
@@ -263,7 +271,12 @@ hub_subscribe(hub *h, void *stream, const char *const *topics, const size_t *len
 		if (lens[i] == 0 || lens[i] > HUB_MAX_TOPIC_LEN)
 			return NULL;
 	/* Sized for n; duplicates leave a little slack, at most 64 entries. */
-	s = st_xcalloc(1, sizeof(*s) + n * (sizeof(topic *) + sizeof(uint32_t)));
+	if (n == 1) {
+		s = st_slab_get(h->one);
+		s->slab = true;
+	} else {
+		s = st_xcalloc(1, sizeof(*s) + n * (sizeof(topic *) + sizeof(uint32_t)));
+	}
 	s->stream = stream;
 	s->n = (uint32_t)n; /* so that sub_pos points past n topics */
 	pos = sub_pos(s);

@@ -248,7 +248,7 @@ stream_destroy(stream *s, enum stream_outcome o)
 	subq_free(s->q);
 	subq_free(s->hold);
 	stream_free_topics(s);
-	free(s);
+	st_slab_put(s->env->streams, s);
 }
 
 /*
@@ -915,10 +915,16 @@ on_req_gone(void *arg)
 
 /* ---- the start --------------------------------------------------------- */
 
+size_t
+stream_size(void)
+{
+	return sizeof(stream);
+}
+
 void
 stream_open(const stream_env *env, http_req *req, streamreq *rq, uint64_t exp_ms, uint64_t key_id, const uint8_t *ip)
 {
-	stream *s = st_xcalloc(1, sizeof(*s));
+	stream *s = st_slab_get(env->streams); /* zeroed, away from the request's buffers (st_slab.h) */
 
 	s->reg.s = s;
 	s->env = env;
@@ -942,7 +948,7 @@ stream_open(const stream_env *env, http_req *req, streamreq *rq, uint64_t exp_ms
 		memcpy(s->ip, ip, sizeof(s->ip));
 		s->ip_held = true;
 	}
-	s->q = subq_new(s->env->clock, &s->env->dropped, false);
+	s->q = subq_new(s->env->clock, &s->env->dropped, false, s->env->queues);
 	s->req = req;
 	s->h0 = stream_head(s);
 	s->last_id = 0;
@@ -971,7 +977,7 @@ stream_open(const stream_env *env, http_req *req, streamreq *rq, uint64_t exp_ms
 		stream_write_frame(s, frame_position_new(s->h0));
 		return;
 	}
-	s->hold = subq_new(s->env->clock, &s->env->dropped, true);
+	s->hold = subq_new(s->env->clock, &s->env->dropped, true, NULL); /* short-lived: malloc */
 	http_req_set_gone_cb(req, on_req_gone, s);
 	/* A numeric until bounds the count: events after it are never sent, so they cannot exceed the cap. */
 	s->job = replay_check(s->env->pool, (const char *const *)s->topics, s->topic_lens, s->n_topics, s->after,

@@ -66,6 +66,8 @@ typedef struct stream_env {
 	pgpool *pool;          /* borrowed */
 	const st_clock *clock; /* borrowed */
 	hub *hub;              /* the registry's */
+	st_slab *streams;      /* the registry's: every stream of this loop (stream_size() bytes) */
+	st_slab *queues;       /* the registry's: every stream's live queue (subq_size() bytes) */
 	uint64_t replay_cap;
 	st_auth_store *auth;   /* borrowed; NULL: no access control */
 	iplimit *ip_limit;     /* borrowed; NULL: no bound */
@@ -101,6 +103,8 @@ struct stream_reg {
  */
 void stream_open(const stream_env *env, http_req *req, streamreq *rq, uint64_t exp_ms, uint64_t key_id,
 		 const uint8_t *ip);
+/* The size of a stream, for the registry's slab (stream_env.streams). */
+size_t stream_size(void);
 /*
  * The auth keys were swapped: when the key that verified this stream's
  * token (key_id of stream_open) is gone, reconnect token_expired, as at

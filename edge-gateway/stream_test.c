@@ -125,6 +125,8 @@ fx_init(fx *x)
 	x->env.pool = x->pool;
 	x->env.clock = st_clock_system();
 	x->env.hub = hub_new(stream_hub_deliver, stream_hub_flush);
+	x->env.streams = st_slab_new(stream_size());
+	x->env.queues = st_slab_new(subq_size());
 	x->env.replay_cap = 1000;
 	x->env.refusals = &x->refs;
 	x->env.dropped.coalesced = st_metrics_counter(x->m, "dropped", "r=\"coalesced\"", NULL);
@@ -154,6 +156,8 @@ fx_fini(fx *x)
 		if (x->linked[i] != NULL)
 			stream_shutdown(x->linked[i]->s); /* a request still waiting on the check */
 	hub_free(x->env.hub);
+	st_slab_free(x->env.streams);
+	st_slab_free(x->env.queues);
 	pgpool_free(x->pool);
 	event_free(x->tick);
 	event_base_free(x->base);

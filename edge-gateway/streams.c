@@ -624,6 +624,8 @@ streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, co
 	env->pool = pool;
 	env->clock = clock;
 	env->hub = hub_new(stream_hub_deliver, stream_hub_flush);
+	env->streams = st_slab_new(stream_size());
+	env->queues = st_slab_new(subq_size());
 	env->replay_cap = ss->cfg.replay_cap;
 	env->auth = ss->cfg.auth;
 	env->ip_limit = ss->cfg.ip_limit;
@@ -670,6 +672,8 @@ streams_free(streams *ss)
 		stream_shutdown(r->s);
 	}
 	hub_free(ss->env.hub);
+	st_slab_free(ss->env.streams); /* every stream and its queue ended above */
+	st_slab_free(ss->env.queues);
 	frame_unref(ss->heartbeat);
 	event_free(ss->ev_heartbeat);
 	event_free(ss->ev_grace);

@@ -47,6 +47,7 @@ struct subq {
 	uint16_t n_signals;
 	uint8_t n_overflows; /* valid entries of overflow_at */
 	bool hold, dropped, closed, hold_overflowed;
+	st_slab *slab; /* where it came from (subq_new), NULL: malloc */
 };
 
 static void
@@ -345,14 +346,21 @@ coalesce(subq *q, frame *f, size_t cost)
 /* ---- the API ----------------------------------------------------------------- */
 
 subq *
-subq_new(const st_clock *clk, const subq_counters *c, bool hold_mode)
+subq_new(const st_clock *clk, const subq_counters *c, bool hold_mode, st_slab *slab)
 {
-	subq *q = st_xcalloc(1, sizeof(*q));
+	subq *q = slab != NULL ? st_slab_get(slab) : st_xcalloc(1, sizeof(*q));
 
+	q->slab = slab;
 	q->clk = clk;
 	q->ctr = c;
 	q->hold = hold_mode;
 	return q;
+}
+
+size_t
+subq_size(void)
+{
+	return sizeof(subq);
 }
 
 void
@@ -362,7 +370,10 @@ subq_free(subq *q)
 		return;
 	empty(q);
 	free(q->ring);
-	free(q);
+	if (q->slab != NULL)
+		st_slab_put(q->slab, q);
+	else
+		free(q);
 }
 
 enum subq_result

@@ -72,6 +72,7 @@
 #include "frame.h"
 #include "st_clock.h"
 #include "st_metrics.h"
+#include "st_slab.h"
 
 #define SUBQ_MAX_FRAMES 1000u
 #define SUBQ_MAX_BYTES (1024u * 1024u)
@@ -94,8 +95,12 @@ typedef struct subq_counters {
 enum subq_result { SUBQ_QUEUED, SUBQ_COALESCED, SUBQ_OVERFLOW, SUBQ_DROP };
 
 /* clk and c (NULL ok) are borrowed and must outlive the queue.  hold_mode:
- * the replay hold buffer (rule 8).  Never fails (aborts on OOM: fixed size). */
-subq *subq_new(const st_clock *clk, const subq_counters *c, bool hold_mode);
+ * the replay hold buffer (rule 8).  slab: where the queue itself is taken
+ * from (borrowed, one of subq_size() bytes, same thread), NULL: malloc.
+ * Never fails (aborts on OOM: fixed size). */
+subq *subq_new(const st_clock *clk, const subq_counters *c, bool hold_mode, st_slab *slab);
+/* The size of a queue, for its slab. */
+size_t subq_size(void);
 /* NULL-safe; releases every queued frame. */
 void subq_free(subq *q);
 

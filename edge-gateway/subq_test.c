@@ -80,7 +80,7 @@ t_coalesce_keeps_first_position(void)
 	subq *q;
 
 	setup();
-	q = subq_new(&clk.clock, &ctr, false);
+	q = subq_new(&clk.clock, &ctr, false, NULL);
 	ST_CHECK(push(q, item(1, 1, false), 0) == SUBQ_QUEUED);
 	ST_CHECK(push(q, item(2, 9, true), 0) == SUBQ_QUEUED);
 	ST_CHECK(push(q, item(3, 2, false), 0) == SUBQ_QUEUED); /* other resource: kept */
@@ -106,7 +106,7 @@ t_data_never_coalesced(void)
 	subq *q;
 
 	setup();
-	q = subq_new(&clk.clock, &ctr, false);
+	q = subq_new(&clk.clock, &ctr, false, NULL);
 	ST_CHECK(push(q, item(1, 1, true), 0) == SUBQ_QUEUED);
 	ST_CHECK(push(q, item(2, 1, true), 0) == SUBQ_QUEUED);
 	ST_CHECK(push(q, item(3, 1, false), 0) == SUBQ_QUEUED); /* a signal does not replace data */
@@ -127,7 +127,7 @@ t_overflow_by_count(void)
 	frame *f;
 
 	setup();
-	q = subq_new(&clk.clock, &ctr, false);
+	q = subq_new(&clk.clock, &ctr, false, NULL);
 	fill(q, 1);
 	ST_CHECK_EQ_U64(subq_count(q), 1000);
 	f = item(1001, 1, true);
@@ -154,7 +154,7 @@ t_overflow_small(void)
 
 	setup();
 	memset(big, '1', SUBQ_MAX_BYTES);
-	q = subq_new(&clk.clock, &ctr, false);
+	q = subq_new(&clk.clock, &ctr, false, NULL);
 	for (uint64_t s = 1; s <= 40; s++)
 		ST_CHECK(push(q, item(s, 1, true), 0) == SUBQ_QUEUED);
 	ST_CHECK(push(q, frame_item_new(41, "t", 1, NULL, 0, big, SUBQ_MAX_BYTES - 200), 0) == SUBQ_OVERFLOW);
@@ -179,7 +179,7 @@ t_overflow_by_bytes(void)
 	cost = frame_cost(probe);
 	frame_unref(probe);
 	n = SUBQ_MAX_BYTES / cost; /* 15 */
-	q = subq_new(&clk.clock, &ctr, false);
+	q = subq_new(&clk.clock, &ctr, false, NULL);
 	for (size_t i = 0; i < n; i++)
 		ST_CHECK(push(q, frame_item_new(100 + i, "t", 1, NULL, 0, data, 64 * 1024), 0) == SUBQ_QUEUED);
 	ST_CHECK_EQ_U64(subq_bytes(q), n * cost);
@@ -208,7 +208,7 @@ t_third_overflow_within_60s_drops(void)
 	subq *q;
 
 	setup();
-	q = subq_new(&clk.clock, &ctr, false);
+	q = subq_new(&clk.clock, &ctr, false, NULL);
 	seq = overflow_once(q, seq, SUBQ_OVERFLOW);
 	clk.now += 30000;
 	seq = overflow_once(q, seq, SUBQ_OVERFLOW);
@@ -237,7 +237,7 @@ t_three_overflows_over_60001ms_do_not_drop(void)
 	subq *q;
 
 	setup();
-	q = subq_new(&clk.clock, &ctr, false);
+	q = subq_new(&clk.clock, &ctr, false, NULL);
 	seq = overflow_once(q, seq, SUBQ_OVERFLOW);
 	clk.now += 30000;
 	seq = overflow_once(q, seq, SUBQ_OVERFLOW);
@@ -259,7 +259,7 @@ t_blocked(void)
 	subq *q;
 
 	setup();
-	q = subq_new(&clk.clock, &ctr, false);
+	q = subq_new(&clk.clock, &ctr, false, NULL);
 	for (uint64_t s = 1; s <= 5; s++)
 		ST_CHECK(push(q, item(s, 1, true), 0) == SUBQ_QUEUED);
 	ST_CHECK(push(q, frame_heartbeat_new(), 29900) == SUBQ_QUEUED);
@@ -284,7 +284,7 @@ t_hold_mode(void)
 	subq *q;
 
 	setup();
-	q = subq_new(&clk.clock, &ctr, true);
+	q = subq_new(&clk.clock, &ctr, true, NULL);
 	ST_CHECK(push(q, item(1, 1, false), 0) == SUBQ_QUEUED);
 	ST_CHECK(push(q, item(2, 1, false), 0) == SUBQ_COALESCED);  /* coalescing applies */
 	ST_CHECK(push(q, item(3, 2, true), 999999) == SUBQ_QUEUED); /* blocked_ms ignored */
@@ -318,7 +318,7 @@ t_hold_newest_seq(void)
 	subq *q;
 
 	setup();
-	q = subq_new(&clk.clock, &ctr, true);
+	q = subq_new(&clk.clock, &ctr, true, NULL);
 	fill(q, 5001);
 	/* the newest dropped seq is remembered, whichever frame did not fit */
 	ST_CHECK(push(q, frame_resync_new(7, "gap"), 0) == SUBQ_OVERFLOW);
@@ -338,7 +338,7 @@ t_terminal_always_accepted(void)
 	subq *q;
 
 	setup();
-	q = subq_new(&clk.clock, &ctr, false);
+	q = subq_new(&clk.clock, &ctr, false, NULL);
 	fill(q, 1);
 	/* a heartbeat that does not fit is discarded; nothing is emptied */
 	ST_CHECK(push(q, frame_heartbeat_new(), 0) == SUBQ_COALESCED);
@@ -358,7 +358,7 @@ t_terminal_always_accepted(void)
 	subq_free(q);
 
 	/* byte bound too: a failure after a full-bytes queue */
-	q = subq_new(&clk.clock, NULL, false);
+	q = subq_new(&clk.clock, NULL, false, NULL);
 	ST_CHECK(push(q, frame_failure_new(500, "Internal Server Error", NULL), 0) == SUBQ_QUEUED);
 	ST_CHECK_EQ_U64(subq_count(q), 1);
 	subq_free(q);
@@ -367,7 +367,7 @@ t_terminal_always_accepted(void)
 static void
 t_null_counters_and_free(void)
 {
-	subq *q = subq_new(&clk.clock, NULL, false);
+	subq *q = subq_new(&clk.clock, NULL, false, NULL);
 
 	st_clock_fake_init(&clk, 5);
 	ST_CHECK(subq_peek(q) == NULL && subq_pop(q) == NULL);
@@ -400,7 +400,7 @@ t_index_model(void)
 	subq *q;
 
 	setup();
-	q = subq_new(&clk.clock, &ctr, false);
+	q = subq_new(&clk.clock, &ctr, false, NULL);
 	for (int step = 0; step < 200000; step++) {
 		unsigned r;
 
@@ -469,7 +469,7 @@ t_coalesce_takes_newer_id_at_tail(void)
 	subq *q;
 
 	setup();
-	q = subq_new(&clk.clock, &ctr, false);
+	q = subq_new(&clk.clock, &ctr, false, NULL);
 	ST_CHECK(push(q, item(1, 9, true), 0) == SUBQ_QUEUED);
 	ST_CHECK(push(q, item(2, 1, false), 0) == SUBQ_QUEUED);
 	ST_CHECK(push(q, item(3, 1, false), 0) == SUBQ_COALESCED);
@@ -519,14 +519,14 @@ t_hold_seam_keeps_newer_signal(void)
 
 	setup();
 	/* S1 then S2: S2 takes S1's slot with its own id. */
-	q = subq_new(&clk.clock, &ctr, true);
+	q = subq_new(&clk.clock, &ctr, true, NULL);
 	ST_CHECK(push(q, item(100, 1, false), 0) == SUBQ_QUEUED);
 	ST_CHECK(push(q, item(105, 1, false), 0) == SUBQ_COALESCED);
 	ST_CHECK_EQ_U64(release_above(q, 103, got, 8), 1);
 	ST_CHECK_EQ_U64(got[0], 105);
 	subq_free(q);
 	/* S1, an item, then S2: S2 is held on its own, after the item. */
-	q = subq_new(&clk.clock, &ctr, true);
+	q = subq_new(&clk.clock, &ctr, true, NULL);
 	ST_CHECK(push(q, item(100, 1, false), 0) == SUBQ_QUEUED);
 	ST_CHECK(push(q, item(102, 2, true), 0) == SUBQ_QUEUED);
 	ST_CHECK(push(q, item(105, 1, false), 0) == SUBQ_QUEUED);
