@@ -407,6 +407,12 @@ with harness.Env() as env:
 
     @t.case
     def draining_503_with_retry_after():
+        # edge3 started before the cases that took the database away: its pool reconnects with
+        # back-off (up to 5 s, longer on a loaded machine), and until then a stream is told
+        # reconnect not_ready.  Its /readyz says when.
+        harness.wait_until(lambda: harness.http_get(edge3.url + "/readyz")[0] == 200, 30,
+                           "edge3 is ready again after the database came back",
+                           detail=lambda: harness.http_get(edge3.url + "/readyz")[:3:2])
         c = sc.StreamClient(port3, stream_path([TOPIC]))
         sc.run_until_open([c])
         check_eq((c.status, c.done), (200, False),
