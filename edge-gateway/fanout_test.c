@@ -287,18 +287,37 @@ t_subscribe_mid_burst(void)
 	fx_fini(&x);
 }
 
+/* Streams ADR-0197 cut for overflowing three times (the metric). */
+static uint64_t
+cut_slow(fx *x)
+{
+	static const char name[] = "studio_sse_cut_total{reason=\"slow_consumer\"} ";
+	size_t len = 0;
+	char *text = st_metrics_render(x->m, &len);
+	const char *at = strstr(text, name);
+	uint64_t n = at ? strtoull(at + sizeof(name) - 1, NULL, 10) : 0;
+
+	free(text);
+	return n;
+}
+
 /*
  * ADR-0197 across the hand-over: beside two clients that read, one that
  * reads nothing (a 4 KiB window) while 2,400 events of 8 KiB pass is cut
  * (reconnect slow_consumer, its connection closed once it reads); the two
  * get every event, in order, with no resync.  The fast ones are waited for
- * after each batch, so only the slow one falls behind.
+ * after each batch, so only the slow one falls behind.  Once the edge has
+ * cut it (studio_sse_cut_total moved) the slow client reads again: its
+ * terminal frame then goes out however long the rest of the batches take
+ * (on a loaded machine they took over SUBQ_BLOCKED_MS, and a client that
+ * reads nothing that long is closed without its terminal, as it must be).
  */
 static void
 t_slow_stream_cut(void)
 {
 	fx x;
 	st_test_http fast[2], slow;
+	uint64_t cut_at = 0; /* the last event published when the cut was seen */
 
 	fx_init(&x, 2);
 	fanout_set_head(x.f, 0);
@@ -308,7 +327,13 @@ t_slow_stream_cut(void)
 	for (uint64_t s = 1; s <= 2400; s += 50) {
 		publish(&x, s, s + 49, 50, 8192);
 		ST_CHECK(wait_all(&x, fast, 2, s + 49));
+		if (!cut_at && cut_slow(&x) > 0)
+			cut_at = s + 49;
+		if (cut_at)
+			st_test_http_read(&slow);
 	}
+	fprintf(stderr, "  slow stream cut by event %" PRIu64 "\n", cut_at);
+	ST_CHECK(cut_at != 0);
 	for (int i = 0; i < 2; i++) {
 		uint64_t pos = 0;
 

@@ -104,6 +104,13 @@ struct sub {
 
 	atomic_ullong received;
 	atomic_ullong errors;
+	/*
+	 * on_recv is taking messages out of nng and handing them to the
+	 * callback: one in hand is as good as one waiting (sub_msg_waiting),
+	 * or a reader that polls between the take and the callback's own
+	 * record of it would see neither.
+	 */
+	atomic_bool in_hand;
 };
 
 static bool
@@ -395,28 +402,31 @@ on_recv(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
+	atomic_store(&s->in_hand, true); /* before the take: see sub_msg_waiting */
 	for (n = 0; n < SUB_BATCH; n++) {
 		nng_msg *m;
 		int rv = nng_recvmsg(s->sock, &m, NNG_FLAG_NONBLOCK);
 		if (rv == NNG_EAGAIN)
-			return;
+			goto out;
 		if (rv != 0) {
 			atomic_fetch_add(&s->errors, 1);
 			if (rv != NNG_ECLOSED)
 				st_warn("sub: receive: %s", nng_strerror(rv));
-			return;
+			goto out;
 		}
 		atomic_fetch_add(&s->received, 1);
 		s->fn(s->arg, nng_msg_body(m), nng_msg_len(m));
 		nng_msg_free(m);
 		if (s->paused)
-			return; /* the callback asked for flow control */
+			goto out; /* the callback asked for flow control */
 	}
 	/*
 	 * More may be queued.  The descriptor is level-triggered, so the next
 	 * loop turn reports it again, after the sockets had their writes; an
 	 * event_active here would run us again before them.
 	 */
+out:
+	atomic_store(&s->in_hand, false); /* after the callback recorded what it read */
 }
 
 st_err
@@ -555,7 +565,12 @@ sub_msg_waiting(const sub *s)
 {
 	struct pollfd p = { .fd = s->recv_fd, .events = POLLIN };
 
-	return s->ev != NULL && poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
+	if (s->ev == NULL)
+		return false;
+	/* The descriptor first: a message taken after the poll is in hand by the time we look at the flag. */
+	if (poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0)
+		return true;
+	return atomic_load(&((sub *)s)->in_hand);
 }
 
 size_t

@@ -83,8 +83,12 @@ void sub_pause(sub *s, bool paused);
 bool sub_paused(const sub *s);
 /*
  * A published message is queued in nng, not read yet (the edge paused its
- * intake, or is still reading a burst ahead of it).  A poll of the receive
- * descriptor, which is never read.  Any thread, while s lives.
+ * intake, or is still reading a burst ahead of it), or taken and in the
+ * callback's hands.  A poll of the receive descriptor, which is never
+ * read, then a flag the reader sets before it takes one and clears after
+ * the callback returned: a caller that then reads what the callback
+ * records of a message sees it or sees it waiting, never neither.  Any
+ * thread, while s lives.
  */
 bool sub_msg_waiting(const sub *s);
 size_t sub_url_pipes(const sub *s, size_t i);

@@ -257,6 +257,8 @@ static enum subq_result
 drop(subq *q, enum drop_reason r, const char *reason)
 {
 	count_drop(ctr_of(q, r), (size_t)q->count + 1);
+	if (q->ctr != NULL)
+		count_drop(r == C_OVERFLOW ? q->ctr->cut_slow : q->ctr->cut_blocked, 1);
 	empty(q);
 	append_new(q, frame_reconnect_new(SUBQ_RECONNECT_RETRY_MS, reason));
 	q->dropped = true;

@@ -84,12 +84,18 @@
 
 typedef struct subq subq;
 
-/* studio_sse_dropped_total by reason; any may be NULL (not counted). */
+/*
+ * studio_sse_dropped_total by reason (frames), and studio_sse_cut_total by
+ * reason (streams told reconnect: the third overflow, slow_consumer, or a
+ * socket blocked too long); any may be NULL (not counted).
+ */
 typedef struct subq_counters {
 	st_counter *coalesced;
 	st_counter *overflow;
 	st_counter *replay;
 	st_counter *blocked;
+	st_counter *cut_slow;
+	st_counter *cut_blocked;
 } subq_counters;
 
 enum subq_result { SUBQ_QUEUED, SUBQ_COALESCED, SUBQ_OVERFLOW, SUBQ_DROP };

@@ -19,6 +19,8 @@ setup(void)
 	ctr.overflow = st_metrics_counter(reg, "studio_sse_dropped_total", "reason=\"overflow\"", "dropped");
 	ctr.replay = st_metrics_counter(reg, "studio_sse_dropped_total", "reason=\"replay\"", "dropped");
 	ctr.blocked = st_metrics_counter(reg, "studio_sse_dropped_total", "reason=\"blocked\"", "dropped");
+	ctr.cut_slow = st_metrics_counter(reg, "studio_sse_cut_total", "reason=\"slow_consumer\"", "cut");
+	ctr.cut_blocked = st_metrics_counter(reg, "studio_sse_cut_total", "reason=\"blocked\"", "cut");
 	st_clock_fake_init(&clk, 1000000);
 }
 
@@ -213,7 +215,9 @@ t_third_overflow_within_60s_drops(void)
 	clk.now += 30000;
 	seq = overflow_once(q, seq, SUBQ_OVERFLOW);
 	clk.now += 30000; /* exactly 60 s after the first: within */
+	ST_CHECK_EQ_U64(st_counter_get(ctr.cut_slow), 0);
 	seq = overflow_once(q, seq, SUBQ_DROP);
+	ST_CHECK_EQ_U64(st_counter_get(ctr.cut_slow), 1);
 	ST_CHECK(subq_is_dropped(q) && subq_is_closed(q));
 	ST_CHECK_EQ_U64(subq_count(q), 1);
 	CHECK_HEAD(q, "{\"type\":\"reconnect\",\"retry_ms\":500,\"reason\":\"slow_consumer\"}");
@@ -227,6 +231,9 @@ t_third_overflow_within_60s_drops(void)
 	ST_CHECK_EQ_U64(subq_count(q), 1);
 	ST_CHECK_EQ_U64(st_counter_get(ctr.overflow), before);
 	ST_CHECK_EQ_U64(st_counter_get(ctr.blocked), 0);
+	/* one stream, cut once, whatever it is offered afterwards */
+	ST_CHECK_EQ_U64(st_counter_get(ctr.cut_slow), 1);
+	ST_CHECK_EQ_U64(st_counter_get(ctr.cut_blocked), 0);
 	subq_free(q);
 }
 
@@ -266,7 +273,10 @@ t_blocked(void)
 	ST_CHECK(push(q, item(6, 1, true), SUBQ_BLOCKED_MS) == SUBQ_QUEUED); /* strictly more than 30 s */
 	ST_CHECK(!subq_is_dropped(q));
 	ST_CHECK_EQ_U64(st_counter_get(ctr.blocked), 0);
+	ST_CHECK_EQ_U64(st_counter_get(ctr.cut_blocked), 0);
 	ST_CHECK(push(q, frame_heartbeat_new(), 30100) == SUBQ_DROP);
+	ST_CHECK_EQ_U64(st_counter_get(ctr.cut_blocked), 1);
+	ST_CHECK_EQ_U64(st_counter_get(ctr.cut_slow), 0);
 	ST_CHECK(subq_is_dropped(q));
 	ST_CHECK_EQ_U64(subq_count(q), 1);
 	CHECK_HEAD(q, "{\"type\":\"reconnect\",\"retry_ms\":500,\"reason\":\"blocked\"}");
