@@ -21,6 +21,12 @@
  * An NDJSON event is {"topic":T,"about":[..],"data":ANY,"key":K}; about,
  * data and key are optional, and null means absent (data null is a change
  * signal).  data goes to the writer as the exact text of the value.
+ *
+ * SIZE.  Over 800 lines: about half is publish --file (the line parser,
+ * the two passes, batching and the busy retry), the rest tail's frame
+ * rendering, the control commands and the option table.  Each command is
+ * a few functions that share only the options and the producer set-up;
+ * if one more command arrives, publish moves to a publish.c of its own.
  */
 #include "st_config.h"
 #include "st_control.h"
