@@ -21,7 +21,9 @@
  * process trims at most once per burst of a thousand connections, and never
  * while the count stands still.  The caller runs the trim on its loop:
  * malloc_trim walks the free chunks of every arena (measured in
- * docs/performance.md: a few milliseconds after 10,000 streams).
+ * docs/performance.md: a few milliseconds after 10,000 streams), locking
+ * each in turn, so another thread allocating from the arena being walked
+ * waits for that arena's pass too (with --threads N, a worker's loop).
  *
  * One trimmer per process, used from one thread (the caller's tick).
  */

@@ -78,9 +78,10 @@ struct http_stream {
 	void *arg;
 	uint32_t scanned; /* bytes of input already searched for the end of head */
 	uint16_t peer_port;
-	/* The state (enum conn_state) is a bit-field beside the flags: with the
-	 * peer kept as address and port (its text is made on demand), the struct
-	 * fits a 176-byte malloc chunk (docs/performance.md "Idle stream"). */
+	/* The state (enum conn_state) is a bit-field beside the flags, and the
+	 * peer is kept as address and port (its text is made on demand): every
+	 * byte here is a byte of every idle stream, taken from the server's
+	 * slab in 8-byte steps (docs/performance.md "Idle stream"). */
 	unsigned state : 3;
 	bool closing : 1, in_parse : 1, wait_drain : 1, is_stream : 1, head_only : 1, end_called : 1, aborted : 1,
 		shut : 1, peer_eof : 1;

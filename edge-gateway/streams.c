@@ -564,7 +564,7 @@ streams_metrics_new(st_metrics *m)
 	sm->dropped.replay = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"replay\"", NULL);
 	sm->dropped.blocked = st_metrics_counter(m, "studio_sse_dropped_total", "reason=\"blocked\"", NULL);
 	sm->dropped.cut_slow = st_metrics_counter(m, "studio_sse_cut_total", "reason=\"slow_consumer\"",
-						  "Streams told reconnect by ADR-0197, by reason.");
+						  "Streams cut by ADR-0197 (reconnect queued), by reason.");
 	sm->dropped.cut_blocked = st_metrics_counter(m, "studio_sse_cut_total", "reason=\"blocked\"", NULL);
 	sm->open = st_metrics_gauge(m, "studio_streams_open", NULL, "Streams open now.");
 	counter_family(m, "studio_stream_outcomes_total", "outcome", outcome_names, 0, OUT_COUNT,

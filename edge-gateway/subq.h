@@ -86,8 +86,9 @@ typedef struct subq subq;
 
 /*
  * studio_sse_dropped_total by reason (frames), and studio_sse_cut_total by
- * reason (streams told reconnect: the third overflow, slow_consumer, or a
- * socket blocked too long); any may be NULL (not counted).
+ * reason (streams cut, their reconnect queued: the third overflow,
+ * slow_consumer, or a socket blocked too long, which seldom reads it);
+ * any may be NULL (not counted).
  */
 typedef struct subq_counters {
 	st_counter *coalesced;
