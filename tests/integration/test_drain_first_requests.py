@@ -33,6 +33,9 @@ t = harness.Tests()
 THREADS = max(2, int(os.environ.get("STUDIO_THREADS", "2") or 2))
 K = int(os.environ.get("DRAIN_K", "200"))
 ROUNDS = int(os.environ.get("DRAIN_ROUNDS", "4"))
+# More rounds, up to this many, while none has seen a request answered during the drain: on a loaded
+# machine an edge can find no stream open yet at the signal and exit before reading any request.
+ROUNDS_MAX = 3 * ROUNDS
 
 
 def classify(fmt, raw):
@@ -67,7 +70,9 @@ def first_requests_of_a_drain_are_refused_as_draining():
     with harness.Env() as env:
         writer = env.start_writer(flush_interval_ms=100)
         writer.wait_ready()
-        for rnd in range(ROUNDS):
+        for rnd in range(ROUNDS_MAX):
+            if rnd >= ROUNDS and any("refused-draining" in k for k in totals):
+                break
             edge = env.start_edge([writer], drain_grace_s=2, heartbeat_s=5, threads=THREADS)
             edge.wait_ready()
             port = sc.edge_port(edge)
@@ -80,16 +85,24 @@ def first_requests_of_a_drain_are_refused_as_draining():
                 s.sendall(req[:-1])
                 socks.append((fmt, s, req[-1:]))
             # the edge holds K half-sent requests; the last bytes go around the signal
+            # A request whose last byte cannot go out any more (the edge had no stream left, so it
+            # exited, and reset the connection it had not read): unanswered, like one it never read.
+            # On a loaded machine it can exit before the test sends the bytes after the signal.
+            cut = set()
             for j, (fmt, s, last) in enumerate(socks):
                 if j == K // 3:
                     edge.signal(signal.SIGTERM)
-                s.sendall(last)
+                try:
+                    s.sendall(last)
+                except OSError as e:
+                    cut.add(j)
+                    log("round %d: request %d's last byte not sent: %s" % (rnd, j, e))
             counts = {}
-            for fmt, s, _ in socks:
+            for j, (fmt, s, _) in enumerate(socks):
                 buf = bytearray()
                 s.settimeout(30)
                 try:
-                    while True:
+                    while j not in cut:
                         b = s.recv(65536)
                         if not b:
                             break
@@ -110,7 +123,7 @@ def first_requests_of_a_drain_are_refused_as_draining():
     check(sum(v for k, v in totals.items() if "refused-draining" in k) > 0,
           "precondition: some requests were answered during the drain: %s" % totals)
     check_eq(bad[:5], [], "answers other than an open stream told draining or a refusal saying draining "
-             "(%d of %d)" % (len(bad), K * ROUNDS))
+             "(%d of %d)" % (len(bad), sum(totals.values())))
 
 
 t.main()

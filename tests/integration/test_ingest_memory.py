@@ -63,6 +63,19 @@ def inflight_bytes(w):
     return h.json.loads(p.stdout.decode())["ingest_inflight_bytes"]
 
 
+def conn_metrics(w):
+    """The writer's own account of the ingest connections it ended: {reason: count}, the closed
+    (idle, displaced, handshake) and the refused (global_cap, address_cap) ones."""
+    st, _, body = h.http_get(w.http_url + "/metrics")
+    got = {}
+    for line in body.decode(errors="replace").splitlines():
+        for fam in ("studio_writer_ingest_conns_closed_total", "studio_writer_ingest_conns_refused_total"):
+            if line.startswith(fam + "{"):
+                reason = line.split('reason="', 1)[1].split('"', 1)[0]
+                got[fam.split("_")[4] + ":" + reason] = int(float(line.rsplit(" ", 1)[1]))
+    return got
+
+
 @t.case
 def two_hundred_producers_of_16_mib_at_once():
     with h.Env() as env:
@@ -80,13 +93,16 @@ def two_hundred_producers_of_16_mib_at_once():
                                                                                 p.stderr.decode()[-500:]))
         res = h.json.loads(out)
         hwm_kb = status_kb(w.pid, "VmHWM")
+        conns = conn_metrics(w)
         h.log("FIGURE 200 producers x 16 MiB at once: %s in %.1f s" % (out, took))
+        h.log("FIGURE ingest connections closed or refused by the writer: %s" % conns)
         h.log("FIGURE writer RSS idle %.0f MiB, peak (VmHWM) %.0f MiB, bound %.0f MiB (%.0f%% of it)"
               % (idle_kb / 1024, hwm_kb / 1024, BOUND / MIB, 100.0 * hwm_kb * 1024 / BOUND))
         for name, v in TERMS:
             h.log("  bound term %-42s %8.1f MiB" % (name, v / MIB))
         h.check(w.alive(), "the writer survived\n" + w.logs())
-        h.check_eq(res["no_reply"], 0, "producers without an answer (%s)" % p.stderr.decode()[-2000:])
+        h.check_eq(res["no_reply"], 0, "producers without an answer (writer's connection counters %s; %s)"
+                   % (conns, p.stderr.decode()[-2000:]))
         h.check_eq(res["ok"] + res["busy"], 200, "answers that are ok or busy (%s)" % out)
         h.check(res["ok"] >= 1, "at least one 16 MiB request was accepted (%s)" % out)
         h.check(hwm_kb * 1024 < BOUND, "peak RSS %d KiB is below the arithmetic bound %d KiB"
