@@ -91,11 +91,9 @@ enum writer_life {
 };
 
 struct writer {
-	writer_config c; /* the strings are the caller's (see writer_new) */
+	writer_config c; /* the strings are the caller's, c.auth is ours (see writer_new) */
 	struct event_base *base;
 	const st_clock *clock;
-	char instance[128];
-	char lock_key[24];
 	st_pgconn *db, *db_ret;
 	ingest *in;
 	publish *pub;
@@ -107,8 +105,7 @@ struct writer {
 	enum writer_life life; /* see DESIGN */
 	int exit_code;
 	struct event *flush_timer, *give_up_timer, *exit_timer, *sig_term, *sig_int, *sig_hup;
-	st_auth_store *auth; /* owned (from the config); NULL: --ingest-keys not set; read by the ingest receivers */
-	st_keywatch *keys;   /* owned; NULL: no --ingest-keys */
+	st_keywatch *keys; /* owned; NULL: no --ingest-keys */
 	/* metrics */
 	st_metrics *m;
 	st_counter *committed, *rej_invalid, *rej_busy, *rej_unavail, *rej_unauth, *rej_forbidden, *flush_failures;
@@ -344,7 +341,7 @@ put_stats(writer *w, st_buf *out)
 		",\"ingest_inflight_bytes\":%zu",
 		fs.pending_events, fs.inflight ? "true" : "false", fs.inflight_events, st_counter_get(w->committed),
 		st_pgconn_up(w->db) ? "true" : "false", fs.last_flush_ms, w->life != W_RUNNING ? "true" : "false",
-		w->life >= W_STOPPING ? "true" : "false", w->instance, ingest_inflight_bytes(w->in));
+		w->life >= W_STOPPING ? "true" : "false", w->c.instance, ingest_inflight_bytes(w->in));
 }
 
 /* Reloads --ingest-keys (st_keywatch); requests being checked on the receivers keep the set they took. */
@@ -365,7 +362,7 @@ on_hup(evutil_socket_t sig, short what, void *arg)
 
 	(void)sig;
 	(void)what;
-	if (reload_keys(arg, why, sizeof(why)) != ST_OK && ((writer *)arg)->auth == NULL)
+	if (reload_keys(arg, why, sizeof(why)) != ST_OK && ((writer *)arg)->c.auth == NULL)
 		st_info("SIGHUP: %s, nothing to reload", why);
 }
 
@@ -396,7 +393,7 @@ on_control(const char *cmd, const st_json *req, st_buf *out, void *arg)
 			st_buf_puts(out, reason);
 			return ST_EINVAL;
 		}
-		st_buf_printf(out, "\"keys\":%zu", st_auth_store_key_count(w->auth));
+		st_buf_printf(out, "\"keys\":%zu", st_auth_store_key_count(w->c.auth));
 		return ST_OK;
 	}
 	return ST_ENOTFOUND;
@@ -458,9 +455,6 @@ writer_new(const writer_config *c)
 
 	w->c = *c;
 	w->clock = st_clock_system();
-	w->auth = c->auth;
-	snprintf(w->instance, sizeof(w->instance), "%s", c->instance);
-	snprintf(w->lock_key, sizeof(w->lock_key), "%" PRId64, c->lock_key);
 	return w;
 }
 
@@ -468,7 +462,7 @@ int
 writer_run(writer *w)
 {
 	const char *dsn = w->c.pg_dsn;
-	flush_config fc = { .instance = w->instance, .lock_key = w->c.lock_key, .crash_after = w->c.crash_after };
+	flush_config fc = { .instance = w->c.instance, .lock_key = w->c.lock_key, .crash_after = w->c.crash_after };
 	flush_metrics fm;
 	const flush_hooks fh = { .answer = on_answer,
 				 .refuse = on_refuse,
@@ -510,8 +504,8 @@ writer_run(writer *w)
 	evsignal_add(w->sig_term, NULL);
 	evsignal_add(w->sig_int, NULL);
 	evsignal_add(w->sig_hup, NULL);
-	if (w->auth != NULL && (w->keys = st_keywatch_new(w->base, w->auth, w->c.keys_path, "--ingest-keys",
-							  w->c.keys_watch_ms)) == NULL) {
+	if (w->c.auth != NULL && (w->keys = st_keywatch_new(w->base, w->c.auth, w->c.keys_path, "--ingest-keys",
+							    w->c.keys_watch_ms)) == NULL) {
 		st_error("cannot watch the --ingest-keys file");
 		return 1;
 	}
@@ -523,14 +517,14 @@ writer_run(writer *w)
 		st_error("cannot create the database connections");
 		return 1;
 	}
-	if ((rv = publish_new(w->c.publish_url, w->instance, &w->pub)) != ST_OK)
+	if ((rv = publish_new(w->c.publish_url, w->c.instance, &w->pub)) != ST_OK)
 		st_config_fail(WRITER_PROG, "--publish: cannot listen (%s)", st_err_str(rv));
 	if (flush_new(w->base, w->clock, w->db, w->pub, &fc, &fm, &fh, &w->flush) != ST_OK) {
 		st_error("cannot create the flush");
 		return 1;
 	}
-	ingest_auth ia = { .store = w->auth, .unauthorized = w->rej_unauth, .forbidden = w->rej_forbidden };
-	if ((rv = ingest_new(w->base, w->c.ingest_url, INGEST_CONTEXTS, w->rej_invalid, w->auth ? &ia : NULL,
+	ingest_auth ia = { .store = w->c.auth, .unauthorized = w->rej_unauth, .forbidden = w->rej_forbidden };
+	if ((rv = ingest_new(w->base, w->c.ingest_url, INGEST_CONTEXTS, w->rej_invalid, w->c.auth ? &ia : NULL,
 			     on_request, w, &w->in)) != ST_OK)
 		st_config_fail(WRITER_PROG, "--ingest: cannot listen (%s)", st_err_str(rv));
 	ingest_set_counters(w->in, w->rej_busy, w->rej_unavail);
@@ -538,7 +532,7 @@ writer_run(writer *w)
 				w->conn_displaced, w->conn_closed_hs, w->conns);
 	if (w->c.ingest_http_addr != NULL && w->c.ingest_http_addr[0] != '\0') {
 		ingest_http_config hc = { .in = w->in,
-					  .auth = w->auth,
+					  .auth = w->c.auth,
 					  .invalid = w->rej_invalid,
 					  .busy = w->rej_busy,
 					  .unavailable = w->rej_unavail,
@@ -562,8 +556,8 @@ writer_run(writer *w)
 	}
 	iv = st_timeval_ms((uint64_t)w->c.flush_interval_ms);
 	evtimer_add(w->flush_timer, &iv);
-	st_info("writer %s: ingest, publish and flush every %d ms with lock key %s", w->instance,
-		w->c.flush_interval_ms, w->lock_key);
+	st_info("writer %s: ingest, publish and flush every %d ms with lock key %" PRId64, w->c.instance,
+		w->c.flush_interval_ms, w->c.lock_key);
 	event_base_dispatch(w->base);
 	return w->exit_code;
 }
@@ -596,7 +590,7 @@ writer_free(writer *w)
 	if (w->sig_hup)
 		event_free(w->sig_hup);
 	st_keywatch_free(w->keys);
-	st_auth_store_free(w->auth);
+	st_auth_store_free(w->c.auth);
 	st_tlsstat_free(w->tlsstat);
 	st_metrics_free(w->m);
 	if (w->base)

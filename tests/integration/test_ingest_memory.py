@@ -64,15 +64,14 @@ def inflight_bytes(w):
 
 
 def conn_metrics(w):
-    """The writer's own account of the ingest connections it ended: {reason: count}, the closed
+    """The writer's own account of the ingest connections it ended: {kind:reason: count}, the closed
     (idle, displaced, handshake) and the refused (global_cap, address_cap) ones."""
-    st, _, body = h.http_get(w.http_url + "/metrics")
+    series = [("closed", r) for r in ("idle", "displaced", "handshake")] + \
+        [("refused", r) for r in ("global_cap", "address_cap")]
     got = {}
-    for line in body.decode(errors="replace").splitlines():
-        for fam in ("studio_writer_ingest_conns_closed_total", "studio_writer_ingest_conns_refused_total"):
-            if line.startswith(fam + "{"):
-                reason = line.split('reason="', 1)[1].split('"', 1)[0]
-                got[fam.split("_")[4] + ":" + reason] = int(float(line.rsplit(" ", 1)[1]))
+    for kind, r in series:
+        v = h.metric(w.http_url, "studio_writer_ingest_conns_%s_total" % kind, {"reason": r})
+        got["%s:%s" % (kind, r)] = None if v is None else int(v)  # None: the series is missing
     return got
 
 
