@@ -290,6 +290,7 @@ ref_batch_hand_over(stream *s, ref_batch *b)
 {
 	if (b->n == 0)
 		return;
+	st_counter_add(s->env->m_frames, b->n);
 	if (s->hs) {
 		http_stream_write_refs(s->hs, b->r, b->n);
 	} else {
@@ -331,8 +332,8 @@ stream_write_frame_to(stream *s, frame *f, ref_batch *b)
 	/* Read before the hand-over: a failed reference frees f at once. */
 	term = frame_is_terminal(f);
 	bytes = frame_bytes(f, s->fmt, &len);
-	st_counter_inc(s->env->m_frames);
 	if (b != NULL && !term) {
+		/* counted at the hand-over: one atomic add per batch, not per frame */
 		b->r[b->n++] = (http_ref){ bytes, len, frame_release_cb, f, frame_origin_ns(f) };
 		b->bytes += len;
 		if (b->n == STREAM_BATCH || b->bytes >= STREAM_BATCH_BYTES)
@@ -341,6 +342,7 @@ stream_write_frame_to(stream *s, frame *f, ref_batch *b)
 	}
 	if (b != NULL)
 		ref_batch_hand_over(s, b);
+	st_counter_inc(s->env->m_frames);
 	http_stream_write_ref(s->hs, bytes, len, frame_release_cb, f);
 	if (term)
 		stream_end(s, t); /* counted when the bytes have left (on_close), not on hand-over */
@@ -372,7 +374,12 @@ stream_dropped(stream *s)
 static void
 stream_push_live(stream *s, frame *f)
 {
-	uint64_t blocked = s->hs ? http_stream_blocked_ms(s->hs, st_clock_now(s->env->clock)) : 0;
+	/* The clock only when bytes wait (the only case it can be blocked): read
+	 * for every frame of every stream it was 14 % of the edge's CPU in the
+	 * 1,000 x 200/s profile (issue 27). */
+	uint64_t blocked = s->hs != NULL && http_stream_backlog(s->hs) > 0
+				   ? http_stream_blocked_ms(s->hs, st_clock_now(s->env->clock))
+				   : 0;
 
 	/* SUBQ_DROP also answers pushes after a terminal frame; only a real drop ends us here (once: -> ENDING). */
 	if (subq_push(s->q, f, blocked) == SUBQ_DROP && subq_is_dropped(s->q) && s->state != STREAM_ENDING)
