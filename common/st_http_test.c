@@ -16,6 +16,7 @@
 #include "st_clock.h"
 #include "st_metrics.h"
 #include "st_test.h"
+#include "st_test_metric.h"
 #include "st_util.h"
 
 #include <arpa/inet.h>
@@ -1007,17 +1008,10 @@ t_stream_client_close(void)
 static void
 delivery_read(st_metrics *m, unsigned *count, double *sum)
 {
-	size_t len;
-	char *txt = st_metrics_render(m, &len);
-	const char *p;
+	double c = st_test_metric(m, "t_delivery_seconds_count");
 
-	*count = 0;
-	*sum = -1;
-	if ((p = strstr(txt, "t_delivery_seconds_count ")) != NULL)
-		*count = (unsigned)strtoul(p + 25, NULL, 10);
-	if ((p = strstr(txt, "t_delivery_seconds_sum ")) != NULL)
-		*sum = strtod(p + 23, NULL);
-	free(txt);
+	*count = c < 0 ? 0 : (unsigned)c;
+	*sum = st_test_metric(m, "t_delivery_seconds_sum");
 }
 
 /* Stamped bytes are observed once, when they reached the kernel; unstamped ones never. */

@@ -25,6 +25,7 @@
 #include "st_log.h"
 #include "st_test.h"
 #include "st_test_loop.h"
+#include "st_test_metric.h"
 
 typedef struct lsn {
 	nng_socket sock;
@@ -66,16 +67,9 @@ static long
 metric(st_metrics *m, const char *name, const char *label)
 {
 	char key[160];
-	size_t len;
-	char *text = st_metrics_render(m, &len);
-	const char *p;
-	long v = -1;
 
-	snprintf(key, sizeof(key), "%s{listener=\"%s\"} ", name, label);
-	if ((p = strstr(text, key)) != NULL)
-		v = strtol(p + strlen(key), NULL, 10);
-	free(text);
-	return v;
+	snprintf(key, sizeof(key), "%s{listener=\"%s\"}", name, label);
+	return (long)st_test_metric(m, key);
 }
 
 typedef struct want {

@@ -28,6 +28,7 @@
 #include "st_test.h"
 #include "st_test_http.h"
 #include "st_test_loop.h"
+#include "st_test_metric.h"
 #include "st_util.h"
 
 #define WAIT_MS 20000
@@ -291,14 +292,9 @@ t_subscribe_mid_burst(void)
 static uint64_t
 cut_slow(fx *x)
 {
-	static const char name[] = "studio_sse_cut_total{reason=\"slow_consumer\"} ";
-	size_t len = 0;
-	char *text = st_metrics_render(x->m, &len);
-	const char *at = strstr(text, name);
-	uint64_t n = at ? strtoull(at + sizeof(name) - 1, NULL, 10) : 0;
+	double n = st_test_metric(x->m, "studio_sse_cut_total{reason=\"slow_consumer\"}");
 
-	free(text);
-	return n;
+	return n > 0 ? (uint64_t)n : 0;
 }
 
 /*
