@@ -9,9 +9,10 @@
 # allows, then runs bench/run.py: every scenario against this system and
 # against nchan (a private nginx: 127.0.0.1 only, worker_processes 1, its own
 # prefix, pid and error log under a temp dir), with the same load client.
-# Prints the table and rewrites the results section of docs/performance.md.
+# Prints the table; a run of the default set also rewrites the results section
+# of docs/performance.md (with --only, only when --out PATH asks for it).
 #
-# Usage: bash scripts/bench.sh [--quick] [--only idle,fanout,ingest,replay,fifty]
+# Usage: bash scripts/bench.sh [--quick] [--only idle,fanout,ingest,replay,fifty] [--out PATH] [--json PATH]
 #        (also, not in the default set: scale_fanout, scale_writers, scale_copy:
 #        docs/performance.md "How it scales", three runs each, median and range)
 # Environment: STUDIO_PG_DSN (an admin DSN: each scenario creates and drops
