@@ -284,14 +284,25 @@ typedef struct ref_batch {
 	size_t bytes;
 } ref_batch;
 
-/* The collected references to the connection in one writev (released if it is gone); the batch is empty after. */
+/*
+ * The collected references to the connection in one writev (released if it
+ * is gone); the batch is empty after.  The same frames as the stream before
+ * (this loop, this format) go as one contiguous copy they share
+ * (frame_run.h): one iovec instead of one per frame.
+ */
 static void
 ref_batch_hand_over(stream *s, ref_batch *b)
 {
+	http_ref run;
+
 	if (b->n == 0)
 		return;
 	st_counter_add(s->env->m_frames, b->n);
-	if (s->hs) {
+	if (s->hs && s->env->runs != NULL && frame_run_share(s->env->runs, s->fmt, b->r, b->n, &run)) {
+		for (size_t i = 0; i < b->n; i++)
+			frame_unref(b->r[i].arg); /* the copy has their bytes */
+		http_stream_write_refs(s->hs, &run, 1);
+	} else if (s->hs) {
 		http_stream_write_refs(s->hs, b->r, b->n);
 	} else {
 		for (size_t i = 0; i < b->n; i++)

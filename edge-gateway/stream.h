@@ -19,6 +19,7 @@
 
 #include "flow.h"
 #include "frame.h"
+#include "frame_run.h"
 #include "hub.h"
 #include "iplimit.h"
 #include "pgpool.h"
@@ -72,6 +73,7 @@ typedef struct stream_env {
 	st_auth_store *auth;   /* borrowed; NULL: no access control */
 	iplimit *ip_limit;     /* borrowed; NULL: no bound */
 	refusals *refusals;    /* the registry's: the retryable refusals' jitter and counters */
+	frame_run_cache *runs; /* the registry's (this loop's); NULL: every batch written frame by frame */
 	subq_counters dropped; /* copies of the shared handles (subqs keep a pointer to this) */
 	st_counter *m_outcome[OUT_COUNT];
 	st_counter *m_replay[RR_COUNT];

@@ -653,6 +653,7 @@ streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, co
 	refusal_init(&ss->refusals, (st_clock_now(clock) << 20) ^ (uint64_t)(uintptr_t)ss ^ 0x9e3779b97f4a7c15u,
 		     sm->refusal);
 	env->refusals = &ss->refusals;
+	env->runs = frame_run_cache_new();
 	ss->ev_heartbeat = event_new(base, -1, 0, heartbeat_cb, ss);
 	ss->ev_grace = event_new(base, -1, 0, grace_cb, ss);
 	ss->ev_drain_done = event_new(base, -1, 0, drain_done_cb, ss);
@@ -677,6 +678,7 @@ streams_free(streams *ss)
 	hub_free(ss->env.hub);
 	st_slab_free(ss->env.streams); /* every stream and its queue ended above */
 	st_slab_free(ss->env.queues);
+	frame_run_cache_free(ss->env.runs); /* copies still queued on a connection keep their own reference */
 	frame_unref(ss->heartbeat);
 	event_free(ss->ev_heartbeat);
 	event_free(ss->ev_grace);
