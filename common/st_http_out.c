@@ -349,3 +349,9 @@ http_stream_blocked_ms(const http_stream *s, uint64_t now)
 		return 0;
 	return now - s->progress_ms;
 }
+
+uint64_t
+http_stream_blocked_now(const http_stream *s, const st_clock *clock)
+{
+	return http_stream_backlog(s) == 0 ? 0 : http_stream_blocked_ms(s, st_clock_now(clock));
+}

@@ -112,6 +112,8 @@ frame_run_share(frame_run_cache *c, enum frame_format fmt, const http_ref *refs,
 	}
 	for (size_t i = 0; i < n && origin_ns == 0; i++)
 		origin_ns = refs[i].origin_ns;
+	for (size_t i = 0; i < n; i++)
+		frame_unref(refs[i].arg); /* the cache still holds each */
 	atomic_fetch_add_explicit(&sl->r->refs, 1, memory_order_relaxed);
 	*out = (http_ref){ sl->r->bytes, sl->r->len, run_release_cb, sl->r, origin_ns };
 	return true;

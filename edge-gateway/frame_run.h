@@ -45,7 +45,8 @@ void frame_run_cache_free(frame_run_cache *c); /* NULL-safe; drops what it holds
  * and data/len its bytes in fmt.  The same frames in the same format as
  * this cache's previous call for fmt: true, and *out is one reference to
  * a contiguous copy of all their bytes (origin_ns: the first non-zero of
- * refs); the caller still owns refs' frame references and drops them.
+ * refs), and refs' frame references are dropped (the copy has their
+ * bytes: refs is spent).
  * Otherwise false, and the list is remembered for the next call.  n of 0
  * or 1, or over FRAME_RUN_MAX: false, nothing remembered.
  */
