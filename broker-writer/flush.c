@@ -13,13 +13,18 @@
  * flush in flight), the next flush starts as soon as this one committed,
  * not at the next tick: a backlog drains as back-to-back flushes, still one
  * at a time and in arrival order, while a light load keeps one flush per
- * interval (larger publish batches for the edges).  A failure (SQL error or
+ * interval (larger publish batches for the edges).  A whole flush
+ * (FLUSH_MAX_EVENTS or FLUSH_MAX_BYTES) waiting in cur while nothing is in
+ * flight does not wait for the tick either (flush_add kicks flush_start on
+ * the next loop turn).  A failure (SQL error or
  * lost connection: the outcome is then unknown) keeps fl, its parameters
  * and its flush_id, and resends after a backoff of 100 ms doubling to 5 s;
  * broker_append returns the recorded result if the earlier attempt did
  * commit, so nothing is stored twice.  Meanwhile cur keeps accepting, up to
- * its own bounds (busy beyond).  After a commit: the test hook, then
- * publish (fresh rows, ascending seq), then the answers.
+ * its own bounds (busy beyond).  After a commit: the test hook, the next
+ * flush sent if one is due (the committed one moves to `done`), then the
+ * committed one's publish (fresh rows, ascending seq), then its answers:
+ * the database inserts the next flush while the loop publishes and answers.
  *
  * The states (enum flush_state) and their transitions, the table below:
  *     IDLE --flush_start: cur or iso into fl--> WAITING --flush_send--> SENT
@@ -115,7 +120,9 @@ struct flush {
 	uint64_t flush_counter;
 	char lock_key[24];
 	batch *cur, *fl;
-	batch *iso; /* requests of a flush that failed with a data error: flushed one at a time */
+	batch *done; /* empty but inside on_flush_result: the committed flush, published and answered
+		      * after the next one was sent (swapped with fl, so both keep their arrays) */
+	batch *iso;  /* requests of a flush that failed with a data error: flushed one at a time */
 	char flush_id[160];
 	uint64_t fl_first_ms; /* first attempt of the flush in fl */
 	uint64_t give_up_ms;
@@ -129,7 +136,8 @@ struct flush {
 	uint64_t last_flush_ms; /* duration of the last successful flush */
 	uint64_t commits, crash_after;
 	struct event *retry_timer;
-	uint64_t *seqs; /* PROTO_MAX_BATCH entries, for answers */
+	struct event *kick; /* flush_add found a whole flush waiting: flush_start on the next loop turn */
+	uint64_t *seqs;     /* PROTO_MAX_BATCH entries, for answers */
 };
 
 static uint64_t
@@ -203,18 +211,13 @@ read_result(flush *f, PGresult *res, uint64_t *prev)
 	return ok;
 }
 
+/* b committed (prev: the head before it): its fresh rows published in seq order, its requests answered. */
 static void
-committed(flush *f, uint64_t prev)
+committed(flush *f, batch *b, uint64_t prev)
 {
-	batch *b = f->fl;
 	size_t n = batch_rows(b), n_fresh = 0;
 	proto_pub_event *pe = st_xcalloc(n ? n : 1, sizeof(*pe));
 
-	f->commits++;
-	if (f->crash_after != 0 && f->commits == f->crash_after) {
-		st_error("STUDIO_TEST_CRASH_AFTER_COMMIT=%" PRIu64 ": killing myself after the commit", f->crash_after);
-		raise(SIGKILL);
-	}
 	for (size_t i = 0; i < n; i++) {
 		if (!batch_row_fresh(b, i))
 			continue;
@@ -308,11 +311,19 @@ flush_failed_permanently(flush *f, const PGresult *res, const char *msg)
 	f->hooks.settled(f->hooks.arg);
 }
 
+/* A whole flush is waiting in cur: it need not wait for the tick. */
+static bool
+whole_flush_waiting(const flush *f)
+{
+	return batch_events(f->cur) >= FLUSH_MAX_EVENTS || batch_bytes(f->cur) >= FLUSH_MAX_BYTES;
+}
+
 static void
 on_flush_result(void *arg, PGresult *res, const char *err)
 {
 	flush *f = arg;
 	uint64_t prev = 0;
+	batch *done;
 
 	ST_ASSERT(f->state == FLUSH_SENT);
 	if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK || !read_result(f, res, &prev)) {
@@ -338,15 +349,29 @@ on_flush_result(void *arg, PGresult *res, const char *err)
 	st_backoff_reset(&f->retry);
 	f->last_flush_ms = now_ms(f) - f->flush_start_ms;
 	st_histogram_observe(f->m.seconds, (double)f->last_flush_ms / 1000.0);
-	committed(f, prev);
+	f->commits++;
+	if (f->crash_after != 0 && f->commits == f->crash_after) {
+		st_error("STUDIO_TEST_CRASH_AFTER_COMMIT=%" PRIu64 ": killing myself after the commit", f->crash_after);
+		raise(SIGKILL);
+	}
+	done = f->fl;
+	f->fl = f->done;
+	f->done = done;
 	flush_goto(&f->state, FLUSH_IDLE);
-	/* do not wait for the timer when stopping (drain what is left), when
-	 * what is left was due already (a split, or a tick that found this
-	 * flush in flight), when requests wait to be flushed one at a time, or
-	 * when a whole flush is waiting anyway */
-	if (f->stopping || f->due || !batch_empty(f->iso) || batch_events(f->cur) >= FLUSH_MAX_EVENTS ||
-	    batch_bytes(f->cur) >= FLUSH_MAX_BYTES)
+	/*
+	 * The next flush goes before this one's publish and answers, so the
+	 * database inserts while the loop publishes and answers (a backlog's
+	 * flushes no longer wait for that work, issue 27).  Order holds: the
+	 * next result is read in a later loop turn, after this publish; a send
+	 * that fails at once only schedules its retry.  Do not wait for the
+	 * timer when stopping (drain what is left), when what is left was due
+	 * already (a split, or a tick that found this flush in flight), when
+	 * requests wait to be flushed one at a time, or when a whole flush is
+	 * waiting anyway.
+	 */
+	if (f->stopping || f->due || !batch_empty(f->iso) || whole_flush_waiting(f))
 		flush_start(f);
+	committed(f, done, prev);
 	f->hooks.settled(f->hooks.arg);
 }
 
@@ -385,6 +410,17 @@ on_retry(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	flush_send(arg);
+}
+
+static void
+on_kick(evutil_socket_t fd, short what, void *arg)
+{
+	flush *f = arg;
+
+	(void)fd;
+	(void)what;
+	if (f->state == FLUSH_IDLE && whole_flush_waiting(f))
+		flush_start(f);
 }
 
 static void
@@ -486,9 +522,18 @@ flush_add(flush *f, void *owner, size_t n, size_t bytes, batch_event_fn at, cons
 {
 	st_err rv = batch_add(f->cur, owner, n, bytes, at, src);
 
-	if (rv == ST_OK)
-		update_pending(f);
-	return rv;
+	if (rv != ST_OK)
+		return rv;
+	update_pending(f);
+	/*
+	 * A whole flush waiting goes now instead of at the next tick (up to a
+	 * flush interval later): under a burst the database is not left idle
+	 * for that interval.  Not from here: from its own callback, so that
+	 * no hook of the machine runs inside the caller's flush_add.
+	 */
+	if (f->state == FLUSH_IDLE && whole_flush_waiting(f))
+		event_active(f->kick, EV_TIMEOUT, 0);
+	return ST_OK;
 }
 
 bool
@@ -545,6 +590,7 @@ flush_new(struct event_base *base, const st_clock *clock, st_pgconn *db, publish
 	}
 	f->cur = batch_new(BATCH_MAX_EVENTS, BATCH_MAX_BYTES);
 	f->fl = batch_new(BATCH_MAX_EVENTS, BATCH_MAX_BYTES);
+	f->done = batch_new(BATCH_MAX_EVENTS, BATCH_MAX_BYTES);
 	f->iso = batch_new(BATCH_MAX_EVENTS, BATCH_MAX_BYTES);
 	f->seqs = st_xcalloc(PROTO_MAX_BATCH, sizeof(*f->seqs));
 	st_buf_init(&f->p_topics);
@@ -553,7 +599,8 @@ flush_new(struct event_base *base, const st_clock *clock, st_pgconn *db, publish
 	st_buf_init(&f->p_keys);
 	st_backoff_init(&f->retry, RETRY_MIN_MS, RETRY_MAX_MS);
 	f->retry_timer = evtimer_new(base, on_retry, f);
-	ST_ASSERT(f->retry_timer != NULL);
+	f->kick = event_new(base, -1, 0, on_kick, f);
+	ST_ASSERT(f->retry_timer != NULL && f->kick != NULL);
 	*out = f;
 	return ST_OK;
 }
@@ -565,6 +612,7 @@ flush_free(flush *f)
 		return;
 	batch_free(f->cur);
 	batch_free(f->fl);
+	batch_free(f->done);
 	batch_free(f->iso);
 	free(f->seqs);
 	st_buf_fini(&f->p_topics);
@@ -572,5 +620,6 @@ flush_free(flush *f)
 	st_buf_fini(&f->p_datas);
 	st_buf_fini(&f->p_keys);
 	event_free(f->retry_timer);
+	event_free(f->kick);
 	free(f);
 }

@@ -8,7 +8,8 @@
  * skipped and the test exits 77): the machine, on a real st_pgconn in a
  * private schema made by the writer's own migration, driven through every
  * transition: a tick, a commit, requests that came due while a flush was
- * out, a data error split by request, a lost connection resent, the give-up
+ * out (sent before the committed one is answered), a whole flush that
+ * does not wait for the tick, a data error split by request, a lost connection resent, the give-up
  * after give_up_ms (an injected clock), unavailability after 10 s of
  * failures, and a stop.  Only the answers to the producers are the test's
  * own (the hooks); publish listens on inproc://.
@@ -134,6 +135,8 @@ typedef struct req {
 	proto_event ev;
 	char topic[32], data[32];
 	int answered, refused;
+	size_t n;                 /* events (1 but for t_whole_flush's) */
+	size_t pending_at_answer; /* events still in cur (not taken into a flush) inside the answer hook */
 	uint64_t seq;
 	char code[32], detail[400];
 } req;
@@ -142,12 +145,15 @@ static void
 on_answer(void *owner, const uint64_t *seqs, size_t n)
 {
 	req *r = owner;
+	flush_stats fs;
 
+	flush_stats_get(F, &fs);
 	r->answered++;
-	if (n == 1)
+	r->pending_at_answer = fs.pending_events;
+	if (n == r->n)
 		r->seq = seqs[0];
 	else
-		fprintf(stderr, "  answer with %zu seqs, want 1\n", n);
+		fprintf(stderr, "  answer with %zu seqs, want %zu\n", n, r->n);
 }
 
 static void
@@ -204,6 +210,7 @@ add(req *r, const char *topic, const char *data)
 	r->ev.topic = (proto_str){ r->topic, strlen(r->topic) };
 	r->ev.data = (proto_str){ r->data, strlen(r->data) };
 	r->ev.has_data = true;
+	r->n = 1;
 	ST_CHECK(flush_add(F, r, 1, r->ev.topic.len + r->ev.data.len, at, &r->ev) == ST_OK);
 }
 
@@ -305,6 +312,60 @@ t_due(void)
 	ST_CHECK_EQ_U64(flush_get_state(F), FLUSH_SENT);
 	ST_CHECK(wait_settled(&a, "a") && wait_settled(&b, "b"));
 	ST_CHECK_EQ_U64(b.seq, a.seq + 1);
+	ST_CHECK(st_test_loop_until(B, is_idle, NULL, 20000));
+	ST_CHECK(flush_done(F));
+}
+
+/* A due flush is sent before the committed one is answered: the database works while the loop answers. */
+static void
+t_next_before_answers(void)
+{
+	static req a, b;
+
+	add(&a, "t", "1");
+	flush_start(F);
+	add(&b, "t", "2");
+	flush_start(F); /* b due */
+	ST_CHECK(wait_settled(&a, "a") && wait_settled(&b, "b"));
+	/* b had left cur (its flush sent) when a was answered */
+	ST_CHECK_EQ_U64(a.pending_at_answer, 0);
+	ST_CHECK_EQ_U64(b.seq, a.seq + 1);
+	ST_CHECK(st_test_loop_until(B, is_idle, NULL, 20000));
+	ST_CHECK(flush_done(F));
+}
+
+static bool
+left_idle(void *arg)
+{
+	(void)arg;
+	return flush_get_state(F) != FLUSH_IDLE;
+}
+
+/* A whole flush accepted while IDLE goes without a tick (no flush_start here), committed whole. */
+static void
+t_whole_flush(void)
+{
+	static proto_event evs[FLUSH_MAX_EVENTS];
+	static req r[FLUSH_MAX_EVENTS / PROTO_MAX_BATCH];
+	size_t per = PROTO_MAX_BATCH;
+
+	for (size_t i = 0; i < ST_ARRAY_LEN(evs); i++)
+		evs[i] = (proto_event){ .topic = { "w", 1 }, .data = { "1", 1 }, .has_data = true };
+	for (size_t i = 0; i < ST_ARRAY_LEN(r); i++) {
+		memset(&r[i], 0, sizeof(r[i]));
+		r[i].n = per;
+		ST_CHECK(flush_add(F, &r[i], per, per * 2, at, &evs[i * per]) == ST_OK);
+	}
+	/* not from inside flush_add: on the loop's next turn */
+	ST_CHECK_EQ_U64(flush_get_state(F), FLUSH_IDLE);
+	if (!st_test_loop_until(B, left_idle, NULL, 20000))
+		fprintf(stderr, "  %u events waiting, no flush started in 20 s\n", FLUSH_MAX_EVENTS);
+	ST_CHECK_EQ_U64(flush_get_state(F), FLUSH_SENT);
+	for (size_t i = 0; i < ST_ARRAY_LEN(r); i++) {
+		ST_CHECK(wait_settled(&r[i], "whole flush"));
+		ST_CHECK_EQ_U64(r[i].answered, 1);
+	}
+	ST_CHECK_EQ_U64(r[1].seq, r[0].seq + per);
 	ST_CHECK(st_test_loop_until(B, is_idle, NULL, 20000));
 	ST_CHECK(flush_done(F));
 }
@@ -463,6 +524,8 @@ run_db(const char *dsn)
 		ST_RUN(t_tick);
 		ST_RUN(t_commit);
 		ST_RUN(t_due);
+		ST_RUN(t_next_before_answers);
+		ST_RUN(t_whole_flush);
 		ST_RUN(t_data_error);
 		ST_RUN(t_lost_connection);
 		ST_RUN(t_unavailable);

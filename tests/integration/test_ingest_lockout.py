@@ -137,10 +137,16 @@ def idle_connections_do_not_lock_producers_out():
         n_idle = metric(w, "studio_writer_ingest_conns_closed_total", reason="idle")
         h.log(metrics_text(w))
         # past the cap a newcomer displaces a silent connection at least 1 s old, or is
-        # refused when all are younger; the producer's own connection displaced one more
-        h.check_eq(n_displaced + n_refused, 45, "connections displaced or refused (44 header-only + 1 by the producer)")
+        # refused when all are younger; the producer's own connection displaced one more.
+        # The producer may be refused first and redial: on a slow (sanitizer) writer the
+        # 256 pipes are all younger than 1 s when it arrives (cc8 counted 70 here), so
+        # the exact count is the one seen from the clients: 44 + 1 header-only closed early.
+        h.log("FIGURE displaced %d + refused %d = %d (45 + the producer's refused tries)"
+              % (n_displaced, n_refused, n_displaced + n_refused))
+        h.check_eq(len(displaced), 45, "header-only connections closed early (44 past the cap + 1 by the producer)")
+        h.check(n_displaced + n_refused >= 45, "connections displaced or refused: %d + %d, at least 45"
+                % (n_displaced, n_refused))
         h.check(n_displaced >= 1, "the producer displaced a silent connection: %d" % n_displaced)
-        h.check_eq(len(displaced), 45, "header-only connections closed early")
         h.check_eq(n_idle, 255, "connections closed for idling")
         h.check(all(v < IDLE_S + 15 for v in idled),
                 "the idle ones are closed soon after %.0f s: latest %.2f s" % (IDLE_S, max(idled or [0])))

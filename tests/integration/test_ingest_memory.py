@@ -30,7 +30,7 @@ BUDGET = 256 * MIB             # INGEST_BUDGET
 REPLY_MAX = 90013 + 64 + 256   # an ok reply of 10,000 seqs, as an nng message
 PIPE_REPLIES = 65              # raw rep0's per-connection reply queue (64) + the one being written
 CACHE = 16 * MIB + 131072 * 8  # INGEST_CACHE_BYTES + its bucket array
-BATCHES = 2 * 200000 * 144     # cur, then fl + iso (<= 30,000 events each): 96 B an event, 1.5x while growing
+BATCHES = 2 * 200000 * 144     # cur, then fl + done + iso (<= 30,000 events each): 96 B an event, 1.5x while growing
 FLUSH = 256 * MIB              # the flush statement: parameters and libpq's copy
 PUB_MSG = 48 + 200 + 64 * (5 + 200) + 262144 + 512 + 320   # PUBLISH_MSG_MAX + nng message
 PUB = (256 + 64 + 1) * PUB_MSG  # PUBLISH_SENDBUF + PUBLISH_MAX_SUBSCRIBERS + the one being encoded
