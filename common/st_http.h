@@ -268,6 +268,13 @@ void http_stream_write_refs(http_stream *s, const http_ref *refs, size_t n);
 size_t http_stream_flush(http_stream *s);
 /* Bytes handed to the stream and not yet taken by the kernel. */
 size_t http_stream_backlog(const http_stream *s);
+/*
+ * A keep-alive visit: true when the stream needs a byte to stay alive (it
+ * was handed none since the last visit) or has bytes waiting (a blocked
+ * check is due); false for a stream that is writing.  Starts the next
+ * visit's count.  Visits twice per interval keep no stream silent longer.
+ */
+bool http_stream_visit_silent(http_stream *s);
 /* The low watermark (bytes) under which on_writable fires; callers keep the
  * backlog near it so frames wait in their own bounded queue instead. */
 size_t http_stream_low_watermark(const http_stream *s);

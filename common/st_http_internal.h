@@ -92,6 +92,7 @@ struct http_stream {
 	/* The handler watches for the client going away (http_req_set_gone_cb):
 	 * input after the request is dropped, so reading goes on and EOF is seen. */
 	bool watch_gone : 1;
+	bool wrote : 1;      /* streams: bytes handed since the last http_stream_visit_silent */
 	bool peer_inet : 1;  /* peer_ip/peer_port hold an IPv4 or IPv6 peer (else its text is "?") */
 	uint8_t peer_ip[16]; /* the peer's address, IPv4 as ::ffff:a.b.c.d (http_req_peer_ip) */
 	/*

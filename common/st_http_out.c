@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -223,6 +224,7 @@ http_stream_write(http_stream *s, const void *data, size_t len)
 {
 	if (stream_drops(s) || len == 0)
 		return;
+	s->wrote = true;
 	evbuffer_add(out_get(s), data, len);
 	http_out_mark(s, 0);
 }
@@ -241,6 +243,7 @@ stream_write_ref_at(http_stream *s, const void *data, size_t len,
 		http_stream_abort(s);
 		return;
 	}
+	s->wrote = true;
 	if (to == s->srv->trash)
 		http_server_defer_kick(s->srv);
 	else
@@ -271,7 +274,9 @@ http_stream_write_refs(http_stream *s, const http_ref *refs, size_t n)
 			iov[j].iov_base = (void *)refs[j].data;
 			iov[j].iov_len = refs[j].len;
 		}
-		ssize_t w = writev(http_conn_fd(s), iov, (int)k);
+		/* One piece (a shared run, a single frame): write(), which skips writev's iovec import. */
+		ssize_t w = k == 1 ? write(http_conn_fd(s), iov[0].iov_base, iov[0].iov_len)
+				   : writev(http_conn_fd(s), iov, (int)k);
 
 		if (w < 0) {
 			refused = errno != EINTR;
@@ -290,6 +295,7 @@ http_stream_write_refs(http_stream *s, const http_ref *refs, size_t n)
 			}
 			off = left;
 		}
+		s->wrote = true;
 		if (i == n) {
 			/* All of it reached the kernel now. */
 			if (origin_ns != 0) {
@@ -340,6 +346,15 @@ http_stream_low_watermark(const http_stream *s)
 {
 	(void)s;
 	return HTTP_STREAM_LOWAT;
+}
+
+bool
+http_stream_visit_silent(http_stream *s)
+{
+	bool wrote = s->wrote;
+
+	s->wrote = false;
+	return !wrote || http_stream_backlog(s) > 0;
 }
 
 uint64_t

@@ -26,7 +26,7 @@ typedef struct slot {
 
 struct frame_run_cache {
 	slot s[FRAME_NFORMATS];
-	size_t copies;
+	size_t copies, takes;
 };
 
 static void
@@ -65,6 +65,32 @@ slot_matches(const slot *sl, const http_ref *refs, size_t n)
 	return true;
 }
 
+/* One reference to the copy of sl's frames in fmt, made the first time. */
+static http_ref
+slot_run(frame_run_cache *c, slot *sl, enum frame_format fmt, uint64_t origin_ns)
+{
+	if (sl->r == NULL) {
+		size_t len = 0, off = 0, l;
+
+		for (size_t i = 0; i < sl->n; i++) {
+			(void)frame_bytes(sl->f[i], fmt, &l);
+			len += l;
+		}
+		sl->r = st_xmalloc(sizeof(run) + len);
+		atomic_init(&sl->r->refs, 1);
+		sl->r->len = len;
+		for (size_t i = 0; i < sl->n; i++) {
+			const char *b = frame_bytes(sl->f[i], fmt, &l);
+
+			memcpy(sl->r->bytes + off, b, l);
+			off += l;
+		}
+		c->copies++;
+	}
+	atomic_fetch_add_explicit(&sl->r->refs, 1, memory_order_relaxed);
+	return (http_ref){ sl->r->bytes, sl->r->len, run_release_cb, sl->r, origin_ns };
+}
+
 frame_run_cache *
 frame_run_cache_new(void)
 {
@@ -85,7 +111,6 @@ bool
 frame_run_share(frame_run_cache *c, enum frame_format fmt, const http_ref *refs, size_t n, http_ref *out)
 {
 	slot *sl;
-	size_t len = 0, off = 0;
 	uint64_t origin_ns = 0;
 
 	if ((unsigned)fmt >= FRAME_NFORMATS || n < 2 || n > FRAME_RUN_MAX)
@@ -98,24 +123,29 @@ frame_run_share(frame_run_cache *c, enum frame_format fmt, const http_ref *refs,
 		sl->n = n;
 		return false;
 	}
-	if (sl->r == NULL) {
-		for (size_t i = 0; i < n; i++)
-			len += refs[i].len;
-		sl->r = st_xmalloc(sizeof(run) + len);
-		atomic_init(&sl->r->refs, 1);
-		sl->r->len = len;
-		for (size_t i = 0; i < n; i++) {
-			memcpy(sl->r->bytes + off, refs[i].data, refs[i].len);
-			off += refs[i].len;
-		}
-		c->copies++;
-	}
 	for (size_t i = 0; i < n && origin_ns == 0; i++)
 		origin_ns = refs[i].origin_ns;
+	*out = slot_run(c, sl, fmt, origin_ns);
 	for (size_t i = 0; i < n; i++)
 		frame_unref(refs[i].arg); /* the cache still holds each */
-	atomic_fetch_add_explicit(&sl->r->refs, 1, memory_order_relaxed);
-	*out = (http_ref){ sl->r->bytes, sl->r->len, run_release_cb, sl->r, origin_ns };
+	return true;
+}
+
+bool
+frame_run_take(frame_run_cache *c, enum frame_format fmt, frame *const *frames, size_t n, http_ref *out)
+{
+	slot *sl;
+	uint64_t origin_ns = 0;
+
+	if ((unsigned)fmt >= FRAME_NFORMATS || n < 2 || n > FRAME_RUN_MAX)
+		return false;
+	sl = &c->s[fmt];
+	if (sl->n != n || memcmp(sl->f, frames, n * sizeof(*frames)) != 0)
+		return false;
+	for (size_t i = 0; i < n && origin_ns == 0; i++)
+		origin_ns = frame_origin_ns(frames[i]);
+	*out = slot_run(c, sl, fmt, origin_ns);
+	c->takes++;
 	return true;
 }
 
@@ -123,4 +153,10 @@ size_t
 frame_run_copies(const frame_run_cache *c)
 {
 	return c->copies;
+}
+
+size_t
+frame_run_takes(const frame_run_cache *c)
+{
+	return c->takes;
 }

@@ -12,7 +12,9 @@
  * (same frames, same order, same format) gets one reference to a copy of
  * their bytes made once, and every later one the same copy, until a
  * stream batches other frames.  The first stream of a message writes its
- * frames as before: a copy is made only for a list seen twice.
+ * frames as before: a copy is made only for a list seen twice.  A live
+ * stream with nothing queued asks for it before it queues anything
+ * (frame_run_take, from the hub's offer: stream.c stream_hub_take).
  *
  * Ownership: the cache holds a reference to each frame of the last list
  * per format (so a frame's address cannot be reused while it is compared)
@@ -52,7 +54,17 @@ void frame_run_cache_free(frame_run_cache *c); /* NULL-safe; drops what it holds
  */
 bool frame_run_share(frame_run_cache *c, enum frame_format fmt, const http_ref *refs, size_t n, http_ref *out);
 
-/* Copies made since the cache was created (for tests). */
+/*
+ * frames[0..n) (borrowed: no reference is taken or spent) are the list of
+ * this cache's previous frame_run_share for fmt: true, and *out is one
+ * reference to the copy of their bytes (made now if it is not yet).
+ * Otherwise false and nothing changes: the caller batches them, and its
+ * frame_run_share remembers them for the next stream.
+ */
+bool frame_run_take(frame_run_cache *c, enum frame_format fmt, frame *const *frames, size_t n, http_ref *out);
+
+/* Copies made, and lists handed out by frame_run_take, since the cache was created (for tests). */
 size_t frame_run_copies(const frame_run_cache *c);
+size_t frame_run_takes(const frame_run_cache *c);
 
 #endif

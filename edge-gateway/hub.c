@@ -21,7 +21,10 @@
  *
  * Delivery goes stream by stream (hub_publish): each subscription takes
  * all its frames of a batch, then its one flush, marked served for the
- * batch by a generation number (no marks to clear).
+ * batch by a generation number (no marks to clear).  A one-topic
+ * subscription is first offered the topic's frames as one array (take),
+ * gathered once per topic and batch: a stream with nothing waiting writes
+ * them as one shared copy instead of a deliver per frame (issue 27).
  */
 #include "hub.h"
 
@@ -60,12 +63,14 @@ struct hub_sub {
 struct hub {
 	hub_deliver_fn deliver;
 	hub_flush_fn flush;
+	hub_take_fn take; /* NULL: frame by frame only */
 	topic **table;
 	uint32_t cap, n_topics;
 	size_t count;
 	st_dlink all; /* every hub_sub (hub_sub.all) */
 	hub_sub *dead;
 	topic **tf; /* owned scratch of hub_publish: each frame's topic (NULL: none here) */
+	frame **tk; /* owned scratch of hub_publish: one topic's frames, offered to take */
 	size_t tf_cap;
 	uint64_t gen;
 	unsigned depth; /* hub calls in progress (callbacks running) */
@@ -231,12 +236,13 @@ leave(hub *h)
 /* ---- the API ----------------------------------------------------------------- */
 
 hub *
-hub_new(hub_deliver_fn deliver, hub_flush_fn flush)
+hub_new(hub_deliver_fn deliver, hub_flush_fn flush, hub_take_fn take)
 {
 	hub *h = st_xcalloc(1, sizeof(*h));
 
 	h->deliver = deliver;
 	h->flush = flush;
+	h->take = take;
 	h->cap = TABLE_MIN;
 	h->table = st_xcalloc(h->cap, sizeof(*h->table));
 	h->one = st_slab_new(sizeof(hub_sub) + sizeof(topic *) + sizeof(uint32_t));
@@ -253,6 +259,7 @@ hub_free(hub *h)
 	for (st_dlink *l; (l = st_dlist_first(&h->all)) != NULL;)
 		sub_destroy(h, ST_CONTAINER_OF(l, hub_sub, all)); /* the last one out frees each topic */
 	free(h->tf);
+	free(h->tk);
 	free(h->table);
 	st_slab_free(h->one);
 	free(h);
@@ -346,6 +353,7 @@ hub_publish(hub *h, frame *const *frames, size_t n)
 	if (n > h->tf_cap) {
 		h->tf_cap = n;
 		h->tf = st_xrealloc(h->tf, n * sizeof(*h->tf));
+		h->tk = st_xrealloc(h->tk, n * sizeof(*h->tk));
 	}
 	for (size_t i = 0; i < n; i++) {
 		size_t len;
@@ -358,10 +366,15 @@ hub_publish(hub *h, frame *const *frames, size_t n)
 	}
 	for (size_t i = 0; i < n; i++) {
 		topic *ti = h->tf[i];
+		size_t nk = 0;
 
 		if (ti == NULL || ti->gen == h->gen)
 			continue;
 		ti->gen = h->gen;
+		/* i is the topic's first frame: its frames are tf[k] == ti from here on. */
+		for (size_t k = i; k < n && h->take != NULL; k++)
+			if (h->tf[k] == ti)
+				h->tk[nk++] = frames[k];
 		/* Unsubscribes are deferred (depth > 0), so ti->subs is stable here. */
 		for (uint32_t j = 0; j < ti->n; j++) {
 			hub_sub *s = ti->subs[j];
@@ -369,6 +382,8 @@ hub_publish(hub *h, frame *const *frames, size_t n)
 			if (s->dead || s->touched_gen == h->gen)
 				continue;
 			s->touched_gen = h->gen;
+			if (s->n == 1 && h->take != NULL && h->take(s->stream, h->tk, nk))
+				continue;
 			for (size_t k = i; k < n && !s->dead; k++)
 				if (h->tf[k] == ti || (h->tf[k] != NULL && s->n > 1 && sub_has_topic(s, h->tf[k])))
 					h->deliver(s->stream, frames[k]);

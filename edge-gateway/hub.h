@@ -17,6 +17,7 @@
 #ifndef EDGE_HUB_H
 #define EDGE_HUB_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "frame.h"
@@ -34,8 +35,18 @@ typedef void (*hub_deliver_fn)(void *stream, frame *f);
 /* The batch is complete: write what was delivered. */
 typedef void (*hub_flush_fn)(void *stream);
 
-/* Never fails (fixed-size allocation aborts on OOM). */
-hub *hub_new(hub_deliver_fn deliver, hub_flush_fn flush);
+/*
+ * Optional, before deliver: a one-topic stream is offered all its frames
+ * of the batch at once (frames[0..n), in order, borrowed for the call; the
+ * same array for every stream of the topic).  true: taken whole, and the
+ * stream gets neither delivers nor a flush for this batch; false: the
+ * frames come one by one, then the flush, as without it.  Must not call
+ * back into the hub.
+ */
+typedef bool (*hub_take_fn)(void *stream, frame *const *frames, size_t n);
+
+/* Never fails (fixed-size allocation aborts on OOM).  take may be NULL. */
+hub *hub_new(hub_deliver_fn deliver, hub_flush_fn flush, hub_take_fn take);
 /* NULL-safe; frees every subscription without calling back. */
 void hub_free(hub *h);
 

@@ -14,6 +14,7 @@ typedef struct stream {
 	hub_sub *sub;
 	struct stream *kill_on_deliver; /* unsubscribe this one from deliver */
 	struct stream *kill_on_flush;
+	bool takes; /* accepts the hub's offer of a batch (log_take) */
 } stream;
 
 static hub *H;
@@ -80,7 +81,7 @@ static void
 reset(void)
 {
 	hub_free(H);
-	H = hub_new(on_deliver, on_flush);
+	H = hub_new(on_deliver, on_flush, NULL);
 	n_deliver = n_flush = 0;
 }
 
@@ -179,7 +180,7 @@ t_stream_by_stream(void)
 	frame *f[4];
 
 	hub_free(H);
-	H = hub_new(log_deliver, log_flush);
+	H = hub_new(log_deliver, log_flush, NULL);
 	n_calls = 0;
 	sub(&a, "x", NULL, NULL);
 	sub(&b, "y", NULL, NULL);
@@ -201,6 +202,66 @@ t_stream_by_stream(void)
 		ST_CHECK_EQ_U64(c.seqs[i], i + 1);
 	ST_CHECK_EQ_U64(b.seqs[0], 2);
 	ST_CHECK_EQ_U64(b.seqs[1], 4);
+	reset();
+}
+
+/* The take callback: logged as 1000 + id; a stream that takes records the frames offered. */
+static bool
+log_take(void *arg, frame *const *fs, size_t n)
+{
+	stream *s = arg;
+
+	if (n_calls < 64)
+		calls[n_calls++] = 1000 + s->id;
+	if (!s->takes)
+		return false;
+	for (size_t i = 0; i < n; i++, s->got++)
+		if (s->got < 16)
+			s->seqs[s->got] = frame_seq(fs[i]);
+	return true;
+}
+
+/*
+ * Issue 27: a one-topic stream is offered its frames of the batch at once
+ * (take); taken, it gets no deliver and no flush; declined, it gets them
+ * one by one and its flush.  A stream on two topics is never offered.
+ */
+static void
+t_take(void)
+{
+	stream a = { .id = 1, .takes = true }, b = { .id = 2 }, c = { .id = 3 }, d = { .id = 4, .takes = true };
+	static const int want[] = { 1001, 2, 2, 2, 2, -2, 1003, 3, 3, -3, 1004 };
+	frame *f[4];
+
+	hub_free(H);
+	H = hub_new(log_deliver, log_flush, log_take);
+	n_calls = 0;
+	sub(&a, "x", NULL, NULL);
+	sub(&b, "y", "x", NULL);
+	sub(&c, "x", NULL, NULL);
+	sub(&d, "y", NULL, NULL);
+	f[0] = ev(1, "x");
+	f[1] = ev(2, "y");
+	f[2] = ev(3, "x");
+	f[3] = ev(4, "y");
+	publish(f, 4);
+	ST_CHECK_EQ_U64(n_calls, sizeof(want) / sizeof(want[0]));
+	for (size_t i = 0; i < n_calls && i < sizeof(want) / sizeof(want[0]); i++) {
+		if (calls[i] != want[i]) {
+			ST_CHECK_EQ_U64((uint64_t)(calls[i] + 100), (uint64_t)(want[i] + 100)); /* call i: id (+100) */
+			break;
+		}
+	}
+	ST_CHECK_EQ_U64(a.got, 2);
+	ST_CHECK_EQ_U64(a.seqs[0], 1);
+	ST_CHECK_EQ_U64(a.seqs[1], 3);
+	ST_CHECK_EQ_U64(a.flushes, 0);
+	ST_CHECK_EQ_U64(d.got, 2);
+	ST_CHECK_EQ_U64(d.seqs[0], 2);
+	ST_CHECK_EQ_U64(d.seqs[1], 4);
+	ST_CHECK_EQ_U64(c.got, 2);
+	ST_CHECK_EQ_U64(c.flushes, 1);
+	ST_CHECK_EQ_U64(b.got, 4);
 	reset();
 }
 
@@ -372,6 +433,7 @@ main(void)
 	ST_RUN(t_routing);
 	ST_RUN(t_flush_once_per_batch);
 	ST_RUN(t_stream_by_stream);
+	ST_RUN(t_take);
 	ST_RUN(t_unsubscribe_during_delivery);
 	ST_RUN(t_each_unsubscribes);
 	ST_RUN(t_bad_subscriptions);

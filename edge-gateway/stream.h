@@ -113,7 +113,8 @@ size_t stream_size(void);
  * exp; true when it did.  May free s.
  */
 bool stream_key_check(stream *s);
-/* The registry's heartbeat tick (hb: the shared heartbeat frame, borrowed). */
+/* The registry's heartbeat visit, twice per interval: hb (the shared heartbeat frame, borrowed) goes out
+ * unless the stream handed bytes since the last visit and has none waiting (stream.c). */
 void stream_heartbeat(stream *s, frame *hb, uint64_t now);
 /* Drain or token expiry: reconnect with this hint; before the response, a refusal.  May free s. */
 void stream_reconnect(stream *s, uint32_t retry_ms, const char *reason);
@@ -127,8 +128,9 @@ bool stream_burst_queued(const stream *s);
 bool stream_holds_intake(const stream *s, uint64_t now);
 /* The registry is freed: a request still waiting gets 503; frees s. */
 void stream_shutdown(stream *s);
-/* The hub's callbacks (arg: the stream subscribed). */
+/* The hub's callbacks (arg: the stream subscribed; take: hub.h hub_take_fn). */
 void stream_hub_deliver(void *arg, frame *f);
 void stream_hub_flush(void *arg);
+bool stream_hub_take(void *arg, frame *const *fs, size_t n);
 
 #endif

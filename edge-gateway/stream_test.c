@@ -23,6 +23,7 @@
 
 #include "edge_test_items.h"
 #include "frame.h"
+#include "frame_run.h"
 #include "hub.h"
 #include "pgpool.h"
 #include "refusal.h"
@@ -124,7 +125,7 @@ fx_init(fx *x)
 	x->env.base = x->base;
 	x->env.pool = x->pool;
 	x->env.clock = st_clock_system();
-	x->env.hub = hub_new(stream_hub_deliver, stream_hub_flush);
+	x->env.hub = hub_new(stream_hub_deliver, stream_hub_flush, stream_hub_take);
 	x->env.streams = st_slab_new(stream_size());
 	x->env.queues = st_slab_new(subq_size());
 	x->env.replay_cap = 1000;
@@ -323,27 +324,86 @@ t_outcomes(void)
 	}
 }
 
-/* A live stream's heartbeat goes out in its format; a drain after it still ends the stream once. */
+/*
+ * A live stream's heartbeat goes out in its format, only at a visit that
+ * finds it silent since the last one (the registry visits twice per
+ * interval: an idle stream gets one per interval, a busy one none); a
+ * drain after it still ends the stream once.
+ */
 static void
 t_heartbeat(void)
 {
 	fx x;
 	st_test_http c;
 	frame *hb = frame_heartbeat_new();
+	const char *beat = "{\"type\":\"heartbeat\"}\n";
+	uint64_t now = st_clock_now(st_clock_system());
 
 	fx_init(&x);
 	x.head = 3;
 	ST_CHECK(st_test_http_open(
 		&c, x.port, "GET /v1/stream?topic=a HTTP/1.1\r\nHost: t\r\nAccept: application/x-ndjson\r\n\r\n", 0));
 	ST_CHECK(wait_for(&x, &c, "{\"type\":\"heartbeat\",\"id\":\"3\"}\n", 1));
-	stream_heartbeat(fx_stream(&x, 0), hb, st_clock_now(st_clock_system()));
-	ST_CHECK(wait_for(&x, &c, "{\"type\":\"heartbeat\"}\n", 1));
+	stream_heartbeat(fx_stream(&x, 0), hb, now); /* wrote its position since: skipped */
+	stream_heartbeat(fx_stream(&x, 0), hb, now); /* silent since the last visit: one heartbeat */
+	stream_heartbeat(fx_stream(&x, 0), hb, now); /* the heartbeat was a write: skipped */
+	publish_items(&x, 4, 4, "a", 0);
+	/* Bytes arrive in the order written: with item 4 here, every heartbeat written before it is too. */
+	ST_CHECK(wait_for(&x, &c, "\"id\":\"4\"", 1));
+	ST_CHECK_EQ_U64(st_test_http_count(&c, beat), 1);
+	stream_heartbeat(fx_stream(&x, 0), hb, now); /* item 4 since the last visit: skipped */
+	stream_heartbeat(fx_stream(&x, 0), hb, now);
+	ST_CHECK(wait_for(&x, &c, beat, 2));
 	stream_reconnect(fx_stream(&x, 0), 100, "draining");
 	ST_CHECK(st_test_loop_until(x.base, unlinked_cond, &x, WAIT_MS));
 	ST_CHECK_EQ_U64(outcome(&x, OUT_RECONNECT), 1);
 	frame_unref(hb);
 	st_test_http_free(&c);
 	fx_fini(&x);
+}
+
+/*
+ * Issue 27: live streams with nothing waiting take a message's frames at
+ * once (stream_hub_take).  The first stream batches them and the loop's
+ * cache remembers the list; each later one gets one reference to a single
+ * copy; a one-frame message is taken by every stream.  Every stream still
+ * gets every id once, in order, in its format.
+ */
+static void
+t_take_shared(void)
+{
+	fx x;
+	st_test_http c[3];
+	const char *ids[4] = { "\"id\":\"4\"", "\"id\":\"5\"", "\"id\":\"6\"", "\"id\":\"7\"" };
+	uint64_t frames0;
+
+	fx_init(&x);
+	x.env.runs = frame_run_cache_new();
+	x.head = 3;
+	for (int i = 0; i < 3; i++) {
+		ST_CHECK(st_test_http_open(
+			&c[i], x.port,
+			"GET /v1/stream?topic=a HTTP/1.1\r\nHost: t\r\nAccept: application/x-ndjson\r\n\r\n", 0));
+		ST_CHECK(wait_for(&x, &c[i], "{\"type\":\"heartbeat\",\"id\":\"3\"}\n", 1));
+	}
+	frames0 = st_counter_get(x.env.m_frames);
+	publish_items(&x, 4, 6, "a", 10); /* one batch of three */
+	ST_CHECK_EQ_U64(frame_run_copies(x.env.runs), 1);
+	ST_CHECK_EQ_U64(frame_run_takes(x.env.runs), 2);
+	publish_items(&x, 7, 7, "a", 10);
+	for (int i = 0; i < 3; i++) {
+		ST_CHECK(wait_for(&x, &c[i], ids[3], 1));
+		for (int k = 0; k < 4; k++) {
+			ST_CHECK_EQ_U64(st_test_http_count(&c[i], ids[k]), 1);
+			if (k > 0)
+				ST_CHECK(strstr(c[i].buf, ids[k - 1]) < strstr(c[i].buf, ids[k]));
+		}
+	}
+	ST_CHECK_EQ_U64(st_counter_get(x.env.m_frames) - frames0, 12);
+	for (int i = 0; i < 3; i++)
+		st_test_http_free(&c[i]);
+	fx_fini(&x);
+	frame_run_cache_free(x.env.runs);
 }
 
 /*
@@ -450,6 +510,7 @@ main(void)
 	ST_RUN(t_live_position_then_items);
 	ST_RUN(t_outcomes);
 	ST_RUN(t_heartbeat);
+	ST_RUN(t_take_shared);
 	ST_RUN(t_checking_drain);
 	ST_RUN(t_slow_consumer_dropped);
 	return st_test_done();

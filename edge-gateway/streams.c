@@ -414,10 +414,18 @@ streams_ready(const streams *ss)
 }
 
 /*
- * Heartbeats go to every started stream once per interval (what each state
- * does with one: stream_heartbeat).  The sweep is sliced so one callback
- * stays bounded.
+ * The heartbeat sweep visits every started stream twice per interval
+ * (what each state does with a visit: stream_heartbeat; a stream silent
+ * since the last visit gets a heartbeat, so an idle one gets one per
+ * interval and none is silent for longer).  The sweep is sliced so one
+ * callback stays bounded.
  */
+static uint32_t
+heartbeat_visit_ms(const streams *ss)
+{
+	return ss->cfg.heartbeat_ms / 2 > 0 ? ss->cfg.heartbeat_ms / 2 : 1;
+}
+
 static void
 heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -445,7 +453,7 @@ heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	ss->hb_sweeping = false;
 	{
-		struct timeval tv = st_timeval_ms(ss->cfg.heartbeat_ms);
+		struct timeval tv = st_timeval_ms(heartbeat_visit_ms(ss));
 
 		event_add(ss->ev_heartbeat, &tv);
 	}
@@ -626,7 +634,7 @@ streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, co
 	env->base = base;
 	env->pool = pool;
 	env->clock = clock;
-	env->hub = hub_new(stream_hub_deliver, stream_hub_flush);
+	env->hub = hub_new(stream_hub_deliver, stream_hub_flush, stream_hub_take);
 	env->streams = st_slab_new(stream_size());
 	env->queues = st_slab_new(subq_size());
 	env->replay_cap = ss->cfg.replay_cap;
@@ -658,7 +666,7 @@ streams_new(struct event_base *base, pgpool *pool, const streams_metrics *sm, co
 	ss->ev_grace = event_new(base, -1, 0, grace_cb, ss);
 	ss->ev_drain_done = event_new(base, -1, 0, drain_done_cb, ss);
 	ST_ASSERT(ss->ev_heartbeat && ss->ev_grace && ss->ev_drain_done);
-	tv = st_timeval_ms(ss->cfg.heartbeat_ms);
+	tv = st_timeval_ms(heartbeat_visit_ms(ss));
 	event_add(ss->ev_heartbeat, &tv);
 	return ss;
 }
