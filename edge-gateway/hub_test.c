@@ -166,6 +166,22 @@ log_flush(void *arg)
 		calls[n_calls++] = -((stream *)arg)->id;
 }
 
+/* Publishes x1, y2, x3, y4 and checks the calls logged against want[0..n). */
+static void
+publish_xyxy_expect(const int *want, size_t n)
+{
+	frame *f[4] = { ev(1, "x"), ev(2, "y"), ev(3, "x"), ev(4, "y") };
+
+	publish(f, 4);
+	ST_CHECK_EQ_U64(n_calls, n);
+	for (size_t i = 0; i < n_calls && i < n; i++) {
+		if (calls[i] != want[i]) {
+			ST_CHECK_EQ_U64((uint64_t)(calls[i] + 100), (uint64_t)(want[i] + 100)); /* call i: id (+100) */
+			break;
+		}
+	}
+}
+
 /*
  * Issue 27: a stream gets all its frames of a batch, then its flush, before
  * the next stream gets anything (its burst is written at once, not after
@@ -177,7 +193,6 @@ t_stream_by_stream(void)
 {
 	stream a = { .id = 1 }, b = { .id = 2 }, c = { .id = 3 };
 	static const int want[] = { 1, 1, -1, 3, 3, 3, 3, -3, 2, 2, -2 };
-	frame *f[4];
 
 	hub_free(H);
 	H = hub_new(log_deliver, log_flush, NULL);
@@ -185,18 +200,7 @@ t_stream_by_stream(void)
 	sub(&a, "x", NULL, NULL);
 	sub(&b, "y", NULL, NULL);
 	sub(&c, "y", "x", NULL);
-	f[0] = ev(1, "x");
-	f[1] = ev(2, "y");
-	f[2] = ev(3, "x");
-	f[3] = ev(4, "y");
-	publish(f, 4);
-	ST_CHECK_EQ_U64(n_calls, sizeof(want) / sizeof(want[0]));
-	for (size_t i = 0; i < n_calls && i < sizeof(want) / sizeof(want[0]); i++) {
-		if (calls[i] != want[i]) {
-			ST_CHECK_EQ_U64((uint64_t)(calls[i] + 100), (uint64_t)(want[i] + 100)); /* call i: id (+100) */
-			break;
-		}
-	}
+	publish_xyxy_expect(want, sizeof(want) / sizeof(want[0]));
 	ST_CHECK_EQ_U64(c.got, 4); /* both topics, in batch order */
 	for (uint64_t i = 0; i < 4; i++)
 		ST_CHECK_EQ_U64(c.seqs[i], i + 1);
@@ -231,7 +235,6 @@ t_take(void)
 {
 	stream a = { .id = 1, .takes = true }, b = { .id = 2 }, c = { .id = 3 }, d = { .id = 4, .takes = true };
 	static const int want[] = { 1001, 2, 2, 2, 2, -2, 1003, 3, 3, -3, 1004 };
-	frame *f[4];
 
 	hub_free(H);
 	H = hub_new(log_deliver, log_flush, log_take);
@@ -240,18 +243,7 @@ t_take(void)
 	sub(&b, "y", "x", NULL);
 	sub(&c, "x", NULL, NULL);
 	sub(&d, "y", NULL, NULL);
-	f[0] = ev(1, "x");
-	f[1] = ev(2, "y");
-	f[2] = ev(3, "x");
-	f[3] = ev(4, "y");
-	publish(f, 4);
-	ST_CHECK_EQ_U64(n_calls, sizeof(want) / sizeof(want[0]));
-	for (size_t i = 0; i < n_calls && i < sizeof(want) / sizeof(want[0]); i++) {
-		if (calls[i] != want[i]) {
-			ST_CHECK_EQ_U64((uint64_t)(calls[i] + 100), (uint64_t)(want[i] + 100)); /* call i: id (+100) */
-			break;
-		}
-	}
+	publish_xyxy_expect(want, sizeof(want) / sizeof(want[0]));
 	ST_CHECK_EQ_U64(a.got, 2);
 	ST_CHECK_EQ_U64(a.seqs[0], 1);
 	ST_CHECK_EQ_U64(a.seqs[1], 3);
