@@ -15,6 +15,9 @@
 #include "st_util.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -363,6 +366,20 @@ http_stream_blocked_ms(const http_stream *s, uint64_t now)
 	if (http_stream_backlog(s) == 0 || now <= s->progress_ms)
 		return 0;
 	return now - s->progress_ms;
+}
+
+uint64_t
+http_stream_quiet_ms(const http_stream *s, uint64_t now)
+{
+	uint64_t blocked = http_stream_blocked_ms(s, now);
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	/* Only a stream that looks blocked pays the system call. */
+	if (blocked == 0 || s->fd < 0 || getsockopt(s->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+	    len < offsetof(struct tcp_info, tcpi_last_ack_recv) + sizeof(ti.tcpi_last_ack_recv))
+		return blocked;
+	return ST_MIN(blocked, (uint64_t)ti.tcpi_last_ack_recv);
 }
 
 uint64_t

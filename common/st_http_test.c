@@ -1117,6 +1117,54 @@ out:
 	http_server_free(s);
 }
 
+/*
+ * The quiet time asks the kernel, not only st_http's output: a client that
+ * reads shows in its acknowledgements however long our own output has not
+ * moved (ten seconds later on the caller's clock here), and one that stops
+ * reading grows quiet.  Flow control's stall rule reads it (issue 27: a
+ * 6 MB/s reader looked stalled for ~55 ms at a time to the output's measure).
+ */
+static void
+t_stream_quiet(void)
+{
+	http_server *s = server_new(NULL);
+	int fd = cl_connect_rcvbuf(http_server_port(s), 4096);
+	static unsigned char mb[1 << 20];
+	char tmp[65536];
+	uint64_t later, quiet = 0;
+
+	cl_puts(fd, "GET /stream HTTP/1.1\r\n\r\n");
+	PUMP_UNTIL(T.rec.s != NULL, 3000);
+	ST_CHECK(T.rec.s != NULL);
+	if (!T.rec.s)
+		goto out;
+	ST_CHECK_EQ_U64(http_stream_quiet_ms(T.rec.s, now() + 10000), 0); /* nothing waits */
+	for (int i = 0; i < 4; i++)
+		http_stream_write_ref(T.rec.s, mb, sizeof(mb), mb_cleanup, NULL);
+	PUMP_UNTIL(http_stream_backlog(T.rec.s) > 0, 3000);
+	ST_CHECK(http_stream_backlog(T.rec.s) > 0);
+	/* The client reads some: the kernel hears from it at once. */
+	PUMP_UNTIL(recv(fd, tmp, sizeof(tmp), 0) > 0, 3000);
+	pump_ms(5);
+	later = now() + 10000;
+	ST_CHECK(http_stream_blocked_ms(T.rec.s, later) >= 10000);
+	quiet = http_stream_quiet_ms(T.rec.s, later);
+	if (quiet >= 5000)
+		fprintf(stderr, "quiet_ms %llu after the client read (blocked_ms %llu)\n", (unsigned long long)quiet,
+			(unsigned long long)http_stream_blocked_ms(T.rec.s, later));
+	ST_CHECK(quiet < 5000);
+	/* It stops reading: the quiet time grows (the kernel's window probes are >= 200 ms apart). */
+	PUMP_UNTIL((quiet = http_stream_quiet_ms(T.rec.s, now() + 10000)) >= 60, 5000);
+	if (quiet < 60)
+		fprintf(stderr, "quiet_ms %llu with the client not reading for 5 s\n", (unsigned long long)quiet);
+	ST_CHECK(quiet >= 60);
+	http_stream_abort(T.rec.s);
+	PUMP_UNTIL(T.rec.closed, 3000);
+out:
+	close(fd);
+	http_server_free(s);
+}
+
 static void
 t_stream_end(void)
 {
@@ -1338,6 +1386,7 @@ main(void)
 	RUN(t_stream_client_close);
 	RUN(t_stream_delivery);
 	RUN(t_stream_no_reader);
+	RUN(t_stream_quiet);
 	RUN(t_stream_end);
 	RUN(t_deferred_and_gone);
 	RUN(t_max_conns);

@@ -88,9 +88,9 @@ flow_stream_behind(size_t frames, size_t bytes)
 }
 
 bool
-flow_stream_holds(size_t frames, size_t bytes, uint64_t blocked_ms)
+flow_stream_holds(size_t frames, size_t bytes, uint64_t quiet_ms)
 {
-	return (frames >= FLOW_CAUGHT_UP_FRAMES || bytes >= FLOW_CAUGHT_UP_BYTES) && blocked_ms <= FLOW_STALL_MS;
+	return (frames >= FLOW_CAUGHT_UP_FRAMES || bytes >= FLOW_CAUGHT_UP_BYTES) && quiet_ms <= FLOW_STALL_MS;
 }
 
 bool

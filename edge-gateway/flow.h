@@ -11,9 +11,9 @@
  *     well as frames because ADR-0197's queue bound is both, and a stream
  *     of large frames is at its 1 MiB with a handful queued).  It holds
  *     the intake while it still has FLOW_CAUGHT_UP_FRAMES or
- *     FLOW_CAUGHT_UP_BYTES queued and its socket keeps taking bytes (none
- *     for FLOW_STALL_MS: stalled, a client that stops reading delays
- *     nobody).  flow_stream_behind, flow_stream_holds.
+ *     FLOW_CAUGHT_UP_BYTES queued and its client keeps reading (no sign of
+ *     it for FLOW_STALL_MS, http_stream_quiet_ms: stalled, a client that
+ *     stops reading delays nobody).  flow_stream_behind, flow_stream_holds.
  *  2. One stream's share (streams.c keeps the behind list): at most
  *     FLOW_HONOUR_MS of holding in any FLOW_HONOUR_WINDOW_MS, so one slow
  *     client cannot hold the others back for long.  flow_honour.
@@ -78,8 +78,8 @@
 
 /* A live stream with this much queued is behind: it may ask to hold the intake. */
 bool flow_stream_behind(size_t frames, size_t bytes);
-/* A behind stream still holds the intake: this much still queued, its socket blocked no longer than FLOW_STALL_MS. */
-bool flow_stream_holds(size_t frames, size_t bytes, uint64_t blocked_ms);
+/* A behind stream still holds the intake: this much still queued, its client quiet (http_stream_quiet_ms) no longer than FLOW_STALL_MS. */
+bool flow_stream_holds(size_t frames, size_t bytes, uint64_t quiet_ms);
 
 /*
  * One stream's share of holding (FLOW_HONOUR_MS in any FLOW_HONOUR_WINDOW_MS),

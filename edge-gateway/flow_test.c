@@ -194,7 +194,7 @@ t_stream_thresholds(void)
 {
 	static const struct {
 		size_t frames, bytes;
-		uint64_t blocked_ms;
+		uint64_t quiet_ms;
 		bool behind, holds;
 	} cases[] = {
 		{ 0, 0, 0, false, false },
@@ -210,11 +210,11 @@ t_stream_thresholds(void)
 
 	for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
 		bool behind = flow_stream_behind(cases[i].frames, cases[i].bytes);
-		bool holds = flow_stream_holds(cases[i].frames, cases[i].bytes, cases[i].blocked_ms);
+		bool holds = flow_stream_holds(cases[i].frames, cases[i].bytes, cases[i].quiet_ms);
 
 		if (behind != cases[i].behind || holds != cases[i].holds)
-			fprintf(stderr, "  case %zu (%zu frames %zu B, blocked %llu): behind %d holds %d, want %d %d\n",
-				i, cases[i].frames, cases[i].bytes, (unsigned long long)cases[i].blocked_ms, behind,
+			fprintf(stderr, "  case %zu (%zu frames %zu B, quiet %llu): behind %d holds %d, want %d %d\n",
+				i, cases[i].frames, cases[i].bytes, (unsigned long long)cases[i].quiet_ms, behind,
 				holds, cases[i].behind, cases[i].holds);
 		ST_CHECK(behind == cases[i].behind);
 		ST_CHECK(holds == cases[i].holds);

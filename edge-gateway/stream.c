@@ -407,7 +407,7 @@ bool
 stream_holds_intake(const stream *s, uint64_t now)
 {
 	return stream_is_live(s) && s->hs != NULL &&
-	       flow_stream_holds(subq_count(s->q), subq_bytes(s->q), http_stream_blocked_ms(s->hs, now));
+	       flow_stream_holds(subq_count(s->q), subq_bytes(s->q), http_stream_quiet_ms(s->hs, now));
 }
 
 /* ---- hub callbacks ----------------------------------------------------- */
