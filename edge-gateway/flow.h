@@ -66,7 +66,8 @@
 /* ... caught up again under both of these ... */
 #define FLOW_CAUGHT_UP_FRAMES 64u
 #define FLOW_CAUGHT_UP_BYTES (64u * 1024)
-/* ... and stalled (no longer honoured) once its socket took nothing for this long. */
+/* ... and stalled (no longer honoured) once its client gave no sign of
+ * reading for this long (http_stream_quiet_ms). */
 #define FLOW_STALL_MS 50u
 /* One stream's share: this much holding in any window. */
 #define FLOW_HONOUR_MS 1000u
@@ -78,7 +79,8 @@
 
 /* A live stream with this much queued is behind: it may ask to hold the intake. */
 bool flow_stream_behind(size_t frames, size_t bytes);
-/* A behind stream still holds the intake: this much still queued, its client quiet (http_stream_quiet_ms) no longer than FLOW_STALL_MS. */
+/* A behind stream still holds the intake: this much still queued, its client
+ * quiet (http_stream_quiet_ms) no longer than FLOW_STALL_MS. */
 bool flow_stream_holds(size_t frames, size_t bytes, uint64_t quiet_ms);
 
 /*
