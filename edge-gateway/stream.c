@@ -75,14 +75,13 @@
  * the queue holds a reference, the connection's evbuffer holds it while
  * the bytes are in flight.  Threads: the registry's loop.
  *
- * SIZE.  Over 1,000 lines: about 80 are this comment, the rest one state
- * machine whose replay, seam and writing share the stream's fields (rows
- * wait in a replay_buf, replay.h; the token's life is stream_token.c).
- * The writing half ("the last step before the socket": ref batches, the
- * hub's take, frames to the connection) is the part to move into a module
- * of its own next, behind a header of the struct for the two files.
+ * Files: the struct is stream_impl.h, shared with stream_write.c, the
+ * last step before the socket (ids checked, a frame or a batch of frame
+ * references to the connection, the hub's take), which calls nothing
+ * here; a replay's rows wait in a replay_buf (replay.h); the token's life
+ * is stream_token.c.
  */
-#include "stream.h"
+#include "stream_impl.h"
 
 #include <event2/event.h>
 #include <inttypes.h>
@@ -90,11 +89,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "replay.h" /* the rest (flow, hub, subq, streamreq) comes with stream.h */
 #include "st_log.h"
 #include "st_util.h"
-#include "stream_state.h"
-#include "stream_token.h"
 
 /*
  * Queued frames or bytes at which delivery writes to the connection (and
@@ -104,40 +100,6 @@
  */
 #define STREAM_PUMP_AT 256
 #define STREAM_PUMP_BYTES (64u * 1024)
-
-struct stream {
-	stream_reg reg;        /* the registry's part (streams.c) */
-	const stream_env *env; /* the registry's, borrowed */
-	enum stream_state state;
-	http_req *req;       /* until the response starts; then NULL */
-	http_stream *hs;     /* after the response started; NULL once closed */
-	hub_sub *sub;        /* NULL once out of the hub */
-	subq *q;             /* live queue, owned */
-	subq *hold;          /* replay hold buffer, owned, only while CHECKING/REPLAYING */
-	replay_job *job;     /* the outstanding check or fetch, or NULL */
-	replay_buf rows;     /* replay rows read and not yet written (the chunk and the one read ahead) */
-	uint64_t fetch_from; /* the cursor of the fetch in flight */
-	bool chunk_done;     /* the last fetch returned fewer rows than asked */
-	char **topics;       /* owned copies; kept while a replay may need them */
-	size_t *topic_lens;
-	size_t n_topics;
-	enum frame_format fmt;
-	enum stream_outcome handed; /* ENDING: the terminal envelope handed to the connection */
-	bool has_after, has_until;
-	bool until_head;     /* until=head: resolved to the check's database head */
-	bool until_known;    /* until holds its final value */
-	uint64_t after;      /* Last-Event-ID */
-	uint64_t until;      /* complete once the history reached this seq */
-	uint64_t h0;         /* hub head when registered */
-	uint64_t d;          /* database head of the replay snapshot */
-	uint64_t seam;       /* live: items at or below it were covered at release (overlap) */
-	uint64_t check_held; /* items put in the hold while CHECKING (bounds what a hold overflow adds) */
-	uint64_t cursor;     /* last seq the replay fetched */
-	uint64_t last_id;    /* last id written (items and resyncs) */
-	stream_token *token; /* access control: ends it at exp or when its key goes; owned, NULL without */
-	bool ip_held;        /* holds one of ip's slots in the registry's ip_limit */
-	uint8_t ip[16];      /* the client's address (X-Forwarded-For from a trusted proxy) */
-};
 
 static void stream_pump(stream *s);
 static void stream_release(stream *s);
@@ -267,89 +229,13 @@ stream_end(stream *s, enum frame_type t)
 
 /* ---- the last step before the socket ----------------------------------- */
 
-/*
- * Frames the pump hands to the socket in one go (http_stream_write_refs:
- * one writev, no copy, no allocation), bounded so the backlog check between
- * them stays meaningful.  A whole message of the writer (up to 256 events,
- * ~60 KiB of small ones) fits: one writev per stream per message, as the
- * same-shape floor does (issue 27; 64 / 16 KiB took four).
- */
-#define STREAM_BATCH 256
-#define STREAM_BATCH_BYTES (64u * 1024)
-
-/* Frame references waiting for one hand-over to the connection. */
-typedef struct ref_batch {
-	http_ref r[STREAM_BATCH];
-	size_t n;
-	size_t bytes;
-} ref_batch;
-
-/* The collected references to the connection in one writev, as one shared copy when the stream before
- * batched the same frames (frame_run.h), or released if it is gone; the batch is empty after. */
-static void
-ref_batch_hand_over(stream *s, ref_batch *b)
-{
-	http_ref run;
-
-	if (b->n == 0)
-		return;
-	st_counter_add(s->env->m_frames, b->n);
-	if (s->hs && s->env->runs != NULL && frame_run_share(s->env->runs, s->fmt, b->r, b->n, &run)) {
-		http_stream_write_refs(s->hs, &run, 1);
-	} else if (s->hs) {
-		http_stream_write_refs(s->hs, b->r, b->n);
-	} else {
-		for (size_t i = 0; i < b->n; i++)
-			frame_unref(b->r[i].arg);
-	}
-	b->n = 0;
-	b->bytes = 0;
-}
-
-/*
- * The last step before the socket: ids strictly increase, a terminal frame
- * ends the stream.  Consumes the caller's reference to f.  With b, the frame
- * joins the batch (flushed when full, and before a terminal frame).
- */
+/* The last step (stream_write_out), and the end a terminal frame brings: -> ENDING. */
 static void
 stream_write_frame_to(stream *s, frame *f, ref_batch *b)
 {
-	enum frame_type t = frame_type(f);
-	const char *bytes;
-	size_t len;
-	bool term;
+	enum frame_type t = frame_type(f); /* read first: the hand-over may free f */
 
-	if (s->hs == NULL || s->state == STREAM_ENDING) {
-		frame_unref(f);
-		return;
-	}
-	if (t == FRAME_ITEM || t == FRAME_RESYNC) {
-		uint64_t id = frame_seq(f);
-
-		if (id <= s->last_id) {
-			/* ADR-WEB-ADV-001: a repeated or regressing position is refused. */
-			st_counter_inc(s->env->m_refused);
-			frame_unref(f);
-			return;
-		}
-		s->last_id = id;
-	}
-	/* Read before the hand-over: a failed reference frees f at once. */
-	term = frame_is_terminal(f);
-	bytes = frame_bytes(f, s->fmt, &len);
-	if (b != NULL && !term) {
-		/* counted at the hand-over: one atomic add per batch, not per frame */
-		b->r[b->n++] = (http_ref){ bytes, len, frame_release_cb, f, frame_origin_ns(f) };
-		b->bytes += len;
-		if (b->n == STREAM_BATCH || b->bytes >= STREAM_BATCH_BYTES)
-			ref_batch_hand_over(s, b);
-		return;
-	}
-	if (b != NULL)
-		ref_batch_hand_over(s, b);
-	st_counter_inc(s->env->m_frames);
-	http_stream_write_ref(s->hs, bytes, len, frame_release_cb, f);
-	if (term)
+	if (stream_write_out(s, f, b))
 		stream_end(s, t); /* counted when the bytes have left (on_close), not on hand-over */
 }
 
@@ -466,46 +352,6 @@ stream_hub_deliver(void *arg, frame *f)
 		break;
 	case STREAM_ENDING: break;
 	}
-}
-
-/*
- * The hub's offer of a message's frames at once (hub.h take).  A live
- * stream with nothing queued or waiting would push them all and pop them
- * all in its flush, then write them as one batch; it writes that batch now
- * instead: one reference to the loop's copy of the bytes (frame_run.h),
- * made by the stream before, or the one frame.  Anything the per-frame way
- * would treat otherwise is declined: a bound (until), a signal (it may
- * coalesce), an id at or below the seam or the last one written, a frame
- * over a batch's bytes, a list no stream before batched.
- */
-bool
-stream_hub_take(void *arg, frame *const *fs, size_t n)
-{
-	stream *s = arg;
-	http_ref r;
-	uint64_t prev;
-
-	if (n == 0 || s->state != STREAM_LIVE || s->hs == NULL || s->has_until || subq_count(s->q) != 0 ||
-	    http_stream_backlog(s->hs) != 0)
-		return false;
-	prev = s->last_id > s->seam ? s->last_id : s->seam;
-	for (size_t i = 0; i < n; prev = frame_seq(fs[i]), i++)
-		if (frame_type(fs[i]) != FRAME_ITEM || frame_is_signal(fs[i]) || frame_seq(fs[i]) <= prev)
-			return false;
-	if (n == 1) {
-		size_t len;
-		const char *bytes = frame_bytes(fs[0], s->fmt, &len);
-
-		if (frame_cost(fs[0]) > STREAM_BATCH_BYTES)
-			return false;
-		r = (http_ref){ bytes, len, frame_release_cb, frame_ref(fs[0]), frame_origin_ns(fs[0]) };
-	} else if (s->env->runs == NULL || !frame_run_take(s->env->runs, s->fmt, fs, n, &r)) {
-		return false;
-	}
-	s->last_id = prev;
-	st_counter_add(s->env->m_frames, n);
-	http_stream_write_refs(s->hs, &r, 1);
-	return true;
 }
 
 /* LIVE and the history reached until: complete goes out after what is queued. */
