@@ -290,10 +290,11 @@ uint64_t http_stream_blocked_ms(const http_stream *s, uint64_t now_ms);
  * sign of reading while bytes wait: the blocked time, or less when the
  * kernel got an acknowledgement or a window update from the peer since
  * (TCP_INFO's last_ack_recv; other sockets: the blocked time).  The kernel
- * wakes a writer only once a third of its send buffer is free, so a client
- * reading 6 MB/s every 10 ms from behind a 1 MB buffer looks blocked for
- * ~55 ms at a time to the first measure; flow control asks whether the
- * client reads.  A system call, made only when bytes wait and none moved.
+ * wakes a writer only once a good part of its send buffer is free, not at
+ * each read of the client: a client reading 6 MB/s every 10 ms looked
+ * blocked for 52-59 ms at a time to the first measure (measured, send
+ * buffer autotuned to ~4 MiB); flow control asks whether the client reads.
+ * A system call, made only when bytes wait and none moved.
  */
 uint64_t http_stream_quiet_ms(const http_stream *s, uint64_t now_ms);
 /* The same on clock, read only when bytes wait: a caller asking for every
